@@ -1,0 +1,213 @@
+# kvbatch - build, test, demo.
+#
+#   make                 libkvstore.so, libkvbatch.so, kvstored, kvbench, kvbatch-stat
+#   make test            unit + integration + preload tests (installs missing packages)
+#   make test SAN=asan   the same under AddressSanitizer + UBSan (build-asan/)
+#   make test SAN=tsan   the threaded tests under ThreadSanitizer (build-tsan/)
+#   make demo            the shim batching a real workload against a local kvstored
+#   make fuzz            libFuzzer on the wire decoder, bounded in time (clang)
+#   make install PREFIX=/usr/local
+#
+# BUILD=dir puts every output under dir (default build/, build-$(SAN)/ with SAN).
+
+SAN      ?=
+ifeq ($(SAN),)
+BUILD    ?= build
+else
+BUILD    ?= build-$(SAN)
+endif
+PREFIX   ?= /usr/local
+CC       ?= cc
+PKG_CONFIG ?= pkg-config
+
+SAN_FLAGS_asan := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SAN_FLAGS_tsan := -fsanitize=thread -fno-omit-frame-pointer
+SAN_FLAGS      := $(SAN_FLAGS_$(SAN))
+OPT            := $(if $(SAN),-O1,-O2)
+
+VERBS_CFLAGS := $(shell $(PKG_CONFIG) --cflags libibverbs librdmacm 2>/dev/null)
+VERBS_LIBS   := $(shell $(PKG_CONFIG) --libs libibverbs librdmacm 2>/dev/null || echo -libverbs -lrdmacm)
+CMOCKA_LIBS  := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null || echo -lcmocka)
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
+CPPFLAGS += -Iinclude -Itransport -D_GNU_SOURCE
+CFLAGS   ?= $(OPT) -g
+CFLAGS   += -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -pthread -MMD -MP $(SAN_FLAGS) $(VERBS_CFLAGS)
+LDFLAGS  += -pthread $(SAN_FLAGS)
+
+SONAME   := libkvstore.so.1
+
+# ---- sources, by module (one folder, one job) ----
+WIRE_SRCS   := transport/wire.c
+LIB_SRCS    := $(wildcard client/*.c) $(wildcard transport/*.c)
+SERVER_SRCS := $(filter-out server/main.c,$(wildcard server/*.c))
+BATCH_SRCS  := $(wildcard batcher/*.c)
+SHIM_SRCS   := $(wildcard shim/*.c)
+KVBENCH_SRCS := $(wildcard tools/kvbench*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIBKVSTORE := $(BUILD)/lib/libkvstore.so
+LIBKVBATCH := $(BUILD)/lib/libkvbatch.so
+KVSTORED   := $(BUILD)/bin/kvstored
+KVBENCH    := $(BUILD)/bin/kvbench
+KVSTAT     := $(BUILD)/bin/kvbatch-stat
+
+# Internal archives: what unit tests link (the .so files export only the API).
+AR_WIRE    := $(BUILD)/lib/libkvs_wire.a
+AR_SERVER  := $(BUILD)/lib/libkvs_server.a
+AR_CLIENT  := $(BUILD)/lib/libkvs_client.a
+AR_BATCH   := $(BUILD)/lib/libkvs_batcher.a
+AR_SHIM    := $(BUILD)/lib/libkvs_shim.a
+
+TARGETS := $(LIBKVSTORE) $(KVSTORED) $(KVBENCH)
+ifneq ($(SHIM_SRCS),)
+TARGETS += $(LIBKVBATCH)
+endif
+ifneq ($(wildcard tools/kvbatch-stat.c),)
+TARGETS += $(KVSTAT)
+endif
+
+.PHONY: all
+all: $(TARGETS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/lib/%.a:
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(AR_WIRE):   $(call obj,$(WIRE_SRCS))
+$(AR_SERVER): $(call obj,$(SERVER_SRCS))
+$(AR_CLIENT): $(call obj,$(LIB_SRCS))
+$(AR_BATCH):  $(call obj,$(BATCH_SRCS))
+$(AR_SHIM):   $(call obj,$(filter-out shim/preload.c,$(SHIM_SRCS)))
+
+# libkvstore exports only kvs_* (client/libkvstore.map); its own calls bind
+# inside the library, so an LD_PRELOAD shim sees only the application's calls.
+$(LIBKVSTORE): $(call obj,$(LIB_SRCS)) client/libkvstore.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $(BUILD)/lib/$(SONAME) $(call obj,$(LIB_SRCS)) $(LDFLAGS) \
+	    -Wl,-soname,$(SONAME) -Wl,--version-script=client/libkvstore.map \
+	    -Wl,-Bsymbolic-functions -Wl,-z,defs $(VERBS_LIBS)
+	ln -sf $(SONAME) $@
+
+# The shim needs libkvstore loaded in the global scope (DT_NEEDED) so that
+# dlsym(RTLD_NEXT) finds it even when the program dlopen()s libkvstore
+# RTLD_LOCAL, as CPython does with extension modules.
+$(LIBKVBATCH): $(call obj,$(SHIM_SRCS) $(BATCH_SRCS)) shim/libkvbatch.map $(LIBKVSTORE)
+	$(CC) -shared -o $@ $(call obj,$(SHIM_SRCS) $(BATCH_SRCS)) $(LDFLAGS) \
+	    -Wl,--version-script=shim/libkvbatch.map -Wl,-z,defs \
+	    -L$(BUILD)/lib -Wl,--no-as-needed -lkvstore -Wl,--as-needed \
+	    -Wl,-rpath,'$$ORIGIN' -ldl -lm
+
+$(KVSTORED): $(call obj,server/main.c) $(AR_SERVER) $(AR_WIRE)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDFLAGS) $(VERBS_LIBS) -lm
+
+$(KVBENCH): $(call obj,$(KVBENCH_SRCS)) $(LIBKVSTORE)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(call obj,$(KVBENCH_SRCS)) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
+	    -Wl,-rpath,'$$ORIGIN/../lib' -lm
+
+$(KVSTAT): $(call obj,tools/kvbatch-stat.c)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDFLAGS) -lm
+
+# ---- tests ----
+# tests/unit/test_X.c        links the internal archives (+ cmocka)
+# tests/integration/test_X.c links libkvstore.so and tests/lib (starts kvstored)
+# tests/preload/*.c          programs built only against libkvstore, run with and without the shim
+UNIT_SRCS  := $(wildcard tests/unit/test_*.c)
+INTEG_SRCS := $(wildcard tests/integration/test_*.c)
+TLIB_SRCS  := $(wildcard tests/lib/*.c)
+PRELOAD_SRCS := $(wildcard tests/preload/*.c)
+UNIT_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRCS))
+INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRCS))
+PRELOAD_BINS := $(patsubst tests/preload/%.c,$(BUILD)/tests/preload/%,$(PRELOAD_SRCS))
+TEST_CPPFLAGS := -Itests/lib -Iserver -Iclient -Ibatcher -Ishim
+
+$(BUILD)/obj/tests/%.o: tests/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
+
+$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) \
+	    -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) -ldl -lm
+
+$(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(call obj,$(TLIB_SRCS)) $(AR_WIRE) $(LIBKVSTORE)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) $(AR_WIRE) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
+	    -Wl,-rpath,'$$ORIGIN/../../lib' $(CMOCKA_LIBS) -lm
+
+$(BUILD)/tests/preload/%: $(BUILD)/obj/tests/preload/%.o $(call obj,$(TLIB_SRCS)) $(LIBKVSTORE)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
+	    -Wl,-rpath,'$$ORIGIN/../../lib' -lm
+
+.PHONY: tests test check-deps
+tests: all $(UNIT_BINS) $(INTEG_BINS) $(PRELOAD_BINS)
+
+check-deps:
+	@scripts/deps.sh test
+
+# Runs every test binary (each bounded by a timeout) and prints one
+# "N passed, N failed" line; TESTS=pattern narrows the set.
+test: check-deps
+	@$(MAKE) --no-print-directory tests
+	@BUILD=$(BUILD) SAN=$(SAN) scripts/run-tests.sh $(TESTS)
+
+# ---- demo ----
+.PHONY: demo
+demo:
+	@scripts/deps.sh build
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) scripts/demo.sh
+
+# ---- fuzzing (clang + libFuzzer) ----
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(FUZZ_SRCS))
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Itransport -Iserver -Ishim -Ibatcher -D_GNU_SOURCE -pthread
+
+build-fuzz/%: tests/fuzz/%.c $(WIRE_SRCS) $(SERVER_SRCS) $(filter-out shim/preload.c,$(SHIM_SRCS))
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lm
+
+.PHONY: fuzz fuzz-long
+fuzz: $(FUZZ_BINS)
+	@scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BINS)
+
+fuzz-long: $(FUZZ_BINS)
+	@FUZZ_RUNS=10000000 scripts/fuzz.sh 0 $(FUZZ_BINS)
+
+# ---- style ----
+.PHONY: format format-check
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+format-check:
+	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
+
+# ---- install ----
+.PHONY: install
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/kvstore.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvstore.so
+	$(if $(SHIM_SRCS),install -m 755 $(LIBKVBATCH) $(DESTDIR)$(PREFIX)/lib/)
+	install -m 755 $(filter $(BUILD)/bin/%,$(TARGETS)) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' kvstore.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc
+
+.PHONY: clean
+clean:
+	rm -rf build build-asan build-tsan build-fuzz
+
+# Optional pieces (python binding, rdma VM, benchmarks) keep their rules in mk/.
+-include $(wildcard mk/*.mk)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

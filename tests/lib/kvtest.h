@@ -1,0 +1,43 @@
+/*
+ * kvtest.h - helpers for tests that need a real kvstored: start one on
+ * 127.0.0.1 (port 0: it picks a free port and prints it), stop, kill and
+ * restart it on the same port. Every wait is bounded.
+ */
+#ifndef KVTEST_H
+#define KVTEST_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct kvt_server {
+    pid_t pid;
+    int port;
+    char addr[64];     /* "127.0.0.1:PORT", ready for kvs_open */
+    char args[512];    /* extra arguments it was started with */
+};
+
+/* Path of a built binary or library: $KVS_TEST_BUILD (default "build") + "/" + rel. */
+const char *kvt_build_path(const char *rel);
+
+/*
+ * Starts kvstored --listen 127.0.0.1:PORT (port 0 picks one) plus extra
+ * args (space-separated, may be NULL) and waits for its "listening on" line.
+ * Returns 0 or -1 (with a message on stderr).
+ */
+int kvt_server_start(struct kvt_server *s, int port, const char *extra_args);
+/* SIGTERM, then SIGKILL after a bounded wait; returns the exit status or -1. */
+int kvt_server_stop(struct kvt_server *s);
+/* SIGKILL, no clean-up: a server dying mid-work. */
+void kvt_server_kill(struct kvt_server *s);
+/* Starts it again on the same port with the same args. */
+int kvt_server_restart(struct kvt_server *s);
+
+/* Monotonic clock in nanoseconds. */
+unsigned long long kvt_now_ns(void);
+
+/* Fills buf with a self-checking value for (key, version); kvt_check_value tells if buf is one. */
+void kvt_fill_value(void *buf, size_t len, const char *key, unsigned version);
+/* 1 if buf[0..len) is a whole value written by kvt_fill_value for key (any version), else 0. */
+int kvt_check_value(const void *buf, size_t len, const char *key, unsigned *version);
+
+#endif

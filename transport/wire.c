@@ -1,0 +1,226 @@
+/*
+ * wire.c - encoders and checking decoders for the kvbatch wire protocol.
+ *
+ * Every decoder trusts nothing: it is fed bytes straight off a socket. See
+ * wire.h for the frame layout and docs/PROTOCOL.md for the rules.
+ */
+#include "wire.h"
+
+#include <errno.h>
+
+int kvs_wire_opcode_known(uint8_t opcode)
+{
+    switch (opcode) {
+    case KVS_OP_PUT:
+    case KVS_OP_GET:
+    case KVS_OP_EXISTS:
+    case KVS_OP_REMOVE:
+    case KVS_OP_STATS:
+    case KVS_OP_HELLO:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+const char *kvs_wire_opcode_name(uint8_t opcode)
+{
+    switch (opcode & (uint8_t)~KVS_OP_REPLY) {
+    case KVS_OP_PUT:
+        return "put";
+    case KVS_OP_GET:
+        return "get";
+    case KVS_OP_EXISTS:
+        return "exists";
+    case KVS_OP_REMOVE:
+        return "remove";
+    case KVS_OP_STATS:
+        return "stats";
+    case KVS_OP_HELLO:
+        return "hello";
+    case KVS_OP_ERROR:
+        return "error";
+    default:
+        return "unknown";
+    }
+}
+
+/* Opcodes whose frames carry per-key entries. */
+static int opcode_has_entries(uint8_t opcode)
+{
+    return opcode == KVS_OP_PUT || opcode == KVS_OP_GET || opcode == KVS_OP_EXISTS ||
+           opcode == KVS_OP_REMOVE;
+}
+
+void kvs_wire_hdr_encode(uint8_t out[KVS_WIRE_HDR_LEN], const struct kvs_wire_hdr *h)
+{
+    kvs_put_u32(out, KVS_WIRE_MAGIC);
+    out[4] = KVS_WIRE_VERSION;
+    out[5] = h->opcode;
+    kvs_put_u16(out + 6, h->flags);
+    kvs_put_u32(out + 8, h->count);
+    kvs_put_u32(out + 12, h->body_len);
+    kvs_put_u64(out + 16, h->id);
+}
+
+int kvs_wire_hdr_decode(const uint8_t in[KVS_WIRE_HDR_LEN], struct kvs_wire_hdr *h,
+                        uint32_t max_body)
+{
+    h->magic = kvs_get_u32(in);
+    h->version = in[4];
+    h->opcode = in[5];
+    h->flags = kvs_get_u16(in + 6);
+    h->count = kvs_get_u32(in + 8);
+    h->body_len = kvs_get_u32(in + 12);
+    h->id = kvs_get_u64(in + 16);
+
+    if (h->magic != KVS_WIRE_MAGIC || h->version != KVS_WIRE_VERSION) return -EPROTO;
+    if (h->flags != 0) return -EBADMSG;
+    if (h->body_len > max_body) return -EMSGSIZE;
+
+    uint8_t base = h->opcode & (uint8_t)~KVS_OP_REPLY;
+    int is_reply = (h->opcode & KVS_OP_REPLY) != 0;
+    if (base == KVS_OP_ERROR) {
+        /* An error frame is a reply carrying at least its status. */
+        if (!is_reply || h->count != 0 || h->body_len < 4) return -EBADMSG;
+        return 0;
+    }
+    if (!kvs_wire_opcode_known(base)) return -ENOTSUP;
+    if (!opcode_has_entries(base)) {
+        if (h->count != 0) return -EBADMSG;
+        if (!is_reply && h->body_len != 0) return -EBADMSG;
+        return 0;
+    }
+    if (h->count > KVS_WIRE_MAX_KEYS) return -EBADMSG;
+    uint64_t per_entry = is_reply ? KVS_WIRE_STATUS_LEN : KVS_WIRE_ENTRY_LEN + 1;
+    if ((uint64_t)h->count * per_entry > h->body_len) return -EBADMSG;
+    return 0;
+}
+
+void kvs_wire_entry_encode(uint8_t out[KVS_WIRE_ENTRY_LEN], uint16_t klen, uint32_t len)
+{
+    kvs_put_u16(out, klen);
+    kvs_put_u16(out + 2, 0);
+    kvs_put_u32(out + 4, len);
+}
+
+int kvs_wire_entry_decode(const uint8_t in[KVS_WIRE_ENTRY_LEN], struct kvs_wire_entry *e)
+{
+    e->klen = kvs_get_u16(in);
+    e->flags = kvs_get_u16(in + 2);
+    e->len = kvs_get_u32(in + 4);
+    if (e->klen == 0 || e->klen > KVS_WIRE_MAX_KEY || e->flags != 0) return -EBADMSG;
+    return 0;
+}
+
+uint64_t kvs_wire_entry_size(uint8_t opcode, const struct kvs_wire_entry *e)
+{
+    uint64_t size = KVS_WIRE_ENTRY_LEN + (uint64_t)e->klen;
+    if (opcode == KVS_OP_PUT) size += e->len;
+    return size;
+}
+
+void kvs_wire_status_encode(uint8_t out[KVS_WIRE_STATUS_LEN], int32_t status, uint32_t len)
+{
+    kvs_put_u32(out, (uint32_t)status);
+    kvs_put_u32(out + 4, len);
+}
+
+int kvs_wire_status_known(int32_t status)
+{
+    switch (status) {
+    case 0:
+    case 1:
+    case -ENOENT:
+    case -ERANGE:
+    case -E2BIG:
+    case -ENOSPC:
+    case -EINVAL:
+    case -ENOMEM:
+    case -EIO:
+    case -EPROTO:
+    case -EBADMSG:
+    case -ENOTSUP:
+    case -EMSGSIZE:
+    case -EBUSY:
+    case -EACCES:
+    case -ETIMEDOUT:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int kvs_wire_status_decode(const uint8_t in[KVS_WIRE_STATUS_LEN], uint8_t req_opcode,
+                           struct kvs_wire_status *s)
+{
+    s->status = (int32_t)kvs_get_u32(in);
+    s->len = kvs_get_u32(in + 4);
+    if (!kvs_wire_status_known(s->status)) return -EBADMSG;
+    if (s->status == 1 && req_opcode != KVS_OP_EXISTS) return -EBADMSG;
+    /* Only a GET carries a length: its value's (0) or the one that did not fit (-ERANGE). */
+    if (s->len != 0 && !(req_opcode == KVS_OP_GET && (s->status == 0 || s->status == -ERANGE)))
+        return -EBADMSG;
+    return 0;
+}
+
+void kvs_wire_hello_encode(uint8_t out[KVS_WIRE_HELLO_LEN], const struct kvs_wire_hello *h)
+{
+    kvs_put_u32(out, h->version);
+    kvs_put_u32(out + 4, h->max_key);
+    kvs_put_u64(out + 8, h->max_object);
+    kvs_put_u64(out + 16, h->max_frame);
+    kvs_put_u32(out + 24, h->max_keys);
+    kvs_put_u32(out + 28, h->features);
+}
+
+int kvs_wire_hello_decode(const uint8_t *in, size_t len, struct kvs_wire_hello *h)
+{
+    if (len < KVS_WIRE_HELLO_LEN) return -EBADMSG;
+    h->version = kvs_get_u32(in);
+    h->max_key = kvs_get_u32(in + 4);
+    h->max_object = kvs_get_u64(in + 8);
+    h->max_frame = kvs_get_u64(in + 16);
+    h->max_keys = kvs_get_u32(in + 24);
+    h->features = kvs_get_u32(in + 28);
+    if (h->version == 0 || h->max_key == 0 || h->max_frame == 0 || h->max_keys == 0)
+        return -EBADMSG;
+    return 0;
+}
+
+long kvs_wire_parse_request(const uint8_t *buf, size_t len, uint32_t max_body,
+                            struct kvs_wire_hdr *h, kvs_wire_item_fn fn, void *arg)
+{
+    if (len < KVS_WIRE_HDR_LEN) return 0;
+    int rc = kvs_wire_hdr_decode(buf, h, max_body);
+    if (rc < 0) return rc;
+    if (h->opcode & KVS_OP_REPLY) return -EBADMSG; /* a request parser sees no replies */
+    if (len - KVS_WIRE_HDR_LEN < h->body_len) return 0;
+
+    const uint8_t *p = buf + KVS_WIRE_HDR_LEN;
+    uint64_t left = h->body_len;
+    if (!opcode_has_entries(h->opcode)) return KVS_WIRE_HDR_LEN + (long)h->body_len;
+
+    for (uint32_t i = 0; i < h->count; i++) {
+        struct kvs_wire_entry e;
+        if (left < KVS_WIRE_ENTRY_LEN) return -EBADMSG;
+        if (kvs_wire_entry_decode(p, &e) < 0) return -EBADMSG;
+        uint64_t size = kvs_wire_entry_size(h->opcode, &e);
+        if (size > left) return -EBADMSG;
+        if (h->opcode != KVS_OP_PUT && h->opcode != KVS_OP_GET && e.len != 0) return -EBADMSG;
+        if (fn) {
+            struct kvs_wire_item item = {
+                .key = p + KVS_WIRE_ENTRY_LEN,
+                .klen = e.klen,
+                .len = e.len,
+                .val = h->opcode == KVS_OP_PUT ? p + KVS_WIRE_ENTRY_LEN + e.klen : NULL,
+            };
+            rc = fn(arg, i, &item);
+            if (rc) return rc;
+        }
+        p += size;
+        left -= size;
+    }
+    if (left != 0) return -EBADMSG; /* trailing bytes: the count lies */
+    return KVS_WIRE_HDR_LEN + (long)h->body_len;
+}

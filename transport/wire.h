@@ -1,0 +1,168 @@
+/*
+ * wire.h - the kvbatch wire protocol, shared by client and server.
+ *
+ * Every message is a frame: a fixed 24-byte header, then body_len bytes.
+ * All integers are little-endian. docs/PROTOCOL.md is the prose version.
+ *
+ *   header  : u32 magic "KVB1" | u8 version | u8 opcode | u16 flags
+ *             | u32 count | u32 body_len | u64 id
+ *   request : count entries, each  u16 klen | u16 flags(0) | u32 len | key[klen]
+ *             | value[len] (PUT only; for GET, len is the caller's capacity)
+ *   reply   : opcode | KVS_OP_REPLY, same id and count; count entries, each
+ *             i32 status | u32 len | data[len] (GET with status 0 only)
+ *
+ * The decoders below check one fixed-size piece at a time so that a
+ * streaming reader (the server's event loop, the client's reply reader) can
+ * read values straight into their final place; kvs_wire_parse_request()
+ * checks a whole frame held in memory (tests, fuzzing).
+ */
+#ifndef KVS_WIRE_H
+#define KVS_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVS_WIRE_MAGIC       0x3142564bu /* bytes 'K' 'V' 'B' '1' */
+#define KVS_WIRE_VERSION     1
+#define KVS_WIRE_HDR_LEN     24
+#define KVS_WIRE_ENTRY_LEN   8 /* request entry header */
+#define KVS_WIRE_STATUS_LEN  8 /* reply entry header */
+#define KVS_WIRE_MAX_KEYS    65536u
+#define KVS_WIRE_MAX_KEY     512u
+#define KVS_WIRE_HELLO_LEN   32 /* HELLO reply body */
+
+#define KVS_FEAT_RDMA 0x1u /* the server listens for RDMA too */
+#define KVS_FEAT_AUTH 0x2u /* the server requires authentication */
+
+enum kvs_wire_opcode {
+    KVS_OP_PUT = 1,
+    KVS_OP_GET = 2,
+    KVS_OP_EXISTS = 3,
+    KVS_OP_REMOVE = 4,
+    KVS_OP_STATS = 5, /* count 0; reply body: "name value\n" text */
+    KVS_OP_HELLO = 6, /* count 0; reply body: struct kvs_wire_hello */
+    KVS_OP_ERROR = 0x7f, /* reply only: body is i32 status | text */
+    KVS_OP_REPLY = 0x80, /* flag or-ed into a reply's opcode */
+};
+
+struct kvs_wire_hdr {
+    uint32_t magic;
+    uint8_t version;
+    uint8_t opcode;
+    uint16_t flags;
+    uint32_t count;
+    uint32_t body_len;
+    uint64_t id;
+};
+
+struct kvs_wire_entry {
+    uint16_t klen;
+    uint16_t flags;
+    uint32_t len;
+};
+
+struct kvs_wire_status {
+    int32_t status;
+    uint32_t len;
+};
+
+/* What the server tells a client in reply to HELLO. */
+struct kvs_wire_hello {
+    uint32_t version;    /* highest protocol version the server speaks */
+    uint32_t max_key;    /* bytes */
+    uint64_t max_object; /* bytes */
+    uint64_t max_frame;  /* body bytes */
+    uint32_t max_keys;   /* keys per frame */
+    uint32_t features;   /* KVS_FEAT_* bits */
+};
+
+/* Integer codec, little-endian whatever the host. */
+static inline void kvs_put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void kvs_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void kvs_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t kvs_get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t kvs_get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t kvs_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* True for a request opcode this version understands. */
+int kvs_wire_opcode_known(uint8_t opcode);
+/* "put", "get", ... or "unknown". */
+const char *kvs_wire_opcode_name(uint8_t opcode);
+
+void kvs_wire_hdr_encode(uint8_t out[KVS_WIRE_HDR_LEN], const struct kvs_wire_hdr *h);
+/*
+ * Decodes and checks a header: magic, version, a known opcode (a reply's
+ * opcode with KVS_OP_REPLY set, or KVS_OP_ERROR|KVS_OP_REPLY), count <=
+ * KVS_WIRE_MAX_KEYS, body_len <= max_body and large enough for count entry
+ * headers. Returns 0, -EPROTO (bad magic or version), -EBADMSG (other
+ * malformation), -ENOTSUP (unknown opcode: the frame can still be skipped
+ * by body_len) or -EMSGSIZE (body_len over max_body). *h is filled whenever
+ * the magic and version are right.
+ */
+int kvs_wire_hdr_decode(const uint8_t in[KVS_WIRE_HDR_LEN], struct kvs_wire_hdr *h,
+                        uint32_t max_body);
+
+void kvs_wire_entry_encode(uint8_t out[KVS_WIRE_ENTRY_LEN], uint16_t klen, uint32_t len);
+/* Checks klen in 1..KVS_WIRE_MAX_KEY and flags 0; 0 or -EBADMSG. */
+int kvs_wire_entry_decode(const uint8_t in[KVS_WIRE_ENTRY_LEN], struct kvs_wire_entry *e);
+/* Bytes the entry occupies in a request of this opcode (header, key, value). */
+uint64_t kvs_wire_entry_size(uint8_t opcode, const struct kvs_wire_entry *e);
+
+void kvs_wire_status_encode(uint8_t out[KVS_WIRE_STATUS_LEN], int32_t status, uint32_t len);
+/*
+ * Checks that status is 0, 1 (exists) or one of the codes the protocol
+ * carries, and that a data-bearing status (GET and 0) fits max_len.
+ * Returns 0 or -EBADMSG.
+ */
+int kvs_wire_status_decode(const uint8_t in[KVS_WIRE_STATUS_LEN], uint8_t req_opcode,
+                           struct kvs_wire_status *s);
+/* True if status is a code the protocol carries (0, 1, or a known -errno). */
+int kvs_wire_status_known(int32_t status);
+
+void kvs_wire_hello_encode(uint8_t out[KVS_WIRE_HELLO_LEN], const struct kvs_wire_hello *h);
+int kvs_wire_hello_decode(const uint8_t *in, size_t len, struct kvs_wire_hello *h);
+
+/* One request entry seen by kvs_wire_parse_request(). key is not NUL-terminated. */
+struct kvs_wire_item {
+    const uint8_t *key;
+    uint16_t klen;
+    uint32_t len;        /* PUT: value length; GET: capacity */
+    const uint8_t *val;  /* PUT: the value; else NULL */
+};
+typedef int (*kvs_wire_item_fn)(void *arg, uint32_t index, const struct kvs_wire_item *item);
+
+/*
+ * Parses a whole request frame held in buf[0..len). Checks the header, that
+ * the entries exactly fill body_len and that every entry is well formed, and
+ * calls fn (if not NULL) for each entry in order; a nonzero return from fn
+ * stops the walk and is returned. Returns the frame's size on success, 0 if
+ * buf holds less than one whole frame, or a negative code as
+ * kvs_wire_hdr_decode (-EBADMSG for a bad entry).
+ */
+long kvs_wire_parse_request(const uint8_t *buf, size_t len, uint32_t max_body,
+                            struct kvs_wire_hdr *h, kvs_wire_item_fn fn, void *arg);
+
+#endif /* KVS_WIRE_H */
