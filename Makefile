@@ -173,7 +173,13 @@ FUZZ_BINS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(FUZZ_SRCS))
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Itransport -Iserver -Ishim -Ibatcher -D_GNU_SOURCE -pthread
 
-build-fuzz/%: tests/fuzz/%.c $(WIRE_SRCS) $(SERVER_SRCS) $(filter-out shim/preload.c,$(SHIM_SRCS))
+# What each target links: FUZZ_DEPS_<name> (a new target adds its own line).
+FUZZ_DEPS_fuzz_wire   := $(WIRE_SRCS)
+FUZZ_DEPS_fuzz_server := $(WIRE_SRCS) $(SERVER_SRCS)
+FUZZ_DEPS_fuzz_env    := $(filter shim/config.c,$(SHIM_SRCS))
+
+.SECONDEXPANSION:
+build-fuzz/%: tests/fuzz/%.c $$(FUZZ_DEPS_%)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -o $@ $^ -lm
 

@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#define KVS_MAX_KEY         512  /* bytes, without the NUL */
+#define KVS_MAX_KEY         512 /* bytes, without the NUL */
 #define KVS_DEFAULT_SERVERS "127.0.0.1:7070"
 
 typedef struct kvs_client kvs_client;
@@ -92,9 +92,9 @@ int kvs_batch_exists(kvs_client *c, size_t n, const char *const keys[], int resu
  */
 typedef void (*kvs_done_fn)(void *arg, ssize_t nok);
 
-int kvs_batch_put_async(kvs_client *c, size_t n, const char *const keys[],
-                        const void *const vals[], const size_t lens[], int status[],
-                        kvs_done_fn done, void *arg, kvs_op **op);
+int kvs_batch_put_async(kvs_client *c, size_t n, const char *const keys[], const void *const vals[],
+                        const size_t lens[], int status[], kvs_done_fn done, void *arg,
+                        kvs_op **op);
 int kvs_batch_get_async(kvs_client *c, size_t n, const char *const keys[], void *const bufs[],
                         const size_t caps[], ssize_t results[], kvs_done_fn done, void *arg,
                         kvs_op **op);

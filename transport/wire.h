@@ -22,14 +22,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KVS_WIRE_MAGIC       0x3142564bu /* bytes 'K' 'V' 'B' '1' */
-#define KVS_WIRE_VERSION     1
-#define KVS_WIRE_HDR_LEN     24
-#define KVS_WIRE_ENTRY_LEN   8 /* request entry header */
-#define KVS_WIRE_STATUS_LEN  8 /* reply entry header */
-#define KVS_WIRE_MAX_KEYS    65536u
-#define KVS_WIRE_MAX_KEY     512u
-#define KVS_WIRE_HELLO_LEN   32 /* HELLO reply body */
+#define KVS_WIRE_MAGIC      0x3142564bu /* bytes 'K' 'V' 'B' '1' */
+#define KVS_WIRE_VERSION    1
+#define KVS_WIRE_HDR_LEN    24
+#define KVS_WIRE_ENTRY_LEN  8 /* request entry header */
+#define KVS_WIRE_STATUS_LEN 8 /* reply entry header */
+#define KVS_WIRE_MAX_KEYS   65536u
+#define KVS_WIRE_MAX_KEY    512u
+#define KVS_WIRE_HELLO_LEN  32 /* HELLO reply body */
 
 #define KVS_FEAT_RDMA 0x1u /* the server listens for RDMA too */
 #define KVS_FEAT_AUTH 0x2u /* the server requires authentication */
@@ -39,8 +39,8 @@ enum kvs_wire_opcode {
     KVS_OP_GET = 2,
     KVS_OP_EXISTS = 3,
     KVS_OP_REMOVE = 4,
-    KVS_OP_STATS = 5, /* count 0; reply body: "name value\n" text */
-    KVS_OP_HELLO = 6, /* count 0; reply body: struct kvs_wire_hello */
+    KVS_OP_STATS = 5,    /* count 0; reply body: "name value\n" text */
+    KVS_OP_HELLO = 6,    /* count 0; reply body: struct kvs_wire_hello */
     KVS_OP_ERROR = 0x7f, /* reply only: body is i32 status | text */
     KVS_OP_REPLY = 0x80, /* flag or-ed into a reply's opcode */
 };
@@ -84,11 +84,13 @@ static inline void kvs_put_u16(uint8_t *p, uint16_t v)
 }
 static inline void kvs_put_u32(uint8_t *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 static inline void kvs_put_u64(uint8_t *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 static inline uint16_t kvs_get_u16(const uint8_t *p)
 {
@@ -97,13 +99,15 @@ static inline uint16_t kvs_get_u16(const uint8_t *p)
 static inline uint32_t kvs_get_u32(const uint8_t *p)
 {
     uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 static inline uint64_t kvs_get_u64(const uint8_t *p)
 {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 
@@ -149,8 +153,8 @@ int kvs_wire_hello_decode(const uint8_t *in, size_t len, struct kvs_wire_hello *
 struct kvs_wire_item {
     const uint8_t *key;
     uint16_t klen;
-    uint32_t len;        /* PUT: value length; GET: capacity */
-    const uint8_t *val;  /* PUT: the value; else NULL */
+    uint32_t len;       /* PUT: value length; GET: capacity */
+    const uint8_t *val; /* PUT: the value; else NULL */
 };
 typedef int (*kvs_wire_item_fn)(void *arg, uint32_t index, const struct kvs_wire_item *item);
 

@@ -84,7 +84,8 @@ static int spawn(struct kvt_server *s, int port)
     alarm(0);
     /* Keep draining its stdout in the background so that it never blocks on a full pipe. */
     if (got > 0 && fork() == 0) {
-        while (fgets(line, sizeof(line), out)) fputs(line, stderr);
+        while (fgets(line, sizeof(line), out))
+            fputs(line, stderr);
         _exit(0);
     }
     fclose(out);
@@ -156,7 +157,8 @@ int kvt_server_restart(struct kvt_server *s)
 static uint64_t fnv(const void *p, size_t n, uint64_t h)
 {
     const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
 
@@ -181,7 +183,8 @@ void kvt_fill_value(void *buf, size_t len, const char *key, unsigned version)
     memcpy(hdr, &version, 4);
     memcpy(hdr + 4, &tag, 8);
     unsigned char *b = buf;
-    for (size_t i = 0; i < len; i++) b[i] = i < 12 ? hdr[i] : fill_byte(seed, i);
+    for (size_t i = 0; i < len; i++)
+        b[i] = i < 12 ? hdr[i] : fill_byte(seed, i);
 }
 
 int kvt_check_value(const void *buf, size_t len, const char *key, unsigned *version)

@@ -12,8 +12,8 @@
 struct kvt_server {
     pid_t pid;
     int port;
-    char addr[64];     /* "127.0.0.1:PORT", ready for kvs_open */
-    char args[512];    /* extra arguments it was started with */
+    char addr[64];  /* "127.0.0.1:PORT", ready for kvs_open */
+    char args[512]; /* extra arguments it was started with */
 };
 
 /* Path of a built binary or library: $KVS_TEST_BUILD (default "build") + "/" + rel. */

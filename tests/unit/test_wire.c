@@ -1,0 +1,349 @@
+/*
+ * test_wire.c - the wire codec: round trips and every malformed case the
+ * decoders must refuse.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "wire.h"
+
+/* A request frame assembled in memory, as a client would send it. */
+struct frame {
+    uint8_t buf[8192];
+    size_t len;
+    uint32_t count;
+};
+
+static void frame_begin(struct frame *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->len = KVS_WIRE_HDR_LEN;
+}
+
+static void frame_add(struct frame *f, const char *key, const void *val, uint32_t len,
+                      int with_value)
+{
+    size_t klen = strlen(key);
+    kvs_wire_entry_encode(f->buf + f->len, (uint16_t)klen, len);
+    f->len += KVS_WIRE_ENTRY_LEN;
+    memcpy(f->buf + f->len, key, klen);
+    f->len += klen;
+    if (with_value) {
+        memcpy(f->buf + f->len, val, len);
+        f->len += len;
+    }
+    f->count++;
+}
+
+static void frame_end(struct frame *f, uint8_t opcode, uint64_t id)
+{
+    struct kvs_wire_hdr h = {
+        .opcode = opcode,
+        .count = f->count,
+        .body_len = (uint32_t)(f->len - KVS_WIRE_HDR_LEN),
+        .id = id,
+    };
+    kvs_wire_hdr_encode(f->buf, &h);
+}
+
+static void test_integer_codec_is_little_endian(void **state)
+{
+    (void)state;
+    uint8_t b[8];
+    kvs_put_u32(b, 0x11223344u);
+    assert_int_equal(b[0], 0x44);
+    assert_int_equal(b[3], 0x11);
+    assert_int_equal(kvs_get_u32(b), 0x11223344u);
+    kvs_put_u64(b, 0x0102030405060708ull);
+    assert_int_equal(b[0], 0x08);
+    assert_true(kvs_get_u64(b) == 0x0102030405060708ull);
+    kvs_put_u16(b, 0xbeef);
+    assert_int_equal(kvs_get_u16(b), 0xbeef);
+}
+
+static void test_header_round_trip(void **state)
+{
+    (void)state;
+    uint8_t b[KVS_WIRE_HDR_LEN];
+    struct kvs_wire_hdr in = {.opcode = KVS_OP_GET, .count = 3, .body_len = 100, .id = 42};
+    kvs_wire_hdr_encode(b, &in);
+    assert_memory_equal(b, "KVB1", 4);
+
+    struct kvs_wire_hdr out;
+    assert_int_equal(kvs_wire_hdr_decode(b, &out, 1000), 0);
+    assert_int_equal(out.opcode, KVS_OP_GET);
+    assert_int_equal(out.count, 3);
+    assert_int_equal(out.body_len, 100);
+    assert_true(out.id == 42);
+}
+
+static int decode_with(struct kvs_wire_hdr h, uint32_t max_body, size_t poke_at, uint8_t poke)
+{
+    uint8_t b[KVS_WIRE_HDR_LEN];
+    struct kvs_wire_hdr out;
+    kvs_wire_hdr_encode(b, &h);
+    if (poke_at < sizeof(b)) b[poke_at] = poke;
+    return kvs_wire_hdr_decode(b, &out, max_body);
+}
+
+static void test_header_refuses_malformed(void **state)
+{
+    (void)state;
+    struct kvs_wire_hdr put = {.opcode = KVS_OP_PUT, .count = 1, .body_len = 64};
+    const size_t none = SIZE_MAX;
+
+    assert_int_equal(decode_with(put, 1024, none, 0), 0);
+    assert_int_equal(decode_with(put, 1024, 0, 'X'), -EPROTO);   /* magic */
+    assert_int_equal(decode_with(put, 1024, 4, 2), -EPROTO);     /* version */
+    assert_int_equal(decode_with(put, 1024, 6, 1), -EBADMSG);    /* flags */
+    assert_int_equal(decode_with(put, 63, none, 0), -EMSGSIZE);  /* body over the limit */
+    assert_int_equal(decode_with(put, 1024, 5, 0x42), -ENOTSUP); /* unknown opcode */
+    assert_int_equal(decode_with(put, 1024, 5, 0), -ENOTSUP);    /* opcode 0 */
+
+    struct kvs_wire_hdr many = {
+        .opcode = KVS_OP_GET, .count = KVS_WIRE_MAX_KEYS + 1, .body_len = UINT32_MAX};
+    assert_int_equal(decode_with(many, UINT32_MAX, none, 0), -EBADMSG);
+
+    /* count entries cannot fit in body_len */
+    struct kvs_wire_hdr lying = {.opcode = KVS_OP_GET, .count = 10, .body_len = 10 * 9 - 1};
+    assert_int_equal(decode_with(lying, 1 << 20, none, 0), -EBADMSG);
+
+    /* STATS and HELLO requests carry nothing */
+    struct kvs_wire_hdr stats = {.opcode = KVS_OP_STATS};
+    assert_int_equal(decode_with(stats, 1024, none, 0), 0);
+    stats.count = 1;
+    assert_int_equal(decode_with(stats, 1024, none, 0), -EBADMSG);
+    struct kvs_wire_hdr hello = {.opcode = KVS_OP_HELLO, .body_len = 4};
+    assert_int_equal(decode_with(hello, 1024, none, 0), -EBADMSG);
+
+    /* an ERROR frame is a reply with a status in its body */
+    struct kvs_wire_hdr err = {.opcode = KVS_OP_ERROR | KVS_OP_REPLY, .body_len = 4};
+    assert_int_equal(decode_with(err, 1024, none, 0), 0);
+    err.body_len = 3;
+    assert_int_equal(decode_with(err, 1024, none, 0), -EBADMSG);
+    struct kvs_wire_hdr err_req = {.opcode = KVS_OP_ERROR, .body_len = 4};
+    assert_int_equal(decode_with(err_req, 1024, none, 0), -EBADMSG);
+}
+
+static void test_reply_header_needs_status_per_key(void **state)
+{
+    (void)state;
+    struct kvs_wire_hdr r = {.opcode = KVS_OP_PUT | KVS_OP_REPLY, .count = 4, .body_len = 32};
+    assert_int_equal(decode_with(r, 1024, SIZE_MAX, 0), 0);
+    r.body_len = 31;
+    assert_int_equal(decode_with(r, 1024, SIZE_MAX, 0), -EBADMSG);
+}
+
+static void test_entry_decode(void **state)
+{
+    (void)state;
+    uint8_t b[KVS_WIRE_ENTRY_LEN];
+    struct kvs_wire_entry e;
+
+    kvs_wire_entry_encode(b, 5, 4096);
+    assert_int_equal(kvs_wire_entry_decode(b, &e), 0);
+    assert_int_equal(e.klen, 5);
+    assert_int_equal(e.len, 4096);
+    assert_int_equal(kvs_wire_entry_size(KVS_OP_PUT, &e), 8 + 5 + 4096);
+    assert_int_equal(kvs_wire_entry_size(KVS_OP_GET, &e), 8 + 5);
+
+    kvs_wire_entry_encode(b, 0, 1);
+    assert_int_equal(kvs_wire_entry_decode(b, &e), -EBADMSG);
+    kvs_wire_entry_encode(b, KVS_WIRE_MAX_KEY + 1, 1);
+    assert_int_equal(kvs_wire_entry_decode(b, &e), -EBADMSG);
+    kvs_wire_entry_encode(b, KVS_WIRE_MAX_KEY, 1);
+    assert_int_equal(kvs_wire_entry_decode(b, &e), 0);
+    kvs_wire_entry_encode(b, 3, 1);
+    b[2] = 1; /* reserved flags */
+    assert_int_equal(kvs_wire_entry_decode(b, &e), -EBADMSG);
+}
+
+static void test_status_decode(void **state)
+{
+    (void)state;
+    uint8_t b[KVS_WIRE_STATUS_LEN];
+    struct kvs_wire_status s;
+
+    kvs_wire_status_encode(b, 0, 4096);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_GET, &s), 0);
+    assert_int_equal(s.len, 4096);
+    kvs_wire_status_encode(b, -ERANGE, 9999);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_GET, &s), 0);
+    assert_int_equal(s.status, -ERANGE);
+
+    kvs_wire_status_encode(b, 1, 0);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_EXISTS, &s), 0);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_PUT, &s), -EBADMSG);
+
+    kvs_wire_status_encode(b, 0, 10); /* a PUT reply carries no data */
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_PUT, &s), -EBADMSG);
+    kvs_wire_status_encode(b, -ENOENT, 10); /* a miss carries no data */
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_GET, &s), -EBADMSG);
+    kvs_wire_status_encode(b, -12345, 0);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_GET, &s), -EBADMSG);
+    kvs_wire_status_encode(b, 7, 0);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_EXISTS, &s), -EBADMSG);
+}
+
+static void test_hello_round_trip(void **state)
+{
+    (void)state;
+    uint8_t b[KVS_WIRE_HELLO_LEN];
+    struct kvs_wire_hello in = {
+        .version = 1,
+        .max_key = 512,
+        .max_object = 64ull << 20,
+        .max_frame = 256ull << 20,
+        .max_keys = KVS_WIRE_MAX_KEYS,
+        .features = KVS_FEAT_RDMA,
+    };
+    struct kvs_wire_hello out;
+    kvs_wire_hello_encode(b, &in);
+    assert_int_equal(kvs_wire_hello_decode(b, sizeof(b), &out), 0);
+    assert_memory_equal(&in, &out, sizeof(in));
+    assert_int_equal(kvs_wire_hello_decode(b, sizeof(b) - 1, &out), -EBADMSG);
+    memset(b, 0, sizeof(b));
+    assert_int_equal(kvs_wire_hello_decode(b, sizeof(b), &out), -EBADMSG);
+}
+
+struct seen {
+    int n;
+    char keys[4][32];
+    uint32_t lens[4];
+    int has_val[4];
+    int stop_at;
+};
+
+static int record(void *arg, uint32_t index, const struct kvs_wire_item *item)
+{
+    struct seen *s = arg;
+    if ((int)index == s->stop_at) return -ECANCELED;
+    assert_true(index < 4);
+    memcpy(s->keys[index], item->key, item->klen);
+    s->keys[index][item->klen] = 0;
+    s->lens[index] = item->len;
+    s->has_val[index] = item->val != NULL;
+    if (item->val) assert_memory_equal(item->val, "0123456789", item->len);
+    s->n++;
+    return 0;
+}
+
+static void test_parse_whole_put_frame(void **state)
+{
+    (void)state;
+    static struct frame f;
+    frame_begin(&f);
+    frame_add(&f, "model@1@0@abc@0", "0123456789", 10, 1);
+    frame_add(&f, "k2", "", 0, 1);
+    frame_add(&f, "k3", "0123", 4, 1);
+    frame_end(&f, KVS_OP_PUT, 7);
+
+    struct kvs_wire_hdr h;
+    struct seen s = {.stop_at = -1};
+    long rc = kvs_wire_parse_request(f.buf, f.len, 1 << 20, &h, record, &s);
+    assert_int_equal(rc, (long)f.len);
+    assert_int_equal(s.n, 3);
+    assert_string_equal(s.keys[0], "model@1@0@abc@0");
+    assert_int_equal(s.lens[0], 10);
+    assert_int_equal(s.lens[1], 0);
+    assert_true(s.has_val[2]);
+    assert_true(h.id == 7);
+
+    /* every prefix is "need more", never an error or a crash */
+    for (size_t cut = 0; cut < f.len; cut++)
+        assert_int_equal(kvs_wire_parse_request(f.buf, cut, 1 << 20, &h, NULL, NULL), 0);
+
+    /* a callback can stop the walk */
+    struct seen stop = {.stop_at = 1};
+    assert_int_equal(kvs_wire_parse_request(f.buf, f.len, 1 << 20, &h, record, &stop), -ECANCELED);
+    assert_int_equal(stop.n, 1);
+}
+
+static void test_parse_get_carries_capacity(void **state)
+{
+    (void)state;
+    static struct frame f;
+    frame_begin(&f);
+    frame_add(&f, "a", NULL, 4096, 0);
+    frame_end(&f, KVS_OP_GET, 1);
+    struct kvs_wire_hdr h;
+    struct seen s = {.stop_at = -1};
+    assert_int_equal(kvs_wire_parse_request(f.buf, f.len, 1 << 20, &h, record, &s), (long)f.len);
+    assert_int_equal(s.lens[0], 4096);
+    assert_false(s.has_val[0]);
+}
+
+static void test_parse_refuses_lies(void **state)
+{
+    (void)state;
+    static struct frame f;
+    struct kvs_wire_hdr h;
+
+    /* trailing bytes after the last entry: the count lies */
+    frame_begin(&f);
+    frame_add(&f, "a", "0123", 4, 1);
+    frame_add(&f, "b", "0123", 4, 1);
+    f.count = 1;
+    frame_end(&f, KVS_OP_PUT, 1);
+    assert_int_equal(kvs_wire_parse_request(f.buf, f.len, 1 << 20, &h, NULL, NULL), -EBADMSG);
+
+    /* an entry running past the body */
+    frame_begin(&f);
+    frame_add(&f, "a", "0123", 4, 1);
+    kvs_wire_entry_encode(f.buf + KVS_WIRE_HDR_LEN, 1, 5);
+    frame_end(&f, KVS_OP_PUT, 1);
+    assert_int_equal(kvs_wire_parse_request(f.buf, f.len, 1 << 20, &h, NULL, NULL), -EBADMSG);
+
+    /* EXISTS entries carry no length */
+    frame_begin(&f);
+    frame_add(&f, "a", NULL, 3, 0);
+    frame_end(&f, KVS_OP_EXISTS, 1);
+    assert_int_equal(kvs_wire_parse_request(f.buf, f.len, 1 << 20, &h, NULL, NULL), -EBADMSG);
+
+    /* a reply is not a request */
+    frame_begin(&f);
+    frame_add(&f, "a", NULL, 0, 0);
+    frame_end(&f, KVS_OP_GET | KVS_OP_REPLY, 1);
+    assert_int_equal(kvs_wire_parse_request(f.buf, f.len, 1 << 20, &h, NULL, NULL), -EBADMSG);
+
+    /* over the body limit */
+    frame_begin(&f);
+    frame_add(&f, "a", "0123", 4, 1);
+    frame_end(&f, KVS_OP_PUT, 1);
+    assert_int_equal(kvs_wire_parse_request(f.buf, f.len, 8, &h, NULL, NULL), -EMSGSIZE);
+}
+
+static void test_opcode_names(void **state)
+{
+    (void)state;
+    assert_string_equal(kvs_wire_opcode_name(KVS_OP_PUT), "put");
+    assert_string_equal(kvs_wire_opcode_name(KVS_OP_GET | KVS_OP_REPLY), "get");
+    assert_string_equal(kvs_wire_opcode_name(0x55), "unknown");
+    assert_true(kvs_wire_opcode_known(KVS_OP_HELLO));
+    assert_false(kvs_wire_opcode_known(KVS_OP_ERROR));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_integer_codec_is_little_endian),
+        cmocka_unit_test(test_header_round_trip),
+        cmocka_unit_test(test_header_refuses_malformed),
+        cmocka_unit_test(test_reply_header_needs_status_per_key),
+        cmocka_unit_test(test_entry_decode),
+        cmocka_unit_test(test_status_decode),
+        cmocka_unit_test(test_hello_round_trip),
+        cmocka_unit_test(test_parse_whole_put_frame),
+        cmocka_unit_test(test_parse_get_carries_capacity),
+        cmocka_unit_test(test_parse_refuses_lies),
+        cmocka_unit_test(test_opcode_names),
+    };
+    return cmocka_run_group_tests_name("wire", tests, NULL, NULL);
+}
