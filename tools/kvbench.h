@@ -1,0 +1,152 @@
+/*
+ * kvbench.h - shared pieces of kvbench: options, latency histograms, results
+ * and their output (text, CSV, JSON), progress reporting.
+ *
+ * kvbench.c          command line, basic put/get/exists runs, --server-stats
+ * kvbench_stats.c    histograms, result printing, CSV/JSON, progress line
+ * kvbench_layerwise.c engine-shaped layer-by-layer save/load workload
+ * kvbench_micro.c    sweep of sizes x threads x paths
+ */
+#ifndef KVBENCH_H
+#define KVBENCH_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvstore.h"
+
+/* Exit codes: 0 ok, 1 the run saw errors, 2 bad command line. */
+#define KVB_EXIT_ERRORS 1
+#define KVB_EXIT_USAGE  2
+
+enum kvb_op { KVB_PUT, KVB_GET, KVB_EXISTS };
+enum kvb_mode { KVB_SINGLE, KVB_BATCH, KVB_ASYNC };
+
+/* Log-linear latency histogram in nanoseconds: 64 sub-buckets per power of two (~1.5 %). */
+#define KVB_HIST_SUB     64
+#define KVB_HIST_SUBBITS 6
+#define KVB_HIST_BUCKETS (2 * KVB_HIST_SUB + 48 * KVB_HIST_SUB)
+
+struct kvb_hist {
+    uint64_t count;
+    uint64_t max_ns;
+    uint64_t bucket[KVB_HIST_BUCKETS];
+};
+
+void kvb_hist_add(struct kvb_hist *h, uint64_t ns, uint64_t times);
+void kvb_hist_merge(struct kvb_hist *into, const struct kvb_hist *from);
+/* Value (ns) at quantile q in [0,1]; 0 when empty. */
+double kvb_hist_quantile(const struct kvb_hist *h, double q);
+
+/* One measured run, whatever the workload; unused figures stay 0. */
+struct kvb_result {
+    char workload[16]; /* put, get, exists, layerwise-save, layerwise-load */
+    char path[16];     /* single, batch, async, shim */
+    char label[96];    /* free text: preset, policy... */
+    int run;           /* 1..repeat, 0 for a median row */
+    size_t size;
+    int threads;
+    int batch;
+    uint64_t ops;    /* ops attempted */
+    uint64_t errors; /* ops that failed (any negative status) */
+    uint64_t bytes;  /* value bytes moved by successful ops */
+    double seconds;
+    double ops_per_s;
+    double bytes_per_s;
+    double p50_us, p99_us;             /* latency per op, as its caller waited */
+    double batch_p50_us, batch_p99_us; /* latency per call carrying a batch (batch, async) */
+    /* layerwise only */
+    double exposed_p50_us, exposed_p99_us;   /* save: transfer time left after the last compute */
+    double wait_p50_us, wait_p99_us;         /* load: wait per layer */
+    double req_wait_p50_us, req_wait_p99_us; /* load: total wait per request */
+    int first_error;
+};
+
+/* Output sinks: a CSV and a JSON file, both optional, written as results come. */
+struct kvb_output {
+    FILE *csv;
+    FILE *json;
+    int json_rows;
+    int quiet; /* no progress line */
+};
+
+int kvb_output_open(struct kvb_output *out, const char *csv_path, const char *json_path);
+void kvb_output_row(struct kvb_output *out, const struct kvb_result *r);
+int kvb_output_close(struct kvb_output *out);
+
+/* One human line for a result on stdout. */
+void kvb_print_result(const struct kvb_result *r);
+/* The median of each figure over n runs (n >= 1), marked run 0. */
+void kvb_median(const struct kvb_result *runs, int n, struct kvb_result *med);
+
+/*
+ * Progress while workers run: a line updated in place on a terminal, a plain
+ * line every few seconds otherwise. done_ops is read, never written.
+ */
+struct kvb_progress {
+    const char *what;
+    _Atomic uint64_t *done_ops;
+    uint64_t total_ops; /* 0 when the run is bounded by time only */
+    double seconds;     /* time bound */
+    uint64_t start_ns;
+    uint64_t last_print_ns;
+    uint64_t last_ops;
+    int tty;
+    int quiet;
+    int printed;
+};
+
+void kvb_progress_start(struct kvb_progress *p, const char *what, _Atomic uint64_t *done_ops,
+                        uint64_t total_ops, double seconds, int quiet);
+void kvb_progress_tick(struct kvb_progress *p);
+void kvb_progress_end(struct kvb_progress *p);
+
+uint64_t kvb_now_ns(void);
+/* Sleeps ns nanoseconds (bounded; restarts on EINTR). */
+void kvb_sleep_ns(uint64_t ns);
+/* Parses "4096", "4K", "4KiB", "1M", "1MiB"; returns 0 or -EINVAL. */
+int kvb_parse_size(const char *s, size_t *out);
+/* Parses a positive integer in [lo, hi]; returns 0 or -EINVAL. */
+int kvb_parse_long(const char *s, long lo, long hi, long *out);
+/* 1 if an LD_PRELOADed libkvbatch is in this process's environment. */
+int kvb_shim_preloaded(void);
+/* Fills buf with a pattern derived from key, cheap to check at both ends. */
+void kvb_fill_value(void *buf, size_t len, const char *key);
+/* Writes only the 64-byte ends kvb_check_value looks at (all of a short value). */
+void kvb_stamp_value(void *buf, size_t len, const char *key);
+/* 1 if buf[0..len) ends look like kvb_fill_value(key) wrote them. */
+int kvb_check_value(const void *buf, size_t len, const char *key);
+
+const char *kvb_op_name(enum kvb_op op);
+const char *kvb_mode_name(enum kvb_mode mode);
+
+/* Sub-commands beyond the basic put/get/exists (argc/argv start at the sub-command). */
+int kvb_layerwise_main(int argc, char **argv);
+int kvb_micro_main(int argc, char **argv);
+
+/*
+ * The basic workload, shared by the put/get/exists command and by micro: the
+ * keys prefix.i for i < keys, prefilled by the caller for get/exists.
+ */
+struct kvb_basic {
+    kvs_client *client;
+    enum kvb_op op;
+    enum kvb_mode mode;
+    size_t size;
+    int threads;
+    int batch; /* keys per batch (batch) or ops in flight (async) */
+    uint64_t ops;
+    double seconds;
+    uint64_t keys;
+    const char *prefix;
+    int quiet;
+};
+
+/* Runs one measured pass; fills r. Returns 0, or a negative code if it could not run at all. */
+int kvb_basic_run(const struct kvb_basic *b, struct kvb_result *r);
+/* Puts every key of the key space once (for get/exists); returns 0 or the first error. */
+int kvb_basic_prefill(kvs_client *c, const char *prefix, uint64_t keys, size_t size);
+
+#endif /* KVBENCH_H */
