@@ -1,0 +1,927 @@
+/*
+ * batcher.c - queues, flush policy and completion of the window batcher.
+ *
+ * One mutex per batcher guards the forming ("open") batch of each op kind,
+ * the FIFO of sealed batches waiting for an in-flight slot, the in-flight
+ * list and the pending-put table. Batches are sent by the calling thread
+ * when it can (adaptive policy, nothing in flight), otherwise by a flusher
+ * thread that sleeps on a condvar until a window expires or a slot frees.
+ * Each caller sleeps on its own op (a futex word), so a completion wakes
+ * exactly its callers. Nothing spins.
+ */
+#include "batcher.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <uthash.h>
+
+enum { OP_PENDING = 0, OP_DONE = 1, OP_SLEEPING = 2 };
+
+enum {
+    OPF_ASYNC = 1,     /* freed by kvb_wait */
+    OPF_WRITEBACK = 2, /* owns a key+value copy, nobody waits: freed on completion */
+    OPF_TRACKED = 4,   /* counted in the pending-put table */
+};
+
+struct pending_key;
+
+struct kvb_op {
+    _Atomic int state;
+    uint8_t kind;
+    uint8_t flags;
+    const char *key;
+    const void *val; /* put */
+    void *buf;       /* get */
+    size_t len;      /* put: value length; get: capacity */
+    ssize_t result;
+    uint64_t t_enq;
+    struct pending_key *pk; /* OPF_TRACKED */
+    struct kvb_batcher *b;
+};
+
+/* Puts not yet acknowledged for one key: gets/puts of that key are ordered behind them. */
+struct pending_key {
+    UT_hash_handle hh;
+    char *key;
+    uint32_t puts;     /* tracked puts not yet completed */
+    uint64_t last_seq; /* batch holding the newest of them */
+    struct kvb_op *wb; /* newest write-behind put (its copy serves gets), or NULL */
+};
+
+struct batch {
+    struct batch *next, *prev; /* ready FIFO, in-flight list or free list */
+    struct kvb_batcher *b;
+    int kind;
+    int reason;
+    uint32_t n;
+    uint64_t bytes;
+    uint64_t t_first;
+    uint64_t seq;
+    struct kvb_op **ops;
+    const char **keys;
+    void **ptrs;   /* vals (put) or bufs (get) */
+    size_t *lens;  /* lens (put) or caps (get) */
+    int *ist;      /* put status, exists results */
+    ssize_t *sres; /* get results */
+};
+
+struct kvb_batcher {
+    pthread_mutex_t lock;
+    pthread_cond_t flusher_cv; /* the flusher sleeps here */
+    pthread_cond_t state_cv;   /* rare waits: flush, write-behind space, key order */
+    struct kvb_params p;
+    struct kvb_backend be;
+    struct kvb_stats *st;
+
+    struct batch *open[KVB_OP_KINDS];
+    struct batch *ready_head, *ready_tail;
+    struct batch *inflight_head; /* doubly linked */
+    uint32_t inflight;           /* batches sent + direct calls running */
+    struct batch *free_list;
+    pthread_mutex_t free_lock; /* free_list only: completions recycle without the main lock */
+    uint64_t next_seq;
+
+    struct pending_key *pending;
+    uint64_t wb_bytes;
+    int wb_first_error;
+    int state_waiters;
+
+    pthread_t flusher;
+    bool flusher_running;
+    bool flusher_asleep;
+    uint64_t flusher_deadline; /* when the flusher will wake by itself; UINT64_MAX = never */
+    bool stopping;
+};
+
+uint64_t kvb_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void futex_wait(_Atomic int *w, int val)
+{
+    syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake_one(_Atomic int *w)
+{
+    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Blocks until op is done; the result is visible afterwards (acquire). */
+static void op_wait(struct kvb_op *op)
+{
+    int s = atomic_load_explicit(&op->state, memory_order_acquire);
+    while (s != OP_DONE) {
+        if (s == OP_PENDING &&
+            !atomic_compare_exchange_strong_explicit(&op->state, &s, OP_SLEEPING,
+                                                     memory_order_acquire, memory_order_acquire))
+            continue; /* s now holds the new state */
+        futex_wait(&op->state, OP_SLEEPING);
+        s = atomic_load_explicit(&op->state, memory_order_acquire);
+    }
+}
+
+/* Publishes op's result and wakes its caller if it sleeps. op may be gone afterwards. */
+static void op_complete(struct kvb_op *op)
+{
+    if (atomic_exchange_explicit(&op->state, OP_DONE, memory_order_acq_rel) == OP_SLEEPING)
+        futex_wake_one(&op->state);
+}
+
+int kvb_args_batchable(const char *key, const void *ptr, size_t len)
+{
+    if (!key || !key[0] || strnlen(key, KVS_MAX_KEY + 1) > KVS_MAX_KEY) return 0;
+    if (!ptr && len > 0) return 0;
+    return 1;
+}
+
+/* ---- batches ---- */
+
+/* Allocates a batch with room for max_ops entries: one block, arrays carved from it. */
+static struct batch *batch_alloc(struct kvb_batcher *b)
+{
+    size_t m = b->p.max_ops;
+    size_t size =
+        sizeof(struct batch) + m * (sizeof(struct kvb_op *) + sizeof(char *) + sizeof(void *) +
+                                    sizeof(size_t) + sizeof(ssize_t) + sizeof(int));
+    struct batch *bt = malloc(size);
+    if (!bt) return NULL;
+    char *p = (char *)(bt + 1);
+    bt->ops = (struct kvb_op **)p, p += m * sizeof(struct kvb_op *);
+    bt->keys = (const char **)p, p += m * sizeof(char *);
+    bt->ptrs = (void **)p, p += m * sizeof(void *);
+    bt->lens = (size_t *)p, p += m * sizeof(size_t);
+    bt->sres = (ssize_t *)p, p += m * sizeof(ssize_t);
+    bt->ist = (int *)p;
+    bt->b = b;
+    return bt;
+}
+
+/* A recycled or new batch of kind, empty. Called with b->lock held. */
+static struct batch *batch_get(struct kvb_batcher *b, int kind, uint64_t now)
+{
+    pthread_mutex_lock(&b->free_lock);
+    struct batch *bt = b->free_list;
+    if (bt) b->free_list = bt->next;
+    pthread_mutex_unlock(&b->free_lock);
+    if (!bt && !(bt = batch_alloc(b))) return NULL;
+    bt->next = bt->prev = NULL;
+    bt->kind = kind;
+    bt->reason = KVB_FLUSH_WINDOW;
+    bt->n = 0;
+    bt->bytes = 0;
+    bt->t_first = now;
+    bt->seq = ++b->next_seq;
+    return bt;
+}
+
+static void batch_recycle(struct kvb_batcher *b, struct batch *bt)
+{
+    pthread_mutex_lock(&b->free_lock);
+    bt->next = b->free_list;
+    b->free_list = bt;
+    pthread_mutex_unlock(&b->free_lock);
+}
+
+/* Moves the open batch of kind to the ready FIFO. Lock held. */
+static void seal(struct kvb_batcher *b, int kind, int reason)
+{
+    struct batch *bt = b->open[kind];
+    if (!bt) return;
+    b->open[kind] = NULL;
+    bt->reason = reason;
+    bt->next = NULL;
+    if (b->ready_tail)
+        b->ready_tail->next = bt;
+    else
+        b->ready_head = bt;
+    b->ready_tail = bt;
+}
+
+/* Pops ready batches into *out while in-flight slots are free; returns how many. Lock held. */
+static size_t take_ready(struct kvb_batcher *b, struct batch **out, size_t max)
+{
+    size_t n = 0;
+    while (n < max && b->ready_head && b->inflight < b->p.max_inflight) {
+        struct batch *bt = b->ready_head;
+        b->ready_head = bt->next;
+        if (!b->ready_head) b->ready_tail = NULL;
+        bt->prev = NULL;
+        bt->next = b->inflight_head;
+        if (b->inflight_head) b->inflight_head->prev = bt;
+        b->inflight_head = bt;
+        b->inflight++;
+        out[n++] = bt;
+    }
+    return n;
+}
+
+static bool any_open(const struct kvb_batcher *b)
+{
+    for (int k = 0; k < KVB_OP_KINDS; k++)
+        if (b->open[k]) return true;
+    return false;
+}
+
+/* Wakes the flusher if it sleeps past `by` (ns) or must act now. Lock held. */
+static void nudge_flusher(struct kvb_batcher *b, uint64_t by)
+{
+    if (b->flusher_asleep && by < b->flusher_deadline) {
+        b->flusher_deadline = by;
+        pthread_cond_signal(&b->flusher_cv);
+    }
+}
+
+static void done_cb(void *arg, ssize_t nok);
+
+/* Sends one batch taken by take_ready (no lock held). Never fails: a refused
+ * batch is completed key by key with the synchronous calls. */
+static void submit(struct batch *bt)
+{
+    struct kvb_batcher *b = bt->b;
+    struct kvb_stats *st = b->st;
+    uint64_t now = kvb_now_ns();
+    uint64_t cnt[KVB_HIST_MAX_BUCKETS + 1] = {0}, sum[KVB_HIST_MAX_BUCKETS + 1] = {0};
+    for (uint32_t i = 0; i < bt->n; i++) {
+        uint64_t d = now - bt->ops[i]->t_enq;
+        size_t idx = kvb_hist_index(&st->queue_delay, d);
+        cnt[idx]++;
+        sum[idx] += d;
+    }
+    for (size_t i = 0; i <= st->queue_delay.nbounds; i++)
+        kvb_hist_add_bucket(&st->queue_delay, i, cnt[i], sum[i]);
+    kvb_count(&st->flushes[bt->reason], 1);
+    kvb_count(&st->batches[bt->kind], 1);
+    kvb_hist_observe(&st->batch_ops, bt->n);
+    kvb_hist_observe(&st->batch_bytes, bt->bytes);
+    kvb_gauge(&st->queued_ops, -(int64_t)bt->n);
+    kvb_gauge(&st->inflight_batches, 1);
+
+    int rc;
+    switch (bt->kind) {
+    case KVB_OP_PUT:
+        rc = b->be.put(b->be.ctx, bt->n, bt->keys, (const void *const *)bt->ptrs, bt->lens, bt->ist,
+                       done_cb, bt);
+        break;
+    case KVB_OP_GET:
+        rc = b->be.get(b->be.ctx, bt->n, bt->keys, bt->ptrs, bt->lens, bt->sres, done_cb, bt);
+        break;
+    default:
+        rc = b->be.exists(b->be.ctx, bt->n, bt->keys, bt->ist, done_cb, bt);
+        break;
+    }
+    if (rc == 0) return;
+    /* The batch call was refused as a whole: give every key the answer its own call gets. */
+    ssize_t nok = 0;
+    for (uint32_t i = 0; i < bt->n; i++) {
+        ssize_t r;
+        if (bt->kind == KVB_OP_PUT)
+            r = bt->ist[i] = b->be.put_one(b->be.ctx, bt->keys[i], bt->ptrs[i], bt->lens[i]);
+        else if (bt->kind == KVB_OP_GET)
+            r = bt->sres[i] = b->be.get_one(b->be.ctx, bt->keys[i], bt->ptrs[i], bt->lens[i]);
+        else
+            r = bt->ist[i] = b->be.exists_one(b->be.ctx, bt->keys[i]);
+        nok += r >= 0;
+    }
+    done_cb(bt, nok);
+}
+
+static void submit_all(struct batch **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        submit(v[i]);
+}
+
+/* Lock held: forgets one tracked put of pk (and its write-behind copy if it is op). */
+static void pending_put_done(struct kvb_batcher *b, struct pending_key *pk, struct kvb_op *op)
+{
+    if (pk->wb == op) pk->wb = NULL;
+    if (--pk->puts == 0) {
+        HASH_DEL(b->pending, pk);
+        free(pk->key);
+        free(pk);
+    }
+}
+
+/*
+ * Completion of a batch (library thread, or the submitter for refused or
+ * synchronously completed batches): results to ops, counters, bookkeeping
+ * under the lock, then the callers are woken one by one.
+ */
+static void done_cb(void *arg, ssize_t nok)
+{
+    struct batch *bt = arg;
+    struct kvb_batcher *b = bt->b;
+    struct kvb_stats *st = b->st;
+    uint64_t now = kvb_now_ns();
+    uint64_t cnt[KVB_HIST_MAX_BUCKETS + 1] = {0}, sum[KVB_HIST_MAX_BUCKETS + 1] = {0};
+    uint64_t bytes = 0;
+    (void)nok;
+
+    for (uint32_t i = 0; i < bt->n; i++) {
+        struct kvb_op *op = bt->ops[i];
+        ssize_t r = bt->kind == KVB_OP_GET ? bt->sres[i] : bt->ist[i];
+        op->result = r;
+        if (bt->kind == KVB_OP_PUT && r == 0) bytes += bt->lens[i];
+        if (bt->kind == KVB_OP_GET && r > 0) bytes += (uint64_t)r;
+        kvb_count_result(st, bt->kind, r);
+        uint64_t d = now - op->t_enq;
+        size_t idx = kvb_hist_index(&st->op_latency, d);
+        cnt[idx]++;
+        sum[idx] += d;
+    }
+    for (size_t i = 0; i <= st->op_latency.nbounds; i++)
+        kvb_hist_add_bucket(&st->op_latency, i, cnt[i], sum[i]);
+    kvb_count(&st->ops[bt->kind], bt->n);
+    kvb_count(&st->bytes[bt->kind], bytes);
+    kvb_gauge(&st->inflight_batches, -1);
+
+    pthread_mutex_lock(&b->lock);
+    if (bt->prev)
+        bt->prev->next = bt->next;
+    else
+        b->inflight_head = bt->next;
+    if (bt->next) bt->next->prev = bt->prev;
+    b->inflight--;
+    uint64_t freed = 0;
+    for (uint32_t i = 0; i < bt->n; i++) {
+        struct kvb_op *op = bt->ops[i];
+        if (!(op->flags & OPF_TRACKED)) continue;
+        if (op->flags & OPF_WRITEBACK) {
+            freed += op->len;
+            if (op->result < 0) {
+                kvb_count(&st->writeback_errors, 1);
+                if (!b->wb_first_error) b->wb_first_error = (int)op->result;
+            }
+        }
+        pending_put_done(b, op->pk, op);
+    }
+    b->wb_bytes -= freed;
+    kvb_gauge(&st->writeback_bytes, -(int64_t)freed);
+    if (b->ready_head || (b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0 && any_open(b)))
+        nudge_flusher(b, 0);
+    if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
+    pthread_mutex_unlock(&b->lock);
+
+    for (uint32_t i = 0; i < bt->n; i++) {
+        struct kvb_op *op = bt->ops[i];
+        if (op->flags & OPF_WRITEBACK)
+            free(op); /* key and value live in the same block */
+        else
+            op_complete(op);
+    }
+    batch_recycle(b, bt);
+}
+
+/* ---- the flusher thread ---- */
+
+static void abs_deadline(struct timespec *ts, uint64_t mono_ns)
+{
+    ts->tv_sec = (time_t)(mono_ns / 1000000000ull);
+    ts->tv_nsec = (long)(mono_ns % 1000000000ull);
+}
+
+/*
+ * Sends batches whose window expired, batches that wait for a slot, and (adaptive)
+ * forming batches once nothing is in flight; sleeps until the next window ends.
+ */
+static void *flusher_main(void *arg)
+{
+    struct kvb_batcher *b = arg;
+    struct batch *send[64];
+    pthread_mutex_lock(&b->lock);
+    while (!b->stopping) {
+        uint64_t now = kvb_now_ns(), next = UINT64_MAX;
+        for (int k = 0; k < KVB_OP_KINDS; k++) {
+            struct batch *bt = b->open[k];
+            if (!bt) continue;
+            if (b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0)
+                seal(b, k, KVB_FLUSH_IDLE);
+            else if (now - bt->t_first >= b->p.window_ns)
+                seal(b, k, KVB_FLUSH_WINDOW);
+            else if (bt->t_first + b->p.window_ns < next)
+                next = bt->t_first + b->p.window_ns;
+        }
+        size_t n = take_ready(b, send, 64);
+        if (n) {
+            pthread_mutex_unlock(&b->lock);
+            submit_all(send, n);
+            pthread_mutex_lock(&b->lock);
+            continue;
+        }
+        b->flusher_asleep = true;
+        b->flusher_deadline = next;
+        if (next == UINT64_MAX) {
+            pthread_cond_wait(&b->flusher_cv, &b->lock);
+        } else {
+            struct timespec ts;
+            abs_deadline(&ts, next);
+            pthread_cond_timedwait(&b->flusher_cv, &b->lock, &ts);
+        }
+        b->flusher_asleep = false;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return NULL;
+}
+
+struct kvb_batcher *kvb_batcher_create(const struct kvb_params *p, const struct kvb_backend *be,
+                                       struct kvb_stats *stats)
+{
+    pthread_condattr_t ca;
+    struct kvb_batcher *b;
+    if (!p || !be || !stats || p->max_ops == 0 || p->max_inflight == 0 || p->max_bytes == 0 ||
+        !be->put || !be->get || !be->exists || !be->put_one || !be->get_one || !be->exists_one) {
+        errno = EINVAL;
+        return NULL;
+    }
+    b = calloc(1, sizeof(*b));
+    if (!b) return NULL;
+    b->p = *p;
+    b->be = *be;
+    b->st = stats;
+    b->flusher_deadline = UINT64_MAX;
+    if (pthread_mutex_init(&b->lock, NULL)) goto err_free;
+    if (pthread_mutex_init(&b->free_lock, NULL)) goto err_lock;
+    if (pthread_condattr_init(&ca)) goto err_free_lock;
+    if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) || pthread_cond_init(&b->flusher_cv, &ca)) {
+        pthread_condattr_destroy(&ca);
+        goto err_free_lock;
+    }
+    if (pthread_cond_init(&b->state_cv, &ca)) {
+        pthread_condattr_destroy(&ca);
+        goto err_fcv;
+    }
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&b->flusher, NULL, flusher_main, b)) goto err_scv;
+    b->flusher_running = true;
+    return b;
+
+err_scv:
+    pthread_cond_destroy(&b->state_cv);
+err_fcv:
+    pthread_cond_destroy(&b->flusher_cv);
+err_free_lock:
+    pthread_mutex_destroy(&b->free_lock);
+err_lock:
+    pthread_mutex_destroy(&b->lock);
+err_free:
+    free(b);
+    errno = ENOMEM;
+    return NULL;
+}
+
+/* Waits on state_cv until `deadline` (UINT64_MAX = none); false on timeout. Lock held. */
+static bool state_wait(struct kvb_batcher *b, uint64_t deadline)
+{
+    int rc = 0;
+    b->state_waiters++;
+    if (deadline == UINT64_MAX) {
+        pthread_cond_wait(&b->state_cv, &b->lock);
+    } else {
+        struct timespec ts;
+        abs_deadline(&ts, deadline);
+        rc = pthread_cond_timedwait(&b->state_cv, &b->lock, &ts);
+    }
+    b->state_waiters--;
+    return rc != ETIMEDOUT;
+}
+
+/* True while a batch with seq <= upto is queued or in flight. Lock held. */
+static bool older_pending(const struct kvb_batcher *b, uint64_t upto)
+{
+    for (int k = 0; k < KVB_OP_KINDS; k++)
+        if (b->open[k] && b->open[k]->seq <= upto) return true;
+    for (const struct batch *bt = b->ready_head; bt; bt = bt->next)
+        if (bt->seq <= upto) return true;
+    for (const struct batch *bt = b->inflight_head; bt; bt = bt->next)
+        if (bt->seq <= upto) return true;
+    return false;
+}
+
+static uint64_t deadline_after(uint64_t timeout_ns)
+{
+    if (timeout_ns == UINT64_MAX) return UINT64_MAX;
+    uint64_t now = kvb_now_ns();
+    return timeout_ns > UINT64_MAX - now ? UINT64_MAX - 1 : now + timeout_ns;
+}
+
+int kvb_flush(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t timeout_ns)
+{
+    struct batch *send[64];
+    uint64_t deadline = deadline_after(timeout_ns);
+    int rc = 0;
+    pthread_mutex_lock(&b->lock);
+    uint64_t upto = b->next_seq;
+    for (int k = 0; k < KVB_OP_KINDS; k++)
+        seal(b, k, (int)reason);
+    for (;;) {
+        size_t n = take_ready(b, send, 64);
+        if (n) {
+            pthread_mutex_unlock(&b->lock);
+            submit_all(send, n);
+            pthread_mutex_lock(&b->lock);
+            continue;
+        }
+        if (!older_pending(b, upto)) break;
+        if (!state_wait(b, deadline) && older_pending(b, upto)) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+    }
+    if (rc == 0 && b->wb_first_error) {
+        rc = b->wb_first_error;
+        b->wb_first_error = 0;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return rc;
+}
+
+int kvb_batcher_destroy(struct kvb_batcher *b, uint64_t timeout_ns)
+{
+    if (!b) return 0;
+    int rc = kvb_flush(b, KVB_FLUSH_EXPLICIT, timeout_ns);
+    pthread_mutex_lock(&b->lock);
+    b->stopping = true;
+    pthread_cond_signal(&b->flusher_cv);
+    bool busy = b->inflight > 0 || b->ready_head || any_open(b);
+    pthread_mutex_unlock(&b->lock);
+    if (b->flusher_running) pthread_join(b->flusher, NULL);
+    b->flusher_running = false;
+    if (busy || rc == -ETIMEDOUT) return -EBUSY;
+
+    struct pending_key *pk, *tmp;
+    HASH_ITER(hh, b->pending, pk, tmp)
+    {
+        HASH_DEL(b->pending, pk);
+        free(pk->key);
+        free(pk);
+    }
+    for (struct batch *bt = b->free_list, *next; bt; bt = next) {
+        next = bt->next;
+        free(bt);
+    }
+    pthread_cond_destroy(&b->state_cv);
+    pthread_cond_destroy(&b->flusher_cv);
+    pthread_mutex_destroy(&b->free_lock);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+    return 0;
+}
+
+/* ---- enqueue ---- */
+
+static uint64_t op_bytes(const struct kvb_op *op)
+{
+    return op->kind == KVB_OP_EXISTS ? 0 : op->len;
+}
+
+/* Appends op to a batch (alone if it is over max_bytes). Lock held. -ENOMEM if none. */
+static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64_t *seq)
+{
+    int k = op->kind;
+    uint64_t sz = op_bytes(op);
+    struct batch *bt;
+    bool alone = sz > b->p.max_bytes, created = false;
+    if (alone) {
+        if (!(bt = batch_get(b, k, now))) return -ENOMEM;
+    } else {
+        if (!b->open[k]) {
+            if (!(b->open[k] = batch_get(b, k, now))) return -ENOMEM;
+            created = true;
+        }
+        bt = b->open[k];
+    }
+    uint32_t i = bt->n++;
+    bt->ops[i] = op;
+    bt->keys[i] = op->key;
+    bt->ptrs[i] = k == KVB_OP_PUT ? (void *)op->val : op->buf;
+    bt->lens[i] = op->len;
+    bt->bytes += sz;
+    *seq = bt->seq;
+    kvb_gauge(&b->st->queued_ops, 1);
+    if (alone) {
+        /* A lone oversize op: queue it behind the batches already sealed. */
+        struct batch *save = b->open[k];
+        b->open[k] = bt;
+        seal(b, k, KVB_FLUSH_MAX_BYTES);
+        b->open[k] = save;
+    } else if (bt->n >= b->p.max_ops) {
+        seal(b, k, KVB_FLUSH_MAX_OPS);
+    } else if (bt->bytes >= b->p.max_bytes) {
+        seal(b, k, KVB_FLUSH_MAX_BYTES);
+    } else if (b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0 && !b->ready_head) {
+        seal(b, k, KVB_FLUSH_IDLE);
+    }
+    /* A batch left forming needs the flusher's timer, unless no slot could take it anyway. */
+    if (created && b->open[k] == bt && b->inflight < b->p.max_inflight)
+        nudge_flusher(b, now + b->p.window_ns);
+    return 0;
+}
+
+/*
+ * Waits until no put of key is pending in a batch other than the open put
+ * batch (so a new put or get cannot overtake it). Returns the entry, if any.
+ * Lock held; may sleep.
+ */
+static struct pending_key *order_behind_puts(struct kvb_batcher *b, const char *key, bool for_put)
+{
+    for (;;) {
+        struct pending_key *pk = NULL;
+        if (!b->pending) return NULL;
+        HASH_FIND_STR(b->pending, key, pk);
+        if (!pk) return NULL;
+        if (!for_put && pk->wb) return pk; /* served from the write-behind copy */
+        if (for_put && b->open[KVB_OP_PUT] && pk->last_seq == b->open[KVB_OP_PUT]->seq)
+            return pk; /* same batch: array order keeps it */
+        /* Make sure the older put is on its way, then wait for it. */
+        for (int k = 0; k < KVB_OP_KINDS; k++)
+            if (b->open[k] && b->open[k]->seq <= pk->last_seq) seal(b, k, KVB_FLUSH_EXPLICIT);
+        nudge_flusher(b, 0);
+        state_wait(b, UINT64_MAX);
+    }
+}
+
+/* Registers a tracked put of op->key in batch seq. Lock held. */
+static int track_put(struct kvb_batcher *b, struct pending_key *pk, struct kvb_op *op)
+{
+    if (!pk) {
+        pk = calloc(1, sizeof(*pk));
+        if (!pk) return -ENOMEM;
+        pk->key = strdup(op->key);
+        if (!pk->key) {
+            free(pk);
+            return -ENOMEM;
+        }
+        HASH_ADD_KEYPTR(hh, b->pending, pk->key, strlen(pk->key), pk);
+    }
+    pk->puts++;
+    if (op->flags & OPF_WRITEBACK) pk->wb = op;
+    op->pk = pk;
+    op->flags |= OPF_TRACKED;
+    return 0;
+}
+
+/* Answers a get/exists from a pending write-behind copy. */
+static ssize_t serve_from_copy(const struct kvb_op *wb, int kind, void *buf, size_t cap)
+{
+    if (kind == KVB_OP_EXISTS) return 1;
+    if (!buf && cap == 0) return (ssize_t)wb->len;
+    if (cap < wb->len) return -ERANGE;
+    if (wb->len) memcpy(buf, wb->val, wb->len);
+    return (ssize_t)wb->len;
+}
+
+/* Counts an op answered without a batch (from a write-behind copy, or refused). */
+static void count_unbatched(struct kvb_stats *st, const struct kvb_op *op)
+{
+    kvb_count(&st->ops[op->kind], 1);
+    kvb_count_result(st, op->kind, op->result);
+    kvb_hist_observe(&st->op_latency, kvb_now_ns() - op->t_enq);
+}
+
+/*
+ * Queues op and sends whatever may go now from this thread. For sync ops in
+ * an idle batcher with adaptive policy, *direct is set instead: the caller
+ * performs the real single-key call itself (no thread hand-off) while
+ * holding an in-flight slot. Returns 0, 1 if op was answered at once (result
+ * set), or a negative code.
+ */
+static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *direct)
+{
+    struct batch *send[8];
+    size_t n = 0;
+    uint64_t seq = 0;
+    int rc = 0;
+    op->t_enq = kvb_now_ns();
+    pthread_mutex_lock(&b->lock);
+    if (b->pending) {
+        struct pending_key *pk = order_behind_puts(b, op->key, op->kind == KVB_OP_PUT);
+        if (pk && op->kind != KVB_OP_PUT && pk->wb) {
+            op->result = serve_from_copy(pk->wb, op->kind, op->buf, op->len);
+            pthread_mutex_unlock(&b->lock);
+            count_unbatched(b->st, op);
+            return 1;
+        }
+        if (track && (rc = track_put(b, pk, op)) < 0) goto out;
+    } else if (track && (rc = track_put(b, NULL, op)) < 0) {
+        goto out;
+    }
+    if (direct && b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0 && !b->ready_head &&
+        !b->open[op->kind] && !track) {
+        b->inflight++; /* the caller's own call holds the slot */
+        *direct = true;
+        goto out;
+    }
+    if ((rc = append(b, op, op->t_enq, &seq)) < 0) {
+        if (op->flags & OPF_TRACKED) pending_put_done(b, op->pk, op);
+        goto out;
+    }
+    if (op->flags & OPF_TRACKED) op->pk->last_seq = seq;
+    n = take_ready(b, send, 8);
+    if (b->ready_head && b->inflight < b->p.max_inflight) nudge_flusher(b, 0);
+out:
+    pthread_mutex_unlock(&b->lock);
+    submit_all(send, n);
+    if (rc < 0) {
+        op->result = rc;
+        count_unbatched(b->st, op);
+    }
+    return rc;
+}
+
+/* After a direct call: gives the slot back; sends what formed meanwhile if now idle. */
+static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0, uint64_t bytes)
+{
+    struct kvb_stats *st = b->st;
+    struct batch *send[8];
+    size_t n;
+    uint64_t now = kvb_now_ns();
+    kvb_count(&st->ops[kind], 1);
+    kvb_count(&st->batches[kind], 1);
+    kvb_count(&st->flushes[KVB_FLUSH_IDLE], 1);
+    kvb_count(&st->bytes[kind], bytes);
+    kvb_count_result(st, kind, r);
+    kvb_hist_observe(&st->batch_ops, 1);
+    kvb_hist_observe(&st->batch_bytes, bytes);
+    kvb_hist_observe(&st->queue_delay, 0);
+    kvb_hist_observe(&st->op_latency, now - t0);
+    pthread_mutex_lock(&b->lock);
+    b->inflight--;
+    if (b->inflight == 0 && b->p.policy == KVB_BATCH_ADAPTIVE)
+        for (int k = 0; k < KVB_OP_KINDS; k++)
+            seal(b, k, KVB_FLUSH_IDLE);
+    n = take_ready(b, send, 8);
+    if (b->ready_head) nudge_flusher(b, 0);
+    if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
+    pthread_mutex_unlock(&b->lock);
+    submit_all(send, n);
+}
+
+/* Runs a synchronous op through the batcher and returns its result. */
+static ssize_t run_sync(struct kvb_batcher *b, struct kvb_op *op)
+{
+    bool direct = false;
+    int rc = enqueue(b, op, false, &direct);
+    if (rc < 0) return rc;
+    if (rc == 1) return op->result;
+    if (direct) {
+        ssize_t r;
+        uint64_t bytes = 0;
+        if (op->kind == KVB_OP_PUT) {
+            r = b->be.put_one(b->be.ctx, op->key, op->val, op->len);
+            if (r == 0) bytes = op->len;
+        } else if (op->kind == KVB_OP_GET) {
+            r = b->be.get_one(b->be.ctx, op->key, op->buf, op->len);
+            if (r > 0) bytes = (uint64_t)r;
+        } else {
+            r = b->be.exists_one(b->be.ctx, op->key);
+        }
+        direct_done(b, op->kind, r, op->t_enq, bytes);
+        return r;
+    }
+    op_wait(op);
+    return op->result;
+}
+
+static void op_init(struct kvb_op *op, struct kvb_batcher *b, int kind, const char *key)
+{
+    atomic_init(&op->state, OP_PENDING);
+    op->kind = (uint8_t)kind;
+    op->flags = 0;
+    op->key = key;
+    op->val = NULL;
+    op->buf = NULL;
+    op->len = 0;
+    op->result = 0;
+    op->pk = NULL;
+    op->b = b;
+}
+
+/* Write-behind put: copy key and value, reserve space (waiting for it), queue. */
+static int put_writeback(struct kvb_batcher *b, const char *key, const void *val, size_t len)
+{
+    size_t klen = strlen(key) + 1;
+    struct kvb_op *op = malloc(sizeof(*op) + klen + len);
+    if (!op) return -ENOMEM;
+    char *kcopy = (char *)(op + 1);
+    memcpy(kcopy, key, klen);
+    if (len) memcpy(kcopy + klen, val, len);
+    op_init(op, b, KVB_OP_PUT, kcopy);
+    op->val = kcopy + klen;
+    op->len = len;
+    op->flags = OPF_WRITEBACK;
+
+    pthread_mutex_lock(&b->lock);
+    while (b->wb_bytes > 0 && b->wb_bytes + len > b->p.writeback_bytes) {
+        seal(b, KVB_OP_PUT, KVB_FLUSH_MAX_BYTES); /* back-pressure: get it moving */
+        nudge_flusher(b, 0);
+        state_wait(b, UINT64_MAX);
+    }
+    b->wb_bytes += len;
+    kvb_gauge(&b->st->writeback_bytes, (int64_t)len);
+    pthread_mutex_unlock(&b->lock);
+
+    int rc = enqueue(b, op, true, NULL);
+    if (rc < 0) {
+        pthread_mutex_lock(&b->lock);
+        b->wb_bytes -= len;
+        if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
+        pthread_mutex_unlock(&b->lock);
+        kvb_gauge(&b->st->writeback_bytes, -(int64_t)len);
+        free(op);
+    }
+    return rc;
+}
+
+int kvb_put(struct kvb_batcher *b, const char *key, const void *val, size_t len)
+{
+    if (b->p.writeback) return put_writeback(b, key, val, len);
+    struct kvb_op op;
+    op_init(&op, b, KVB_OP_PUT, key);
+    op.val = val;
+    op.len = len;
+    return (int)run_sync(b, &op);
+}
+
+ssize_t kvb_get(struct kvb_batcher *b, const char *key, void *buf, size_t cap)
+{
+    struct kvb_op op;
+    op_init(&op, b, KVB_OP_GET, key);
+    op.buf = buf;
+    op.len = cap;
+    if (!buf && cap == 0) {
+        /* Size probe: the batch API has no probe; order it, then ask the real call. */
+        bool direct = false;
+        pthread_mutex_lock(&b->lock);
+        struct pending_key *pk = b->pending ? order_behind_puts(b, key, false) : NULL;
+        if (pk && pk->wb) op.result = serve_from_copy(pk->wb, KVB_OP_GET, NULL, 0), direct = true;
+        pthread_mutex_unlock(&b->lock);
+        if (direct) return op.result;
+        kvb_count(&b->st->direct_ops[KVB_OP_GET], 1);
+        ssize_t r = b->be.get_one(b->be.ctx, key, NULL, 0);
+        kvb_count(&b->st->ops[KVB_OP_GET], 1);
+        kvb_count_result(b->st, KVB_OP_GET, r);
+        return r;
+    }
+    return run_sync(b, &op);
+}
+
+int kvb_exists(struct kvb_batcher *b, const char *key)
+{
+    struct kvb_op op;
+    op_init(&op, b, KVB_OP_EXISTS, key);
+    return (int)run_sync(b, &op);
+}
+
+/* Heap op for the async calls; kvb_wait frees it. */
+static int start_async(struct kvb_batcher *b, int kind, const char *key, const void *val, void *buf,
+                       size_t len, struct kvb_op **out)
+{
+    struct kvb_op *op = malloc(sizeof(*op));
+    *out = NULL;
+    if (!op) return -ENOMEM;
+    op_init(op, b, kind, key);
+    op->val = val;
+    op->buf = buf;
+    op->len = len;
+    op->flags = OPF_ASYNC;
+    int rc = enqueue(b, op, kind == KVB_OP_PUT, NULL);
+    if (rc < 0) {
+        free(op);
+        return rc;
+    }
+    if (rc == 1) atomic_store_explicit(&op->state, OP_DONE, memory_order_release);
+    *out = op;
+    return 0;
+}
+
+int kvb_put_async(struct kvb_batcher *b, const char *key, const void *val, size_t len,
+                  struct kvb_op **op)
+{
+    return start_async(b, KVB_OP_PUT, key, val, NULL, len, op);
+}
+
+int kvb_get_async(struct kvb_batcher *b, const char *key, void *buf, size_t cap, struct kvb_op **op)
+{
+    return start_async(b, KVB_OP_GET, key, NULL, buf, cap, op);
+}
+
+ssize_t kvb_wait(struct kvb_op *op)
+{
+    op_wait(op);
+    ssize_t r = op->result;
+    free(op);
+    return r;
+}

@@ -1,0 +1,96 @@
+/*
+ * batcher.h - the time/size-window batcher: turns single-key calls from many
+ * threads into calls of the library's asynchronous batch API.
+ *
+ * It depends only on include/kvstore.h, through a small backend vtable (the
+ * shim plugs in the real kvs_batch_*_async; unit tests plug in a fake).
+ * A batch is sent at the first of: its window since the first op, max_ops,
+ * max_bytes; adaptive policy also sends at once when nothing is in flight.
+ * Completion wakes exactly the callers of that batch.
+ */
+#ifndef KVB_BATCHER_H
+#define KVB_BATCHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvstore.h"
+#include "stats.h"
+
+enum kvb_batch_policy { KVB_BATCH_ADAPTIVE, KVB_BATCH_FIXED };
+
+struct kvb_params {
+    enum kvb_batch_policy policy;
+    uint64_t window_ns;
+    uint32_t max_ops;         /* >= 1 */
+    uint64_t max_bytes;       /* value bytes (put lengths, get capacities) per batch */
+    uint32_t max_inflight;    /* >= 1 */
+    int writeback;            /* kvb_put returns once the value is copied */
+    uint64_t writeback_bytes; /* bound on copied, unsent/unacknowledged put values */
+};
+
+/*
+ * The batch API underneath (signatures of kvs_batch_*_async without the
+ * client and op arguments), plus the synchronous single-key calls, used when
+ * the batcher must not batch (size probe, a batch call refused).
+ */
+struct kvb_backend {
+    void *ctx;
+    int (*put)(void *ctx, size_t n, const char *const keys[], const void *const vals[],
+               const size_t lens[], int status[], kvs_done_fn done, void *arg);
+    int (*get)(void *ctx, size_t n, const char *const keys[], void *const bufs[],
+               const size_t caps[], ssize_t results[], kvs_done_fn done, void *arg);
+    int (*exists)(void *ctx, size_t n, const char *const keys[], int results[], kvs_done_fn done,
+                  void *arg);
+    int (*put_one)(void *ctx, const char *key, const void *val, size_t len);
+    ssize_t (*get_one)(void *ctx, const char *key, void *buf, size_t cap);
+    int (*exists_one)(void *ctx, const char *key);
+};
+
+struct kvb_batcher;
+struct kvb_op;
+
+/* NULL (errno set) on bad params or out of memory. stats must outlive the batcher. */
+struct kvb_batcher *kvb_batcher_create(const struct kvb_params *p, const struct kvb_backend *be,
+                                       struct kvb_stats *stats);
+/*
+ * Sends what is queued, waits for it (up to timeout_ns; UINT64_MAX = no
+ * bound), stops the flusher thread and frees b. Returns 0, or -EBUSY when
+ * batches were still in flight at the timeout: b is then left allocated
+ * (their completions still point to it) and only the thread is stopped.
+ */
+int kvb_batcher_destroy(struct kvb_batcher *b, uint64_t timeout_ns);
+
+/*
+ * 1 if a call with these arguments can go through the batcher, 0 if it must
+ * go to the real function (which then returns its own error code): NULL or
+ * empty or oversize key, NULL value/buffer with a length.
+ */
+int kvb_args_batchable(const char *key, const void *ptr, size_t len);
+
+/* Synchronous calls: same results as kvs_put / kvs_get / kvs_exists. */
+int kvb_put(struct kvb_batcher *b, const char *key, const void *val, size_t len);
+ssize_t kvb_get(struct kvb_batcher *b, const char *key, void *buf, size_t cap);
+int kvb_exists(struct kvb_batcher *b, const char *key);
+
+/* Asynchronous calls: 0 and *op set, or a negative code; key/val/buf live until kvb_wait. */
+int kvb_put_async(struct kvb_batcher *b, const char *key, const void *val, size_t len,
+                  struct kvb_op **op);
+int kvb_get_async(struct kvb_batcher *b, const char *key, void *buf, size_t cap,
+                  struct kvb_op **op);
+/* Waits for op, frees it, returns its result. */
+ssize_t kvb_wait(struct kvb_op *op);
+
+/*
+ * Sends everything queued now (counted under reason) and waits until every
+ * batch formed before the call has completed, up to timeout_ns (UINT64_MAX
+ * = no bound). Returns the first write-behind failure since the previous
+ * flush (and forgets it), -ETIMEDOUT if the wait timed out, else 0.
+ */
+int kvb_flush(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t timeout_ns);
+
+/* Monotonic nanoseconds (the batcher's clock). */
+uint64_t kvb_now_ns(void);
+
+#endif

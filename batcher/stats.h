@@ -1,0 +1,115 @@
+/*
+ * stats.h - the batcher's counters: plain atomics updated without any lock
+ * (relaxed; they are statistics, exactness comes from counting each event
+ * exactly once), rendered in the Prometheus text format by shim/stats_file.c.
+ * Per-op figures are aggregated per batch by the completing thread, so the
+ * calling threads touch no shared counter on the hot path.
+ */
+#ifndef KVB_STATS_H
+#define KVB_STATS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum kvb_opkind { KVB_OP_PUT, KVB_OP_GET, KVB_OP_EXISTS, KVB_OP_KINDS };
+
+enum kvb_flush_reason {
+    KVB_FLUSH_WINDOW,
+    KVB_FLUSH_MAX_OPS,
+    KVB_FLUSH_MAX_BYTES,
+    KVB_FLUSH_IDLE,
+    KVB_FLUSH_EXPLICIT,
+    KVB_FLUSH_EXIT,
+    KVB_FLUSH_REASONS
+};
+
+/* Status labels for kvbatch_errors_total; the last one collects anything else. */
+enum kvb_status_class {
+    KVB_ST_ENOENT,
+    KVB_ST_ERANGE,
+    KVB_ST_E2BIG,
+    KVB_ST_ENOSPC,
+    KVB_ST_EINVAL,
+    KVB_ST_ENOMEM,
+    KVB_ST_ECONNREFUSED,
+    KVB_ST_ECONNRESET,
+    KVB_ST_ETIMEDOUT,
+    KVB_ST_EIO,
+    KVB_ST_EPROTO,
+    KVB_ST_OTHER,
+    KVB_ST_CLASSES
+};
+
+#define KVB_HIST_MAX_BUCKETS 24
+
+/* A fixed-bucket histogram; bounds are in the unit the histogram is fed with. */
+struct kvb_hist {
+    const uint64_t *bounds; /* nbounds upper bounds, ascending; +Inf is implicit */
+    size_t nbounds;
+    _Atomic uint64_t bucket[KVB_HIST_MAX_BUCKETS + 1]; /* not cumulative; last = +Inf */
+    _Atomic uint64_t sum;
+    _Atomic uint64_t count;
+};
+
+struct kvb_stats {
+    _Atomic uint64_t ops[KVB_OP_KINDS];
+    _Atomic uint64_t batches[KVB_OP_KINDS];
+    _Atomic uint64_t bytes[KVB_OP_KINDS];
+    _Atomic uint64_t direct_ops[KVB_OP_KINDS]; /* passed to the real single-key call */
+    _Atomic uint64_t errors[KVB_OP_KINDS][KVB_ST_CLASSES];
+    _Atomic uint64_t flushes[KVB_FLUSH_REASONS];
+    _Atomic uint64_t writeback_errors;
+    _Atomic int64_t queued_ops;       /* gauge: accepted, not yet sent */
+    _Atomic int64_t inflight_batches; /* gauge */
+    _Atomic int64_t writeback_bytes;  /* gauge: value bytes held for write-behind */
+    struct kvb_hist batch_ops;        /* ops per batch */
+    struct kvb_hist batch_bytes;      /* value bytes per batch */
+    struct kvb_hist queue_delay;      /* ns from enqueue to send */
+    struct kvb_hist op_latency;       /* ns from enqueue to completion */
+};
+
+/* Zeroes s and attaches the bucket bounds. */
+void kvb_stats_init(struct kvb_stats *s);
+
+/* The label for a negative status ("ENOENT"...), and its class. */
+enum kvb_status_class kvb_status_class(long status);
+const char *kvb_status_label(enum kvb_status_class c);
+const char *kvb_op_label(enum kvb_opkind k);
+const char *kvb_flush_label(enum kvb_flush_reason r);
+
+/* Bucket index of v in h (nbounds for +Inf). */
+size_t kvb_hist_index(const struct kvb_hist *h, uint64_t v);
+
+/* Adds `count` observations whose total is `sum` into bucket idx (pre-aggregated per batch). */
+void kvb_hist_add_bucket(struct kvb_hist *h, size_t idx, uint64_t count, uint64_t sum);
+
+static inline void kvb_hist_observe(struct kvb_hist *h, uint64_t v)
+{
+    kvb_hist_add_bucket(h, kvb_hist_index(h, v), 1, v);
+}
+
+static inline void kvb_count(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+static inline void kvb_gauge(_Atomic int64_t *g, int64_t d)
+{
+    atomic_fetch_add_explicit(g, d, memory_order_relaxed);
+}
+
+/* Counts one op's result: success adds nothing, a negative status one error. */
+static inline void kvb_count_result(struct kvb_stats *s, enum kvb_opkind k, long status)
+{
+    if (status < 0) kvb_count(&s->errors[k][kvb_status_class(status)], 1);
+}
+
+/*
+ * Renders s in the Prometheus text exposition format (HELP/TYPE lines,
+ * cumulative histogram buckets in seconds or units). Returns the full length
+ * the text needs; the text is complete only if that is < cap.
+ */
+size_t kvb_stats_render(const struct kvb_stats *s, char *buf, size_t cap);
+
+#endif

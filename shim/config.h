@@ -1,0 +1,75 @@
+/*
+ * config.h - the shim's environment variables: one parser for sizes and
+ * durations, range checks, and a loader that turns KVBATCH_* into a
+ * struct kvb_config. Pure functions (the environment is read through a
+ * caller-supplied getter), so they are unit-tested and fuzzed directly.
+ */
+#ifndef KVB_CONFIG_H
+#define KVB_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kvb_policy { KVB_POLICY_ADAPTIVE, KVB_POLICY_FIXED, KVB_POLICY_OFF };
+enum kvb_put_mode { KVB_PUT_SYNC, KVB_PUT_WRITEBACK };
+enum kvb_log_level { KVB_LOG_ERROR, KVB_LOG_WARN, KVB_LOG_INFO, KVB_LOG_DEBUG };
+
+#define KVB_STATS_PATH_MAX 4096
+
+struct kvb_config {
+    enum kvb_policy policy;
+    uint64_t window_ns;
+    uint32_t max_ops;
+    uint64_t max_bytes;
+    uint32_t max_inflight;
+    enum kvb_put_mode put_mode;
+    uint64_t writeback_bytes;
+    char stats_file[KVB_STATS_PATH_MAX]; /* "" = no stats file; %p already expanded */
+    uint64_t stats_interval_ns;
+    uint64_t exit_timeout_ns;
+    enum kvb_log_level log_level;
+};
+
+/* Getter for one variable (getenv in the shim, a table in tests); NULL = unset. */
+typedef const char *(*kvb_getenv_fn)(const char *name);
+
+/* The defaults every unset variable takes. */
+void kvb_config_defaults(struct kvb_config *cfg);
+
+/*
+ * Parses a byte size: digits with an optional unit K/KB/KiB, M/MB/MiB,
+ * G/GB/GiB (all binary, case-insensitive) or B. 0 or -EINVAL (empty, junk,
+ * overflow). Surrounding blanks are refused.
+ */
+int kvb_parse_size(const char *s, uint64_t *bytes);
+
+/*
+ * Parses a duration: digits with an optional unit ns, us, ms, s; a bare
+ * number is in bare_unit_ns (the variable's natural unit). 0 or -EINVAL.
+ */
+int kvb_parse_duration(const char *s, uint64_t bare_unit_ns, uint64_t *ns);
+
+/*
+ * Expands %p in pattern to pid (and %% to %) into out. 0, or -ENAMETOOLONG
+ * when out is too small, or -EINVAL for any other %-sequence.
+ */
+int kvb_expand_path(const char *pattern, long pid, char *out, size_t cap);
+
+/*
+ * Fills cfg from the KVBATCH_* variables seen through get. On the first bad
+ * variable it writes ONE line into err ("kvbatch: KVBATCH_X='v' is ...;
+ * accepted: ...; running in pass-through") and returns -EINVAL; cfg then has
+ * policy OFF (and the other, valid, settings). 0 when all is well.
+ */
+int kvb_config_load(struct kvb_config *cfg, kvb_getenv_fn get, long pid, char *err, size_t errcap);
+
+/*
+ * Renders the effective settings, one "KVBATCH_X=value" per line, into out
+ * (for KVBATCH_LOG=info). Returns the length written (truncated to cap-1).
+ */
+size_t kvb_config_describe(const struct kvb_config *cfg, char *out, size_t cap);
+
+const char *kvb_policy_name(enum kvb_policy p);
+const char *kvb_put_mode_name(enum kvb_put_mode m);
+
+#endif

@@ -1,0 +1,548 @@
+/*
+ * preload.c - libkvbatch.so's interposed entry points (LD_PRELOAD).
+ *
+ * Modelled on rdma-core's librdmacm/preload.c: the real functions live in
+ * one struct filled once with dlsym(RTLD_NEXT) under a once-guard; a
+ * thread-local recursion guard; and every call falls through to the real
+ * function whenever the shim cannot do its job (policy off, bad config,
+ * init failure, arguments the batch path must not see).
+ *
+ * kvs_open returns the REAL client; a side table maps client -> batcher.
+ * Async ops made by the shim are tagged (low pointer bit set) so kvs_wait
+ * tells them from the library's ops without dereferencing those.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../batcher/batcher.h"
+#include "config.h"
+#include "kvstore.h"
+#include "../batcher/stats.h"
+#include "statsfile.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+static struct real_calls {
+    kvs_client *(*kvs_open)(const char *);
+    void (*kvs_close)(kvs_client *);
+    int (*kvs_put)(kvs_client *, const char *, const void *, size_t);
+    ssize_t (*kvs_get)(kvs_client *, const char *, void *, size_t);
+    int (*kvs_exists)(kvs_client *, const char *);
+    int (*kvs_put_async)(kvs_client *, const char *, const void *, size_t, kvs_op **);
+    int (*kvs_get_async)(kvs_client *, const char *, void *, size_t, kvs_op **);
+    ssize_t (*kvs_wait)(kvs_op *);
+    int (*kvs_flush)(kvs_client *);
+    int (*kvs_batch_put_async)(kvs_client *, size_t, const char *const[], const void *const[],
+                               const size_t[], int[], kvs_done_fn, void *, kvs_op **);
+    int (*kvs_batch_get_async)(kvs_client *, size_t, const char *const[], void *const[],
+                               const size_t[], ssize_t[], kvs_done_fn, void *, kvs_op **);
+    int (*kvs_batch_exists_async)(kvs_client *, size_t, const char *const[], int[], kvs_done_fn,
+                                  void *, kvs_op **);
+} real;
+
+enum { INIT_NONE, INIT_DONE };
+static _Atomic int init_state;
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int batching; /* 1 when the shim batches; 0 = pass-through */
+static struct kvb_config cfg;
+static struct kvb_stats stats;
+static double start_time;
+static __thread int recursive;
+
+/* Side table: client -> batcher, for the process (fork generation) that made it. */
+#define MAX_CLIENTS 64
+struct slot {
+    _Atomic(kvs_client *) client;
+    struct kvb_batcher *b;
+    unsigned gen;
+};
+static struct slot slots[MAX_CLIENTS];
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic unsigned fork_gen;      /* bumped in every forked child */
+static _Atomic unsigned table_version; /* bumped on every close: invalidates thread caches */
+static __thread struct {
+    kvs_client *c;
+    struct kvb_batcher *b;
+    unsigned gen, version;
+} cache;
+
+/* Stats writer. */
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stats_cv;
+static unsigned stats_gen = ~0u; /* fork generation whose writer thread runs */
+static int stats_stop;
+static char stats_text[65536];
+
+static void log_line(enum kvb_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* One line on stderr, if KVBATCH_LOG lets this level through. */
+static void log_line(enum kvb_log_level lvl, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    if (lvl > cfg.log_level) return;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof(line) - 2) n = (int)sizeof(line) - 2;
+    line[n++] = '\n';
+    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+    (void)w;
+}
+
+/* ---- backend: the real batch API of one client ---- */
+
+static int be_put(void *ctx, size_t n, const char *const keys[], const void *const vals[],
+                  const size_t lens[], int status[], kvs_done_fn done, void *arg)
+{
+    kvs_op *op = NULL;
+    return real.kvs_batch_put_async(ctx, n, keys, vals, lens, status, done, arg, &op);
+}
+
+static int be_get(void *ctx, size_t n, const char *const keys[], void *const bufs[],
+                  const size_t caps[], ssize_t results[], kvs_done_fn done, void *arg)
+{
+    kvs_op *op = NULL;
+    return real.kvs_batch_get_async(ctx, n, keys, bufs, caps, results, done, arg, &op);
+}
+
+static int be_exists(void *ctx, size_t n, const char *const keys[], int results[], kvs_done_fn done,
+                     void *arg)
+{
+    kvs_op *op = NULL;
+    return real.kvs_batch_exists_async(ctx, n, keys, results, done, arg, &op);
+}
+
+static int be_put_one(void *ctx, const char *key, const void *val, size_t len)
+{
+    return real.kvs_put(ctx, key, val, len);
+}
+
+static ssize_t be_get_one(void *ctx, const char *key, void *buf, size_t cap)
+{
+    return real.kvs_get(ctx, key, buf, cap);
+}
+
+static int be_exists_one(void *ctx, const char *key)
+{
+    return real.kvs_exists(ctx, key);
+}
+
+static struct kvb_batcher *make_batcher(kvs_client *c)
+{
+    struct kvb_params p = {
+        .policy = cfg.policy == KVB_POLICY_FIXED ? KVB_BATCH_FIXED : KVB_BATCH_ADAPTIVE,
+        .window_ns = cfg.window_ns,
+        .max_ops = cfg.max_ops,
+        .max_bytes = cfg.max_bytes,
+        .max_inflight = cfg.max_inflight,
+        .writeback = cfg.put_mode == KVB_PUT_WRITEBACK,
+        .writeback_bytes = cfg.writeback_bytes,
+    };
+    struct kvb_backend be = {c, be_put, be_get, be_exists, be_put_one, be_get_one, be_exists_one};
+    struct kvb_batcher *b = kvb_batcher_create(&p, &be, &stats);
+    if (!b)
+        log_line(KVB_LOG_WARN,
+                 "kvbatch: cannot create a batcher (%s); this client is not "
+                 "batched",
+                 strerror(errno));
+    return b;
+}
+
+/* ---- stats file ---- */
+
+static double wall_now(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+/* Renders and writes the stats file; stats_lock held. */
+static void write_stats_locked(void)
+{
+    size_t n = kvb_settings_render(&cfg, !batching, start_time, wall_now(), stats_text,
+                                   sizeof(stats_text));
+    if (n >= sizeof(stats_text)) return;
+    size_t m = kvb_stats_render(&stats, stats_text + n, sizeof(stats_text) - n);
+    if (n + m >= sizeof(stats_text)) {
+        log_line(KVB_LOG_WARN, "kvbatch: stats text too long; %s not written", cfg.stats_file);
+        return;
+    }
+    int rc = kvb_write_file_atomic(cfg.stats_file, stats_text, n + m);
+    if (rc < 0) log_line(KVB_LOG_DEBUG, "kvbatch: writing %s: %s", cfg.stats_file, strerror(-rc));
+}
+
+static void *stats_main(void *arg)
+{
+    (void)arg;
+    recursive = 1;
+    pthread_mutex_lock(&stats_lock);
+    while (!stats_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t t = (uint64_t)ts.tv_nsec + cfg.stats_interval_ns;
+        ts.tv_sec += (time_t)(t / 1000000000ull);
+        ts.tv_nsec = (long)(t % 1000000000ull);
+        if (pthread_cond_timedwait(&stats_cv, &stats_lock, &ts) == ETIMEDOUT && !stats_stop)
+            write_stats_locked();
+    }
+    pthread_mutex_unlock(&stats_lock);
+    return NULL;
+}
+
+/* Starts the writer thread for this process (after fork too); stats_lock held. */
+static void start_stats_locked(void)
+{
+    pthread_t t;
+    pthread_attr_t a;
+    unsigned gen = atomic_load(&fork_gen);
+    if (!cfg.stats_file[0] || stats_gen == gen || stats_stop) return;
+    stats_gen = gen;
+    if (pthread_attr_init(&a)) return;
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, stats_main, NULL))
+        log_line(KVB_LOG_WARN, "kvbatch: cannot start the stats writer");
+    pthread_attr_destroy(&a);
+    write_stats_locked();
+}
+
+/* ---- process life ---- */
+
+/* At exit: flush every batcher of this process (bounded), then the last stats file. */
+static void at_exit(void)
+{
+    unsigned gen = atomic_load(&fork_gen);
+    recursive = 1;
+    for (int i = 0; i < MAX_CLIENTS; i++) {
+        if (!atomic_load(&slots[i].client) || slots[i].gen != gen || !slots[i].b) continue;
+        int rc = kvb_flush(slots[i].b, KVB_FLUSH_EXIT, cfg.exit_timeout_ns);
+        if (rc == -ETIMEDOUT)
+            log_line(KVB_LOG_WARN, "kvbatch: exit: pending ops not acknowledged within %llums",
+                     (unsigned long long)(cfg.exit_timeout_ns / 1000000));
+        else if (rc < 0)
+            log_line(KVB_LOG_WARN, "kvbatch: exit: a write-behind put failed: %s",
+                     real.kvs_flush ? strerror(-rc) : "?");
+    }
+    if (cfg.stats_file[0]) {
+        pthread_mutex_lock(&stats_lock);
+        stats_stop = 1;
+        pthread_cond_broadcast(&stats_cv);
+        write_stats_locked();
+        pthread_mutex_unlock(&stats_lock);
+    }
+}
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&stats_lock);
+    pthread_mutex_lock(&table_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&table_lock);
+    pthread_mutex_unlock(&stats_lock);
+}
+
+/*
+ * The child keeps none of the parent's batchers: their queued ops are the
+ * parent's to send. It gets fresh counters, its own stats file (%p) and,
+ * lazily, its own batchers and writer thread.
+ */
+static void fork_child(void)
+{
+    atomic_fetch_add(&fork_gen, 1);
+    atomic_fetch_add(&table_version, 1);
+    kvb_stats_init(&stats);
+    start_time = wall_now();
+    const char *pattern = getenv("KVBATCH_STATS_FILE");
+    if (pattern && *pattern &&
+        kvb_expand_path(pattern, (long)getpid(), cfg.stats_file, sizeof(cfg.stats_file)) < 0)
+        cfg.stats_file[0] = '\0';
+    pthread_mutex_unlock(&table_lock);
+    pthread_mutex_unlock(&stats_lock);
+}
+
+static const char *env_get(const char *name)
+{
+    return getenv(name);
+}
+
+#define LOAD(name)                                                                                 \
+    do {                                                                                           \
+        *(void **)&real.name = dlsym(RTLD_NEXT, #name);                                            \
+        if (!real.name) ok = 0;                                                                    \
+    } while (0)
+
+/* Once per process: real functions, configuration, stats writer, exit/fork hooks. */
+static void init_preload(void)
+{
+    char err[512];
+    int ok = 1;
+    if (atomic_load_explicit(&init_state, memory_order_acquire) == INIT_DONE) return;
+    pthread_mutex_lock(&init_lock);
+    if (atomic_load_explicit(&init_state, memory_order_relaxed) == INIT_DONE) goto out;
+    recursive++;
+    LOAD(kvs_open);
+    LOAD(kvs_close);
+    LOAD(kvs_put);
+    LOAD(kvs_get);
+    LOAD(kvs_exists);
+    LOAD(kvs_put_async);
+    LOAD(kvs_get_async);
+    LOAD(kvs_wait);
+    LOAD(kvs_flush);
+    LOAD(kvs_batch_put_async);
+    LOAD(kvs_batch_get_async);
+    LOAD(kvs_batch_exists_async);
+    kvb_stats_init(&stats);
+    start_time = wall_now();
+    int rc = kvb_config_load(&cfg, env_get, (long)getpid(), err, sizeof(err));
+    if (rc < 0) {
+        ssize_t w = write(STDERR_FILENO, err, strlen(err));
+        w = write(STDERR_FILENO, "\n", 1);
+        (void)w;
+    }
+    if (!ok) {
+        log_line(KVB_LOG_ERROR, "kvbatch: libkvstore not found (%s); pass-through", dlerror());
+        cfg.policy = KVB_POLICY_OFF;
+    }
+    batching = ok && cfg.policy != KVB_POLICY_OFF;
+    if (cfg.log_level >= KVB_LOG_INFO) {
+        char text[2048];
+        kvb_config_describe(&cfg, text, sizeof(text));
+        for (char *save = NULL, *l = strtok_r(text, "\n", &save); l;
+             l = strtok_r(NULL, "\n", &save))
+            log_line(KVB_LOG_INFO, "kvbatch: %s", l);
+    }
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) == 0) {
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&stats_cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    atexit(at_exit);
+    pthread_mutex_lock(&stats_lock);
+    start_stats_locked();
+    pthread_mutex_unlock(&stats_lock);
+    recursive--;
+    atomic_store_explicit(&init_state, INIT_DONE, memory_order_release);
+out:
+    pthread_mutex_unlock(&init_lock);
+}
+
+/*
+ * The batcher of c for this process, or NULL (pass through). A forked child
+ * gets a new batcher for a client its parent opened, on first use.
+ */
+static struct kvb_batcher *batcher_for(kvs_client *c)
+{
+    unsigned gen = atomic_load_explicit(&fork_gen, memory_order_relaxed);
+    unsigned version = atomic_load_explicit(&table_version, memory_order_acquire);
+    if (!c || !batching) return NULL;
+    if (cache.c == c && cache.gen == gen && cache.version == version) return cache.b;
+    struct kvb_batcher *b = NULL;
+    int found = -1;
+    for (int i = 0; i < MAX_CLIENTS; i++)
+        if (atomic_load_explicit(&slots[i].client, memory_order_acquire) == c) {
+            found = i;
+            break;
+        }
+    if (found < 0) return NULL; /* not opened through the shim, or the table was full */
+    if (slots[found].gen != gen) {
+        pthread_mutex_lock(&table_lock);
+        if (slots[found].gen != gen) {
+            slots[found].b = make_batcher(c); /* the parent's stays with the parent */
+            slots[found].gen = gen;
+        }
+        pthread_mutex_unlock(&table_lock);
+        pthread_mutex_lock(&stats_lock);
+        start_stats_locked();
+        pthread_mutex_unlock(&stats_lock);
+    }
+    b = slots[found].b;
+    cache.c = c;
+    cache.b = b;
+    cache.gen = gen;
+    cache.version = version;
+    return b;
+}
+
+/* ---- interposed API ---- */
+
+EXPORT kvs_client *kvs_open(const char *servers)
+{
+    init_preload();
+    if (!real.kvs_open) {
+        errno = ENOSYS;
+        return NULL;
+    }
+    kvs_client *c = real.kvs_open(servers);
+    if (!c || !batching || recursive) return c;
+    recursive++;
+    struct kvb_batcher *b = make_batcher(c);
+    if (b) {
+        pthread_mutex_lock(&table_lock);
+        int i;
+        for (i = 0; i < MAX_CLIENTS; i++)
+            if (!atomic_load(&slots[i].client)) break;
+        if (i < MAX_CLIENTS) {
+            slots[i].b = b;
+            slots[i].gen = atomic_load(&fork_gen);
+            atomic_store_explicit(&slots[i].client, c, memory_order_release);
+            b = NULL;
+        }
+        pthread_mutex_unlock(&table_lock);
+        if (b) {
+            log_line(KVB_LOG_WARN, "kvbatch: more than %d clients open; this one is not batched",
+                     MAX_CLIENTS);
+            kvb_batcher_destroy(b, 0);
+        }
+    }
+    recursive--;
+    return c;
+}
+
+EXPORT void kvs_close(kvs_client *c)
+{
+    init_preload();
+    if (!real.kvs_close) return;
+    struct kvb_batcher *b = NULL;
+    int owned = 0;
+    if (c && !recursive) {
+        unsigned gen = atomic_load(&fork_gen);
+        pthread_mutex_lock(&table_lock);
+        for (int i = 0; i < MAX_CLIENTS; i++) {
+            if (atomic_load(&slots[i].client) != c) continue;
+            b = slots[i].b;
+            owned = slots[i].gen == gen;
+            atomic_store(&slots[i].client, NULL);
+            slots[i].b = NULL;
+            atomic_fetch_add(&table_version, 1);
+            break;
+        }
+        pthread_mutex_unlock(&table_lock);
+    }
+    if (b && owned) {
+        recursive++;
+        int rc = kvb_batcher_destroy(b, 60ull * 1000000000ull);
+        real.kvs_close(c); /* completes whatever is still in flight */
+        if (rc == -EBUSY) kvb_batcher_destroy(b, 0);
+        recursive--;
+        return;
+    }
+    real.kvs_close(c);
+}
+
+/* Counts a call that went straight to the real function. */
+static void count_direct(enum kvb_opkind k, ssize_t r, size_t bytes)
+{
+    kvb_count(&stats.direct_ops[k], 1);
+    kvb_count(&stats.ops[k], 1);
+    if (r >= 0) kvb_count(&stats.bytes[k], bytes);
+    kvb_count_result(&stats, k, r);
+}
+
+EXPORT int kvs_put(kvs_client *c, const char *key, const void *val, size_t len)
+{
+    init_preload();
+    if (!real.kvs_put) return -ENOSYS;
+    struct kvb_batcher *b = recursive ? NULL : batcher_for(c);
+    if (!b || !kvb_args_batchable(key, val, len)) {
+        int r = real.kvs_put(c, key, val, len);
+        if (!recursive) count_direct(KVB_OP_PUT, r, len);
+        return r;
+    }
+    return kvb_put(b, key, val, len);
+}
+
+EXPORT ssize_t kvs_get(kvs_client *c, const char *key, void *buf, size_t cap)
+{
+    init_preload();
+    if (!real.kvs_get) return -ENOSYS;
+    struct kvb_batcher *b = recursive ? NULL : batcher_for(c);
+    if (!b || !kvb_args_batchable(key, buf, cap)) {
+        ssize_t r = real.kvs_get(c, key, buf, cap);
+        if (!recursive) count_direct(KVB_OP_GET, r, r > 0 ? (size_t)r : 0);
+        return r;
+    }
+    return kvb_get(b, key, buf, cap);
+}
+
+EXPORT int kvs_exists(kvs_client *c, const char *key)
+{
+    init_preload();
+    if (!real.kvs_exists) return -ENOSYS;
+    struct kvb_batcher *b = recursive ? NULL : batcher_for(c);
+    if (!b || !kvb_args_batchable(key, NULL, 0)) {
+        int r = real.kvs_exists(c, key);
+        if (!recursive) count_direct(KVB_OP_EXISTS, r, 0);
+        return r;
+    }
+    return kvb_exists(b, key);
+}
+
+#define SHIM_TAG ((uintptr_t)1)
+
+EXPORT int kvs_put_async(kvs_client *c, const char *key, const void *val, size_t len, kvs_op **op)
+{
+    init_preload();
+    if (!real.kvs_put_async) return -ENOSYS;
+    struct kvb_batcher *b = recursive ? NULL : batcher_for(c);
+    struct kvb_op *kop;
+    if (!b || !op || !kvb_args_batchable(key, val, len)) {
+        if (!recursive) kvb_count(&stats.direct_ops[KVB_OP_PUT], 1);
+        return real.kvs_put_async(c, key, val, len, op);
+    }
+    int rc = kvb_put_async(b, key, val, len, &kop);
+    *op = rc == 0 ? (kvs_op *)((uintptr_t)kop | SHIM_TAG) : NULL;
+    return rc;
+}
+
+EXPORT int kvs_get_async(kvs_client *c, const char *key, void *buf, size_t cap, kvs_op **op)
+{
+    init_preload();
+    if (!real.kvs_get_async) return -ENOSYS;
+    struct kvb_batcher *b = recursive ? NULL : batcher_for(c);
+    struct kvb_op *kop;
+    /* A size probe (NULL, 0) has no batch form: the real call answers it. */
+    if (!b || !op || !buf || !kvb_args_batchable(key, buf, cap)) {
+        if (!recursive) kvb_count(&stats.direct_ops[KVB_OP_GET], 1);
+        return real.kvs_get_async(c, key, buf, cap, op);
+    }
+    int rc = kvb_get_async(b, key, buf, cap, &kop);
+    *op = rc == 0 ? (kvs_op *)((uintptr_t)kop | SHIM_TAG) : NULL;
+    return rc;
+}
+
+EXPORT ssize_t kvs_wait(kvs_op *op)
+{
+    init_preload();
+    if ((uintptr_t)op & SHIM_TAG) return kvb_wait((struct kvb_op *)((uintptr_t)op & ~SHIM_TAG));
+    if (!real.kvs_wait) return -ENOSYS;
+    return real.kvs_wait(op);
+}
+
+EXPORT int kvs_flush(kvs_client *c)
+{
+    init_preload();
+    if (!real.kvs_flush) return -ENOSYS;
+    struct kvb_batcher *b = recursive ? NULL : batcher_for(c);
+    int mine = b ? kvb_flush(b, KVB_FLUSH_EXPLICIT, UINT64_MAX) : 0;
+    int theirs = real.kvs_flush(c);
+    return mine < 0 ? mine : theirs;
+}
