@@ -1,0 +1,267 @@
+/*
+ * main.c - kvstored: options, signals, start and stop. The work is done by
+ * net (sockets), proto (requests) and store/pool (memory).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "net.h"
+#include "proto.h"
+
+#define EXIT_USAGE 2
+
+struct options {
+    char host[256];
+    char port[8];
+    uint64_t memory;
+    uint64_t max_object;
+    uint64_t max_frame;
+    long max_conns;
+    int verbose;
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvstored [--listen HOST:PORT] [--memory SIZE] [--max-object SIZE]\n"
+            "                [--max-frame SIZE] [--max-conns N] [--verbose] [--help]\n"
+            "\n"
+            "  --listen HOST:PORT  address to bind, nothing else (default 127.0.0.1:7070;\n"
+            "                      port 0 picks a free port; [v6addr]:PORT for IPv6)\n"
+            "  --memory SIZE       value memory, allocated once (default 1GiB, at least 1MiB)\n"
+            "  --max-object SIZE   largest value (default 64MiB)\n"
+            "  --max-frame SIZE    largest request body (default 256MiB, below 4GiB)\n"
+            "  --max-conns N       connections served at once (default 1024)\n"
+            "  --verbose           log connections and protocol errors on stderr\n"
+            "\n"
+            "SIZE is bytes, or a number with K, M, G (or KiB, MiB, GiB): powers of 1024.\n"
+            "Prints \"listening on HOST:PORT\" once ready; SIGTERM or SIGINT stop it cleanly.\n");
+}
+
+/* "64M", "1GiB", "4096": bytes; 0 on success, -1 on anything else. */
+static int parse_size(const char *s, uint64_t *out)
+{
+    if (!*s || *s == '-' || *s == '+') return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return -1;
+    unsigned shift = 0;
+    if (*end) {
+        switch (*end) {
+        case 'k':
+        case 'K':
+            shift = 10;
+            break;
+        case 'm':
+        case 'M':
+            shift = 20;
+            break;
+        case 'g':
+        case 'G':
+            shift = 30;
+            break;
+        default:
+            return -1;
+        }
+        end++;
+        if (*end && strcasecmp(end, "iB") != 0 && strcasecmp(end, "B") != 0) return -1;
+    }
+    if (shift && v > (UINT64_MAX >> shift)) return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* HOST:PORT or [V6]:PORT into opt->host / opt->port. */
+static int parse_listen(const char *s, struct options *opt)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s || !colon[1]) return -1;
+    const char *host = s;
+    size_t hlen = (size_t)(colon - s);
+    if (s[0] == '[') {
+        if (hlen < 3 || s[hlen - 1] != ']') return -1;
+        host++;
+        hlen -= 2;
+    } else if (memchr(s, ':', hlen)) {
+        return -1; /* a bare IPv6 address needs brackets */
+    }
+    if (hlen >= sizeof(opt->host)) return -1;
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || *end || port < 0 || port > 65535 || colon[1] == '-' || colon[1] == '+') return -1;
+    memcpy(opt->host, host, hlen);
+    opt->host[hlen] = '\0';
+    snprintf(opt->port, sizeof(opt->port), "%ld", port);
+    return 0;
+}
+
+static int bad_option(const char *name, const char *value, const char *accepted)
+{
+    fprintf(stderr, "kvstored: bad %s '%s': %s\n", name, value, accepted);
+    return -1;
+}
+
+static int parse_options(int argc, char **argv, struct options *opt)
+{
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"memory", required_argument, NULL, 'm'},
+        {"max-object", required_argument, NULL, 'o'},
+        {"max-frame", required_argument, NULL, 'f'},
+        {"max-conns", required_argument, NULL, 'c'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    *opt = (struct options){.host = "127.0.0.1",
+                            .port = "7070",
+                            .memory = 1ull << 30,
+                            .max_object = 64ull << 20,
+                            .max_frame = 256ull << 20,
+                            .max_conns = 1024};
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        char *end;
+        switch (ch) {
+        case 'l':
+            if (parse_listen(optarg, opt) < 0)
+                return bad_option("--listen", optarg, "expected HOST:PORT, port 0..65535");
+            break;
+        case 'm':
+            if (parse_size(optarg, &opt->memory) < 0 || opt->memory < (1u << 20) ||
+                opt->memory > (1ull << 44))
+                return bad_option("--memory", optarg, "a size from 1MiB to 16TiB (e.g. 512M, 4G)");
+            break;
+        case 'o':
+            if (parse_size(optarg, &opt->max_object) < 0 || opt->max_object == 0 ||
+                opt->max_object > UINT32_MAX)
+                return bad_option("--max-object", optarg, "a size from 1 byte to 4GiB-1");
+            break;
+        case 'f':
+            if (parse_size(optarg, &opt->max_frame) < 0 || opt->max_frame < 1024 ||
+                opt->max_frame > UINT32_MAX)
+                return bad_option("--max-frame", optarg, "a size from 1KiB to 4GiB-1");
+            break;
+        case 'c':
+            errno = 0;
+            opt->max_conns = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || opt->max_conns < 1 || opt->max_conns > 1000000)
+                return bad_option("--max-conns", optarg, "a number from 1 to 1000000");
+            break;
+        case 'v':
+            opt->verbose = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        case ':':
+            fprintf(stderr, "kvstored: %s needs a value\n", argv[optind - 1]);
+            return -1;
+        default:
+            fprintf(stderr, "kvstored: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvstored: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return -1;
+    }
+    uint64_t pool = opt->memory / (1u << 20) * (1u << 20);
+    if (opt->max_object > pool) {
+        fprintf(stderr, "kvstored: --max-object (%llu bytes) is larger than --memory (%llu)\n",
+                (unsigned long long)opt->max_object, (unsigned long long)pool);
+        return -1;
+    }
+    return 0;
+}
+
+/* SIGTERM/SIGINT arrive on a signalfd that the event loop watches. */
+static int open_signalfd(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) < 0) return -errno;
+    int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    return fd < 0 ? -errno : fd;
+}
+
+int main(int argc, char **argv)
+{
+    struct options opt;
+    if (parse_options(argc, argv, &opt) < 0) return EXIT_USAGE;
+    signal(SIGPIPE, SIG_IGN);
+
+    int status = 1;
+    int sfd = open_signalfd();
+    if (sfd < 0) {
+        fprintf(stderr, "kvstored: signalfd: %s\n", strerror(-sfd));
+        goto out;
+    }
+
+    struct kvs_server srv;
+    struct kvs_server_limits limits = {.max_object = opt.max_object,
+                                       .max_frame = (uint32_t)opt.max_frame,
+                                       .out_limit = 4u << 20,
+                                       .rbuf_size = 64u << 10};
+    int rc = kvs_server_init(&srv, opt.memory, &limits);
+    if (rc < 0) {
+        fprintf(stderr, "kvstored: cannot allocate %llu bytes of memory: %s\n",
+                (unsigned long long)opt.memory, strerror(-rc));
+        goto out_signal;
+    }
+
+    struct kvs_net *net;
+    char err[256];
+    struct kvs_net_config ncfg = {.host = opt.host,
+                                  .port = opt.port,
+                                  .max_conns = (int)opt.max_conns,
+                                  .verbose = opt.verbose};
+    rc = kvs_net_create(&srv, &ncfg, &net, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvstored: %s\n", err);
+        goto out_server;
+    }
+
+    char addr[300];
+    rc = kvs_net_local_addr(net, addr, sizeof(addr));
+    if (rc < 0) {
+        fprintf(stderr, "kvstored: getsockname: %s\n", strerror(-rc));
+        goto out_net;
+    }
+    printf("listening on %s\n", addr);
+    fflush(stdout);
+    if (opt.verbose)
+        fprintf(stderr, "kvstored: memory %zu bytes, max object %llu, max frame %llu\n",
+                kvs_pool_size(kvs_store_pool(srv.store)), (unsigned long long)opt.max_object,
+                (unsigned long long)opt.max_frame);
+
+    rc = kvs_net_run(net, sfd);
+    if (rc < 0) {
+        fprintf(stderr, "kvstored: event loop: %s\n", strerror(-rc));
+        goto out_net;
+    }
+    if (opt.verbose) fprintf(stderr, "kvstored: stopping\n");
+    status = 0;
+
+out_net:
+    kvs_net_destroy(net);
+out_server:
+    kvs_server_fini(&srv);
+out_signal:
+    close(sfd);
+out:
+    return status;
+}

@@ -1,0 +1,333 @@
+/*
+ * net.c - the epoll event loop: accept, read into the places proto asks for,
+ * writev the replies proto queues. Level-triggered: interest in input is
+ * switched off while a connection is back-pressured, interest in output is
+ * on only while replies are queued.
+ */
+#include "net.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define MAX_EVENTS     64
+#define READS_PER_WAKE 16 /* fairness: one busy client does not starve the others */
+#define IOV_PER_WRITE  64
+#define DRAIN_LIMIT    (256 * 1024) /* input discarded after a fatal error before a hard close */
+
+struct conn {
+    int fd;
+    uint32_t events; /* what epoll watches now */
+    int eof;         /* the peer closed its side */
+    int draining;    /* replies are out, write side shut: discarding input until EOF */
+    size_t drained;
+    struct kvs_proto_conn *proto;
+    struct conn *prev, *next;
+};
+
+struct kvs_net {
+    struct kvs_server *srv;
+    int epfd;
+    int lfd;
+    int max_conns;
+    int verbose;
+    struct conn *conns;
+    /* epoll tags of the two non-connection fds */
+    char listen_tag, stop_tag;
+};
+
+static int set_reason(char *err, size_t errlen, int rc, const char *what)
+{
+    snprintf(err, errlen, "%s: %s", what, strerror(-rc));
+    return rc;
+}
+
+/* Binds the first address of host:port that works. */
+static int open_listener(const struct kvs_net_config *cfg, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(cfg->host, cfg->port, &hints, &res);
+    if (gai != 0) {
+        snprintf(err, errlen, "cannot resolve %s:%s: %s", cfg->host, cfg->port, gai_strerror(gai));
+        return -EINVAL;
+    }
+    int rc = -EADDRNOTAVAIL;
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            rc = set_reason(err, errlen, -errno, "socket");
+            continue;
+        }
+        int one = 1;
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+            bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, SOMAXCONN) < 0) {
+            rc = -errno;
+            snprintf(err, errlen, "cannot listen on %s:%s: %s", cfg->host, cfg->port,
+                     strerror(errno));
+            close(fd);
+            fd = -1;
+            continue;
+        }
+        break;
+    }
+    freeaddrinfo(res);
+    return fd >= 0 ? fd : rc;
+}
+
+int kvs_net_create(struct kvs_server *srv, const struct kvs_net_config *cfg, struct kvs_net **out,
+                   char *err, size_t errlen)
+{
+    int rc = -ENOMEM;
+    struct kvs_net *n = calloc(1, sizeof(*n));
+    if (!n) {
+        set_reason(err, errlen, rc, "kvstored");
+        goto fail;
+    }
+    n->srv = srv;
+    n->max_conns = cfg->max_conns;
+    n->verbose = cfg->verbose;
+    n->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (n->epfd < 0) {
+        rc = set_reason(err, errlen, -errno, "epoll_create1");
+        goto fail_net;
+    }
+    n->lfd = open_listener(cfg, err, errlen);
+    if (n->lfd < 0) {
+        rc = n->lfd;
+        goto fail_epoll;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &n->listen_tag};
+    if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, n->lfd, &ev) < 0) {
+        rc = set_reason(err, errlen, -errno, "epoll_ctl");
+        goto fail_listen;
+    }
+    *out = n;
+    return 0;
+
+fail_listen:
+    close(n->lfd);
+fail_epoll:
+    close(n->epfd);
+fail_net:
+    free(n);
+fail:
+    return rc;
+}
+
+int kvs_net_local_addr(const struct kvs_net *n, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(n->lfd, (struct sockaddr *)&ss, &sl) < 0) return -errno;
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    int gai = getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+                          NI_NUMERICHOST | NI_NUMERICSERV);
+    if (gai != 0) return -EINVAL;
+    if (ss.ss_family == AF_INET6)
+        snprintf(buf, len, "[%s]:%s", host, port);
+    else
+        snprintf(buf, len, "%s:%s", host, port);
+    return 0;
+}
+
+static void conn_close(struct kvs_net *n, struct conn *c)
+{
+    if (n->verbose) fprintf(stderr, "kvstored: connection %d closed\n", c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        n->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    close(c->fd); /* also removes it from the epoll set */
+    kvs_proto_conn_free(c->proto);
+    n->srv->counters.conns_current--;
+    free(c);
+}
+
+static void accept_all(struct kvs_net *n)
+{
+    for (;;) {
+        int fd = accept4(n->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno != EAGAIN && n->verbose)
+                fprintf(stderr, "kvstored: accept: %s\n", strerror(errno));
+            return;
+        }
+        if (n->srv->counters.conns_current >= (uint64_t)n->max_conns) {
+            n->srv->counters.conns_refused++;
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        struct conn *c = calloc(1, sizeof(*c));
+        if (!c || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
+            !(c->proto = kvs_proto_conn_new(n->srv))) {
+            free(c);
+            close(fd);
+            n->srv->counters.conns_refused++;
+            continue;
+        }
+        c->fd = fd;
+        c->events = EPOLLIN;
+        struct epoll_event ev = {.events = c->events, .data.ptr = c};
+        if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            kvs_proto_conn_free(c->proto);
+            free(c);
+            close(fd);
+            n->srv->counters.conns_refused++;
+            continue;
+        }
+        c->next = n->conns;
+        if (n->conns) n->conns->prev = c;
+        n->conns = c;
+        n->srv->counters.conns_current++;
+        n->srv->counters.conns_total++;
+        if (n->verbose) fprintf(stderr, "kvstored: connection %d accepted\n", fd);
+    }
+}
+
+/* Reads what proto wants; 0, or -1 if the connection broke. */
+static int conn_read(struct conn *c)
+{
+    for (int i = 0; i < READS_PER_WAKE; i++) {
+        struct iovec iov;
+        kvs_proto_recv_buf(c->proto, &iov);
+        if (iov.iov_len == 0) return 0;
+        ssize_t got = read(c->fd, iov.iov_base, iov.iov_len);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) return 0;
+            return -1;
+        }
+        if (got == 0) {
+            c->eof = 1;
+            return 0;
+        }
+        kvs_proto_received(c->proto, (size_t)got);
+        if ((size_t)got < iov.iov_len) return 0; /* the socket is empty for now */
+    }
+    return 0;
+}
+
+/* Writes queued replies until done or the socket is full; 0, or -1 if it broke. */
+static int conn_write(struct conn *c)
+{
+    while (kvs_proto_out_pending(c->proto) > 0) {
+        struct iovec iov[IOV_PER_WRITE];
+        int cnt = kvs_proto_out_iov(c->proto, iov, IOV_PER_WRITE);
+        /* sendmsg, not writev: MSG_NOSIGNAL turns a vanished peer into EPIPE, not SIGPIPE. */
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+        ssize_t put = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        if (put < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) return 0;
+            return -1;
+        }
+        kvs_proto_sent(c->proto, (size_t)put);
+        /* Room again: parse input that waited behind the back-pressure. */
+        if (!c->eof) kvs_proto_process(c->proto);
+    }
+    return 0;
+}
+
+/* After the last reply of a closing connection: half-close, then discard input until EOF. */
+static int conn_drain(struct conn *c)
+{
+    char buf[16384];
+    for (;;) {
+        ssize_t got = read(c->fd, buf, sizeof(buf));
+        if (got < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        if (got == 0) return -1;
+        c->drained += (size_t)got;
+        if (c->drained > DRAIN_LIMIT) return -1;
+    }
+}
+
+static void conn_event(struct kvs_net *n, struct conn *c, uint32_t events)
+{
+    if (events & EPOLLERR) goto close;
+    if (c->draining) {
+        if (conn_drain(c) < 0) goto close;
+        return;
+    }
+    if ((events & (EPOLLIN | EPOLLHUP)) && !c->eof && conn_read(c) < 0) goto close;
+    if (conn_write(c) < 0) goto close;
+
+    int closing = kvs_proto_closing(c->proto);
+    size_t pending = kvs_proto_out_pending(c->proto);
+    if (closing && n->verbose && !c->draining)
+        fprintf(stderr, "kvstored: connection %d: malformed input, closing\n", c->fd);
+    if ((c->eof || closing) && pending == 0) {
+        if (c->eof) goto close;
+        /* Closing with unread input would reset the connection and could lose the ERROR reply. */
+        if (shutdown(c->fd, SHUT_WR) < 0) goto close;
+        c->draining = 1;
+        if (conn_drain(c) < 0) goto close;
+    }
+
+    uint32_t want = 0;
+    if (c->draining || (!c->eof && kvs_proto_want_input(c->proto))) want |= EPOLLIN;
+    if (pending > 0) want |= EPOLLOUT;
+    if (want != c->events) {
+        struct epoll_event ev = {.events = want, .data.ptr = c};
+        if (epoll_ctl(n->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0) goto close;
+        c->events = want;
+    }
+    return;
+
+close:
+    conn_close(n, c);
+}
+
+int kvs_net_run(struct kvs_net *n, int stop_fd)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &n->stop_tag};
+    if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, stop_fd, &ev) < 0) return -errno;
+
+    int rc = 0;
+    for (;;) {
+        struct epoll_event events[MAX_EVENTS];
+        int cnt = epoll_wait(n->epfd, events, MAX_EVENTS, -1);
+        if (cnt < 0) {
+            if (errno == EINTR) continue;
+            rc = -errno;
+            break;
+        }
+        int stop = 0;
+        for (int i = 0; i < cnt; i++) {
+            void *tag = events[i].data.ptr;
+            if (tag == &n->stop_tag)
+                stop = 1;
+            else if (tag == &n->listen_tag)
+                accept_all(n);
+            else
+                conn_event(n, tag, events[i].events);
+        }
+        if (stop) break;
+    }
+    epoll_ctl(n->epfd, EPOLL_CTL_DEL, stop_fd, NULL);
+    return rc;
+}
+
+void kvs_net_destroy(struct kvs_net *n)
+{
+    if (!n) return;
+    while (n->conns)
+        conn_close(n, n->conns);
+    close(n->lfd);
+    close(n->epfd);
+    free(n);
+}

@@ -1,0 +1,293 @@
+/*
+ * pool.c - one mmap'd region, 1 MiB pages, slab classes of fixed-size chunks
+ * and runs of whole pages for large values. See pool.h.
+ *
+ * Free chunks of a page are kept on a list threaded through the free chunks
+ * themselves (a u32 chunk index at the start of each), and chunks are carved
+ * lazily, so a page costs nothing until it is used. Each class keeps a list
+ * of its pages that still have room.
+ */
+#include "pool.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define PAGE_FREE   (-2)       /* page owner: nobody */
+#define MAX_PAGES   (1u << 24) /* 16 TiB: keeps page indices in 24 bits of headroom */
+#define NO_CHUNK    UINT32_MAX
+#define MAX_CLASSES 64
+
+struct page {
+    int32_t owner;       /* slab class, KVS_POOL_LARGE or PAGE_FREE */
+    uint32_t run;        /* pages in the run (large values, first page only) */
+    uint32_t used;       /* chunks handed out */
+    uint32_t carved;     /* chunks ever handed out (the rest are untouched) */
+    uint32_t free_chunk; /* first chunk on the page's free list, or NO_CHUNK */
+    uint32_t prev, next; /* the class's list of pages with room */
+};
+
+struct slab_class {
+    uint32_t chunk_size;
+    uint32_t per_page;
+    uint32_t pages;
+    uint32_t room_head; /* first page with a free chunk, or KVS_POOL_NO_PAGE */
+    uint64_t chunks_used;
+};
+
+struct kvs_pool {
+    uint8_t *base;
+    size_t size;
+    uint32_t npages;
+    uint32_t pages_free;
+    uint32_t free_hint; /* no free page below this index */
+    uint64_t bytes_used;
+    int nclasses;
+    struct slab_class classes[MAX_CLASSES];
+    struct page *pages;
+};
+
+/* Chunk sizes: 64 bytes growing by 1.25 (8-byte aligned), the last one half a page. */
+static void init_classes(struct kvs_pool *p)
+{
+    uint32_t size = KVS_POOL_MIN_CHUNK;
+    int n = 0;
+    while (size < KVS_POOL_PAGE / 2 && n < MAX_CLASSES - 1) {
+        p->classes[n++].chunk_size = size;
+        size = (size + size / 4 + 7) & ~7u;
+    }
+    p->classes[n++].chunk_size = KVS_POOL_PAGE / 2;
+    for (int i = 0; i < n; i++) {
+        p->classes[i].per_page = KVS_POOL_PAGE / p->classes[i].chunk_size;
+        p->classes[i].room_head = KVS_POOL_NO_PAGE;
+    }
+    p->nclasses = n;
+}
+
+int kvs_pool_create(size_t bytes, struct kvs_pool **out)
+{
+    size_t npages = bytes / KVS_POOL_PAGE;
+    if (npages == 0 || npages > MAX_PAGES) return -EINVAL;
+
+    int rc = -ENOMEM;
+    struct kvs_pool *p = calloc(1, sizeof(*p));
+    if (!p) goto fail;
+    p->npages = (uint32_t)npages;
+    p->size = npages * KVS_POOL_PAGE;
+    p->pages = calloc(npages, sizeof(*p->pages));
+    if (!p->pages) goto fail_pool;
+    /* NORESERVE: a large cache on a small test machine only costs what it touches. */
+    p->base = mmap(NULL, p->size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p->base == MAP_FAILED) goto fail_pages;
+
+    for (uint32_t i = 0; i < p->npages; i++)
+        p->pages[i].owner = PAGE_FREE;
+    p->pages_free = p->npages;
+    init_classes(p);
+    *out = p;
+    return 0;
+
+fail_pages:
+    free(p->pages);
+fail_pool:
+    free(p);
+fail:
+    return rc;
+}
+
+void kvs_pool_destroy(struct kvs_pool *p)
+{
+    if (!p) return;
+    munmap(p->base, p->size);
+    free(p->pages);
+    free(p);
+}
+
+uint8_t *kvs_pool_base(const struct kvs_pool *p)
+{
+    return p->base;
+}
+
+size_t kvs_pool_size(const struct kvs_pool *p)
+{
+    return p->size;
+}
+
+int kvs_pool_nclasses(const struct kvs_pool *p)
+{
+    return p->nclasses;
+}
+
+int kvs_pool_class_of(const struct kvs_pool *p, size_t len)
+{
+    if (len > KVS_POOL_PAGE / 2) return KVS_POOL_LARGE;
+    /* Classes are few (about 40): a linear walk is as fast as a search here. */
+    for (int i = 0; i < p->nclasses; i++)
+        if (len <= p->classes[i].chunk_size) return i;
+    return KVS_POOL_LARGE;
+}
+
+static size_t run_pages(size_t len)
+{
+    return (len + KVS_POOL_PAGE - 1) / KVS_POOL_PAGE;
+}
+
+size_t kvs_pool_slot_size(const struct kvs_pool *p, size_t len)
+{
+    int cls = kvs_pool_class_of(p, len);
+    if (cls == KVS_POOL_LARGE) return run_pages(len) * KVS_POOL_PAGE;
+    return p->classes[cls].chunk_size;
+}
+
+/* First run of n free pages (first fit), or KVS_POOL_NO_PAGE. */
+static uint32_t find_free_run(const struct kvs_pool *p, uint32_t n)
+{
+    uint32_t start = p->free_hint, len = 0;
+    for (uint32_t i = p->free_hint; i < p->npages; i++) {
+        if (p->pages[i].owner != PAGE_FREE) {
+            len = 0;
+            start = i + 1;
+            continue;
+        }
+        if (++len == n) return start;
+    }
+    return KVS_POOL_NO_PAGE;
+}
+
+/* Marks pages [first, first+n) taken by owner. */
+static void take_pages(struct kvs_pool *p, uint32_t first, uint32_t n, int32_t owner)
+{
+    for (uint32_t i = first; i < first + n; i++) {
+        p->pages[i] = (struct page){.owner = owner,
+                                    .free_chunk = NO_CHUNK,
+                                    .prev = KVS_POOL_NO_PAGE,
+                                    .next = KVS_POOL_NO_PAGE};
+    }
+    p->pages[first].run = n;
+    p->pages_free -= n;
+    if (first == p->free_hint) p->free_hint = first + n;
+}
+
+static void release_pages(struct kvs_pool *p, uint32_t first, uint32_t n)
+{
+    for (uint32_t i = first; i < first + n; i++)
+        p->pages[i] = (struct page){.owner = PAGE_FREE};
+    p->pages_free += n;
+    if (first < p->free_hint) p->free_hint = first;
+}
+
+static void room_push(struct kvs_pool *p, struct slab_class *c, uint32_t pg)
+{
+    struct page *page = &p->pages[pg];
+    page->prev = KVS_POOL_NO_PAGE;
+    page->next = c->room_head;
+    if (c->room_head != KVS_POOL_NO_PAGE) p->pages[c->room_head].prev = pg;
+    c->room_head = pg;
+}
+
+static void room_unlink(struct kvs_pool *p, struct slab_class *c, uint32_t pg)
+{
+    struct page *page = &p->pages[pg];
+    if (page->prev != KVS_POOL_NO_PAGE)
+        p->pages[page->prev].next = page->next;
+    else
+        c->room_head = page->next;
+    if (page->next != KVS_POOL_NO_PAGE) p->pages[page->next].prev = page->prev;
+    page->prev = page->next = KVS_POOL_NO_PAGE;
+}
+
+static uint8_t *chunk_addr(const struct kvs_pool *p, uint32_t pg, uint32_t idx, uint32_t size)
+{
+    return p->base + (size_t)pg * KVS_POOL_PAGE + (size_t)idx * size;
+}
+
+/* A chunk from a page of class cls that has room, taking a free page if none has. */
+static int alloc_chunk(struct kvs_pool *p, int cls, uint64_t *off)
+{
+    struct slab_class *c = &p->classes[cls];
+    uint32_t pg = c->room_head;
+    if (pg == KVS_POOL_NO_PAGE) {
+        pg = find_free_run(p, 1);
+        if (pg == KVS_POOL_NO_PAGE) return -ENOSPC;
+        take_pages(p, pg, 1, cls);
+        c->pages++;
+        room_push(p, c, pg);
+    }
+    struct page *page = &p->pages[pg];
+    uint32_t idx;
+    if (page->free_chunk != NO_CHUNK) {
+        idx = page->free_chunk;
+        memcpy(&page->free_chunk, chunk_addr(p, pg, idx, c->chunk_size), sizeof(uint32_t));
+    } else {
+        idx = page->carved++;
+    }
+    page->used++;
+    if (page->used == c->per_page) room_unlink(p, c, pg);
+    c->chunks_used++;
+    p->bytes_used += c->chunk_size;
+    *off = (uint64_t)pg * KVS_POOL_PAGE + (uint64_t)idx * c->chunk_size;
+    return 0;
+}
+
+int kvs_pool_alloc(struct kvs_pool *p, size_t len, uint64_t *off)
+{
+    int cls = kvs_pool_class_of(p, len);
+    if (cls != KVS_POOL_LARGE) return alloc_chunk(p, cls, off);
+
+    size_t n = run_pages(len);
+    if (n > p->npages) return -E2BIG;
+    uint32_t first = find_free_run(p, (uint32_t)n);
+    if (first == KVS_POOL_NO_PAGE) return -ENOSPC;
+    take_pages(p, first, (uint32_t)n, KVS_POOL_LARGE);
+    p->bytes_used += n * KVS_POOL_PAGE;
+    *off = (uint64_t)first * KVS_POOL_PAGE;
+    return 0;
+}
+
+void kvs_pool_free(struct kvs_pool *p, uint64_t off, size_t len)
+{
+    uint32_t pg = kvs_pool_page_of(off);
+    int cls = kvs_pool_class_of(p, len);
+    if (cls == KVS_POOL_LARGE) {
+        uint32_t n = p->pages[pg].run;
+        release_pages(p, pg, n);
+        p->bytes_used -= (uint64_t)n * KVS_POOL_PAGE;
+        return;
+    }
+
+    struct slab_class *c = &p->classes[cls];
+    struct page *page = &p->pages[pg];
+    uint32_t idx = (uint32_t)((off % KVS_POOL_PAGE) / c->chunk_size);
+    if (page->used == c->per_page) room_push(p, c, pg);
+    page->used--;
+    c->chunks_used--;
+    p->bytes_used -= c->chunk_size;
+    if (page->used == 0) {
+        /* An empty page goes back to everyone: classes do not hoard memory. */
+        room_unlink(p, c, pg);
+        c->pages--;
+        release_pages(p, pg, 1);
+        return;
+    }
+    memcpy(chunk_addr(p, pg, idx, c->chunk_size), &page->free_chunk, sizeof(uint32_t));
+    page->free_chunk = idx;
+}
+
+void kvs_pool_stats(const struct kvs_pool *p, struct kvs_pool_stats *st)
+{
+    st->size = p->size;
+    st->pages_total = p->npages;
+    st->pages_free = p->pages_free;
+    st->bytes_used = p->bytes_used;
+}
+
+void kvs_pool_class_stats(const struct kvs_pool *p, int cls, struct kvs_pool_class_stats *st)
+{
+    const struct slab_class *c = &p->classes[cls];
+    st->chunk_size = c->chunk_size;
+    st->chunks_per_page = c->per_page;
+    st->pages = c->pages;
+    st->chunks_used = c->chunks_used;
+}

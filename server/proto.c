@@ -1,0 +1,775 @@
+/*
+ * proto.c - request parsing and reply building for one connection, with no
+ * socket in sight. See proto.h for the contract and docs/server.md for the
+ * streaming rules.
+ *
+ * The reply to an entry-carrying request (PUT/GET/EXISTS/REMOVE) is built
+ * while the request streams in: one "meta" buffer per frame holds the reply
+ * header and the count fixed-size statuses, and a GET hit adds a segment
+ * pointing into pool memory between two statuses. The header's body_len is
+ * known only at the end, so the frame's segments become sendable
+ * (committed) only when the whole request frame has been read.
+ */
+#include "proto.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A PUT value with at least this much left is read straight into its slot. */
+#define DIRECT_READ_MIN 4096
+/* Below this much free tail, the read buffer is compacted before reading. */
+#define RBUF_MIN_ROOM (KVS_WIRE_ENTRY_LEN + KVS_WIRE_MAX_KEY + KVS_WIRE_HDR_LEN)
+
+enum rstate {
+    RS_HDR,    /* waiting for a frame header */
+    RS_ENTRY,  /* waiting for an entry header and its key */
+    RS_VALUE,  /* a PUT value: into its slot, or discarded */
+    RS_SKIP,   /* the body of an unknown opcode */
+    RS_CLOSED, /* a malformed frame was seen: no more input */
+};
+
+/* A piece of reply: bytes to send, and what to release once they are sent. */
+struct out_seg {
+    const uint8_t *ptr;
+    size_t len;
+    struct kvs_item *pin; /* unpinned when sent */
+    void *owned;          /* freed when sent */
+};
+
+struct kvs_proto_conn {
+    struct kvs_server *srv;
+
+    uint8_t *rbuf;
+    size_t rcap, rpos, rend; /* unparsed input is rbuf[rpos..rend) */
+    enum rstate st;
+    int recv_direct; /* the last kvs_proto_recv_buf pointed into a PUT slot */
+
+    /* The request frame being read. */
+    struct kvs_wire_hdr hdr;
+    uint64_t body_left;
+    uint32_t entries_left;
+    uint32_t index;
+
+    /* The PUT value being read. */
+    struct kvs_item *put_item; /* NULL: the value is being skipped */
+    uint8_t *put_dst;
+    int32_t put_status;
+    uint64_t value_left;
+    uint64_t skip_left;
+
+    /* The reply being built for the frame being read. */
+    uint8_t *meta;
+    uint64_t reply_body;
+
+    /* Segments [seg_head, seg_committed) may be sent; the rest belong to the frame being read. */
+    struct out_seg *segs;
+    size_t seg_cap, seg_head, seg_committed, nsegs;
+    size_t head_sent; /* bytes of segs[seg_head] already sent */
+    size_t out_pending;
+    int closing;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int kvs_server_init(struct kvs_server *srv, size_t memory_bytes,
+                    const struct kvs_server_limits *limits)
+{
+    memset(srv, 0, sizeof(*srv));
+    srv->limits = *limits;
+    srv->started_ns = now_ns();
+    return kvs_store_create(memory_bytes, &srv->store);
+}
+
+void kvs_server_fini(struct kvs_server *srv)
+{
+    kvs_store_destroy(srv->store);
+    srv->store = NULL;
+}
+
+/* ---- STATS text ---- */
+
+struct text {
+    char *buf;
+    size_t len, cap;
+    int failed;
+};
+
+static void appendf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Appends one formatted line; remembers an allocation failure for the caller. */
+static void appendf(struct text *t, const char *fmt, ...)
+{
+    if (t->failed) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if (t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap ? t->cap * 2 : 4096;
+        while (cap <= t->len + (size_t)n)
+            cap *= 2;
+        char *nb = realloc(t->buf, cap);
+        if (!nb) {
+            t->failed = 1;
+            return;
+        }
+        t->buf = nb;
+        t->cap = cap;
+    }
+}
+
+int kvs_server_stats_text(struct kvs_server *srv, char **out, size_t *out_len)
+{
+    const struct kvs_server_counters *k = &srv->counters;
+    struct kvs_store_stats st;
+    kvs_store_stats(srv->store, &st);
+    struct text t = {0};
+
+    appendf(&t, "uptime_seconds %llu\n",
+            (unsigned long long)((now_ns() - srv->started_ns) / 1000000000ull));
+    appendf(&t, "connections_current %llu\n", (unsigned long long)k->conns_current);
+    appendf(&t, "connections_total %llu\n", (unsigned long long)k->conns_total);
+    appendf(&t, "connections_refused %llu\n", (unsigned long long)k->conns_refused);
+    for (uint8_t op = KVS_OP_PUT; op <= KVS_OP_HELLO; op++)
+        appendf(&t, "requests_%s %llu\n", kvs_wire_opcode_name(op),
+                (unsigned long long)k->requests[op]);
+    for (uint8_t op = KVS_OP_PUT; op <= KVS_OP_REMOVE; op++)
+        appendf(&t, "keys_%s %llu\n", kvs_wire_opcode_name(op), (unsigned long long)k->keys[op]);
+    appendf(&t, "bytes_in %llu\n", (unsigned long long)k->bytes_in);
+    appendf(&t, "bytes_out %llu\n", (unsigned long long)k->bytes_out);
+    appendf(&t, "get_hits %llu\n", (unsigned long long)k->get_hits);
+    appendf(&t, "get_misses %llu\n", (unsigned long long)k->get_misses);
+    appendf(&t, "get_range %llu\n", (unsigned long long)k->get_range);
+    appendf(&t, "put_too_big %llu\n", (unsigned long long)k->put_too_big);
+    appendf(&t, "put_no_space %llu\n", (unsigned long long)k->put_no_space);
+    appendf(&t, "key_invalid %llu\n", (unsigned long long)k->key_invalid);
+    appendf(&t, "errors_protocol %llu\n", (unsigned long long)k->errors_protocol);
+    appendf(&t, "errors_unsupported %llu\n", (unsigned long long)k->errors_unsupported);
+    appendf(&t, "errors_nomem %llu\n", (unsigned long long)k->errors_nomem);
+    appendf(&t, "items %llu\n", (unsigned long long)st.items);
+    appendf(&t, "evictions %llu\n", (unsigned long long)st.evictions);
+    appendf(&t, "page_reclaims %llu\n", (unsigned long long)st.reclaims);
+    appendf(&t, "pinned_items %llu\n", (unsigned long long)st.pinned);
+    appendf(&t, "value_bytes %llu\n", (unsigned long long)st.value_bytes);
+    appendf(&t, "memory_used %llu\n", (unsigned long long)st.memory_used);
+    appendf(&t, "memory_total %llu\n", (unsigned long long)st.memory_total);
+    appendf(&t, "pages_total %u\n", st.pages_total);
+    appendf(&t, "pages_free %u\n", st.pages_free);
+    appendf(&t, "max_object %llu\n", (unsigned long long)srv->limits.max_object);
+    appendf(&t, "max_frame %u\n", srv->limits.max_frame);
+
+    /* Per class, only those in use: a reader sees where the memory went. */
+    int n = kvs_pool_nclasses(kvs_store_pool(srv->store));
+    for (int i = 0; i <= n; i++) {
+        struct kvs_store_class_stats cs;
+        kvs_store_class_stats(srv->store, i, &cs);
+        if (!cs.pages && !cs.items && !cs.evictions) continue;
+        if (i == n) {
+            appendf(&t, "large_pages %u\nlarge_items %llu\nlarge_evictions %llu\n", cs.pages,
+                    (unsigned long long)cs.items, (unsigned long long)cs.evictions);
+        } else {
+            appendf(&t,
+                    "class_%d_chunk_size %u\nclass_%d_pages %u\nclass_%d_items %llu\n"
+                    "class_%d_evictions %llu\n",
+                    i, cs.chunk_size, i, cs.pages, i, (unsigned long long)cs.items, i,
+                    (unsigned long long)cs.evictions);
+        }
+    }
+    if (t.failed) {
+        free(t.buf);
+        return -ENOMEM;
+    }
+    *out = t.buf;
+    *out_len = t.len;
+    return 0;
+}
+
+/* ---- connection life ---- */
+
+struct kvs_proto_conn *kvs_proto_conn_new(struct kvs_server *srv)
+{
+    struct kvs_proto_conn *c = calloc(1, sizeof(*c));
+    if (!c) return NULL;
+    c->srv = srv;
+    c->rcap = srv->limits.rbuf_size > 2 * RBUF_MIN_ROOM ? srv->limits.rbuf_size : 2 * RBUF_MIN_ROOM;
+    c->rbuf = malloc(c->rcap);
+    if (!c->rbuf) {
+        free(c);
+        return NULL;
+    }
+    c->st = RS_HDR;
+    return c;
+}
+
+static void release_seg(struct kvs_proto_conn *c, struct out_seg *s)
+{
+    if (s->pin) kvs_store_unpin(c->srv->store, s->pin);
+    free(s->owned);
+    s->pin = NULL;
+    s->owned = NULL;
+}
+
+/* Forgets the reply of the frame being read (its segments are not committed). */
+static void drop_frame(struct kvs_proto_conn *c)
+{
+    for (size_t i = c->seg_committed; i < c->nsegs; i++)
+        release_seg(c, &c->segs[i]);
+    c->nsegs = c->seg_committed;
+    free(c->meta);
+    c->meta = NULL;
+    if (c->put_item) {
+        kvs_store_abort(c->srv->store, c->put_item);
+        c->put_item = NULL;
+    }
+}
+
+void kvs_proto_conn_free(struct kvs_proto_conn *c)
+{
+    if (!c) return;
+    drop_frame(c);
+    for (size_t i = c->seg_head; i < c->seg_committed; i++)
+        release_seg(c, &c->segs[i]);
+    free(c->segs);
+    free(c->rbuf);
+    free(c);
+}
+
+/* ---- output ---- */
+
+/* Appends a segment to the frame being built, merging it with a contiguous plain predecessor. */
+static int push_seg(struct kvs_proto_conn *c, const uint8_t *ptr, size_t len, struct kvs_item *pin,
+                    void *owned)
+{
+    if (!pin && !owned && c->nsegs > c->seg_committed) {
+        struct out_seg *last = &c->segs[c->nsegs - 1];
+        if (!last->pin && !last->owned && last->ptr + last->len == ptr) {
+            last->len += len;
+            return 0;
+        }
+    }
+    if (c->nsegs == c->seg_cap) {
+        if (c->seg_head > 0) {
+            /* Slide the unsent segments down before growing. */
+            memmove(c->segs, c->segs + c->seg_head, (c->nsegs - c->seg_head) * sizeof(*c->segs));
+            c->nsegs -= c->seg_head;
+            c->seg_committed -= c->seg_head;
+            c->seg_head = 0;
+        }
+        if (c->nsegs == c->seg_cap) {
+            size_t cap = c->seg_cap ? c->seg_cap * 2 : 16;
+            struct out_seg *ns = realloc(c->segs, cap * sizeof(*ns));
+            if (!ns) return -ENOMEM;
+            c->segs = ns;
+            c->seg_cap = cap;
+        }
+    }
+    c->segs[c->nsegs++] = (struct out_seg){.ptr = ptr, .len = len, .pin = pin, .owned = owned};
+    return 0;
+}
+
+/* Makes every segment pushed so far sendable. */
+static void commit_segs(struct kvs_proto_conn *c, size_t bytes)
+{
+    c->seg_committed = c->nsegs;
+    c->out_pending += bytes;
+}
+
+/* Queues a whole reply frame held in buf (freed once sent). */
+static int queue_owned_frame(struct kvs_proto_conn *c, uint8_t *buf, size_t len)
+{
+    if (push_seg(c, buf, len, NULL, buf) < 0) {
+        free(buf);
+        return -ENOMEM;
+    }
+    commit_segs(c, len);
+    return 0;
+}
+
+/* Builds a reply frame of opcode|REPLY with body[0..len) and queues it. */
+static int queue_reply(struct kvs_proto_conn *c, uint8_t opcode, uint64_t id, const void *body,
+                       size_t len)
+{
+    uint8_t *buf = malloc(KVS_WIRE_HDR_LEN + len);
+    if (!buf) return -ENOMEM;
+    struct kvs_wire_hdr h = {
+        .opcode = opcode | KVS_OP_REPLY, .count = 0, .body_len = (uint32_t)len, .id = id};
+    kvs_wire_hdr_encode(buf, &h);
+    if (len) memcpy(buf + KVS_WIRE_HDR_LEN, body, len);
+    return queue_owned_frame(c, buf, KVS_WIRE_HDR_LEN + len);
+}
+
+/* Queues an ERROR frame: i32 status, then a short text. */
+static int queue_error(struct kvs_proto_conn *c, uint64_t id, int status, const char *text)
+{
+    uint8_t body[4 + 96];
+    size_t tlen = strlen(text);
+    if (tlen > sizeof(body) - 4) tlen = sizeof(body) - 4;
+    kvs_put_u32(body, (uint32_t)status);
+    memcpy(body + 4, text, tlen);
+    return queue_reply(c, KVS_OP_ERROR, id, body, 4 + tlen);
+}
+
+/*
+ * Ends the connection's input: the partial frame's reply is dropped, an
+ * ERROR reply goes after the replies already queued, then the connection
+ * closes.
+ */
+static void fail_conn(struct kvs_proto_conn *c, uint64_t id, int status, const char *text)
+{
+    if (status == -ENOMEM)
+        c->srv->counters.errors_nomem++;
+    else
+        c->srv->counters.errors_protocol++;
+    drop_frame(c);
+    queue_error(c, id, status, text); /* best effort: closing anyway */
+    c->st = RS_CLOSED;
+    c->closing = 1;
+}
+
+int kvs_proto_out_iov(const struct kvs_proto_conn *c, struct iovec *iov, int max)
+{
+    int n = 0;
+    for (size_t i = c->seg_head; i < c->seg_committed && n < max; i++) {
+        size_t skip = i == c->seg_head ? c->head_sent : 0;
+        iov[n].iov_base = (void *)(c->segs[i].ptr + skip);
+        iov[n].iov_len = c->segs[i].len - skip;
+        n++;
+    }
+    return n;
+}
+
+void kvs_proto_sent(struct kvs_proto_conn *c, size_t n)
+{
+    c->srv->counters.bytes_out += n;
+    c->out_pending -= n;
+    while (n > 0 && c->seg_head < c->seg_committed) {
+        struct out_seg *s = &c->segs[c->seg_head];
+        size_t left = s->len - c->head_sent;
+        if (n < left) {
+            c->head_sent += n;
+            return;
+        }
+        n -= left;
+        release_seg(c, s);
+        c->seg_head++;
+        c->head_sent = 0;
+    }
+    /* Zero-length segments (a frame whose last piece is empty) release at once too. */
+    while (c->seg_head < c->seg_committed && c->segs[c->seg_head].len == 0) {
+        release_seg(c, &c->segs[c->seg_head]);
+        c->seg_head++;
+    }
+    if (c->seg_head == c->nsegs) c->seg_head = c->seg_committed = c->nsegs = 0;
+}
+
+size_t kvs_proto_out_pending(const struct kvs_proto_conn *c)
+{
+    return c->out_pending;
+}
+
+int kvs_proto_want_input(const struct kvs_proto_conn *c)
+{
+    if (c->closing) return 0;
+    return !(c->st == RS_HDR && c->out_pending > c->srv->limits.out_limit);
+}
+
+int kvs_proto_closing(const struct kvs_proto_conn *c)
+{
+    return c->closing;
+}
+
+/* ---- requests ---- */
+
+static void reply_hello(struct kvs_proto_conn *c)
+{
+    uint8_t body[KVS_WIRE_HELLO_LEN];
+    struct kvs_wire_hello h = {
+        .version = KVS_WIRE_VERSION,
+        .max_key = KVS_WIRE_MAX_KEY,
+        .max_object = c->srv->limits.max_object,
+        .max_frame = c->srv->limits.max_frame,
+        .max_keys = KVS_WIRE_MAX_KEYS,
+        .features = 0,
+    };
+    kvs_wire_hello_encode(body, &h);
+    if (queue_reply(c, KVS_OP_HELLO, c->hdr.id, body, sizeof(body)) < 0)
+        fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+}
+
+static void reply_stats(struct kvs_proto_conn *c)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = kvs_server_stats_text(c->srv, &text, &len);
+    if (rc == 0) rc = queue_reply(c, KVS_OP_STATS, c->hdr.id, text, len);
+    free(text);
+    if (rc < 0) fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+}
+
+/* Starts the reply of an entry-carrying frame: header space and count statuses. */
+static int begin_frame(struct kvs_proto_conn *c)
+{
+    size_t meta_len = KVS_WIRE_HDR_LEN + (size_t)c->hdr.count * KVS_WIRE_STATUS_LEN;
+    c->meta = malloc(meta_len);
+    if (!c->meta) return -ENOMEM;
+    c->reply_body = (uint64_t)c->hdr.count * KVS_WIRE_STATUS_LEN;
+    c->body_left = c->hdr.body_len;
+    c->entries_left = c->hdr.count;
+    c->index = 0;
+    return push_seg(c, c->meta, KVS_WIRE_HDR_LEN, NULL, NULL);
+}
+
+/* The whole request frame is in: fill in the reply header and let it go out. */
+static void end_frame(struct kvs_proto_conn *c)
+{
+    struct kvs_wire_hdr h = {.opcode = c->hdr.opcode | KVS_OP_REPLY,
+                             .count = c->hdr.count,
+                             .body_len = (uint32_t)c->reply_body,
+                             .id = c->hdr.id};
+    kvs_wire_hdr_encode(c->meta, &h);
+    /* The last segment of the frame frees the meta buffer: all before it are sent by then. */
+    c->segs[c->nsegs - 1].owned = c->meta;
+    c->meta = NULL;
+    commit_segs(c, KVS_WIRE_HDR_LEN + c->reply_body);
+    c->st = RS_HDR;
+}
+
+/* Records entry index's status; a GET hit also queues its value. */
+static int set_status(struct kvs_proto_conn *c, int32_t status, uint32_t len, struct kvs_item *data)
+{
+    uint8_t *p = c->meta + KVS_WIRE_HDR_LEN + (size_t)c->index * KVS_WIRE_STATUS_LEN;
+    kvs_wire_status_encode(p, status, len);
+    if (push_seg(c, p, KVS_WIRE_STATUS_LEN, NULL, NULL) < 0) return -ENOMEM;
+    if (data) {
+        if (push_seg(c, kvs_item_data(c->srv->store, data), len, data, NULL) < 0) return -ENOMEM;
+        c->reply_body += len;
+    }
+    return 0;
+}
+
+/* Moves to the next entry, or ends the frame after the last one. */
+static void next_entry(struct kvs_proto_conn *c)
+{
+    c->index++;
+    if (--c->entries_left > 0) {
+        c->st = RS_ENTRY;
+        return;
+    }
+    if (c->body_left != 0) {
+        fail_conn(c, c->hdr.id, -EBADMSG, "entries do not fill the body");
+        return;
+    }
+    end_frame(c);
+}
+
+static void do_get(struct kvs_proto_conn *c, const uint8_t *key, uint16_t klen, uint32_t cap)
+{
+    struct kvs_server_counters *k = &c->srv->counters;
+    int32_t status = 0;
+    uint32_t len = 0;
+    struct kvs_item *it = NULL;
+    if (memchr(key, 0, klen)) {
+        status = -EINVAL;
+        k->key_invalid++;
+    } else if (!(it = kvs_store_lookup(c->srv->store, key, klen, 1))) {
+        status = -ENOENT;
+        k->get_misses++;
+    } else {
+        k->get_hits++;
+        len = kvs_item_len(it);
+        if (cap < len) {
+            status = -ERANGE;
+            k->get_range++;
+        } else if (c->reply_body + len > c->srv->limits.max_frame) {
+            /* The reply would outgrow a frame: this key must be fetched on its own. */
+            status = -EMSGSIZE;
+            len = 0;
+        }
+        if (status != 0 || len == 0) {
+            kvs_store_unpin(c->srv->store, it);
+            it = NULL;
+        }
+    }
+    if (set_status(c, status, len, it) < 0) {
+        if (it) kvs_store_unpin(c->srv->store, it);
+        fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+        return;
+    }
+    next_entry(c);
+}
+
+/* A PUT entry's key is in: reserve its slot (or decide to skip its value). */
+static void begin_put(struct kvs_proto_conn *c, const uint8_t *key, uint16_t klen, uint32_t len)
+{
+    struct kvs_server_counters *k = &c->srv->counters;
+    c->put_item = NULL;
+    c->put_status = 0;
+    if (memchr(key, 0, klen)) {
+        c->put_status = -EINVAL;
+        k->key_invalid++;
+    } else if (len > c->srv->limits.max_object) {
+        c->put_status = -E2BIG;
+        k->put_too_big++;
+    } else {
+        int rc = kvs_store_reserve(c->srv->store, key, klen, len, &c->put_item);
+        if (rc < 0) {
+            c->put_status = rc;
+            c->put_item = NULL;
+            if (rc == -ENOSPC) k->put_no_space++;
+            if (rc == -E2BIG) k->put_too_big++;
+            if (rc == -ENOMEM) k->errors_nomem++;
+        }
+    }
+    c->put_dst = c->put_item ? kvs_item_data(c->srv->store, c->put_item) : NULL;
+    c->value_left = len;
+    c->st = RS_VALUE;
+}
+
+/* The PUT value is all in: publish it (the old value stays visible until now). */
+static void end_put(struct kvs_proto_conn *c)
+{
+    int32_t status = c->put_status;
+    if (c->put_item) {
+        status = kvs_store_commit(c->srv->store, c->put_item);
+        c->put_item = NULL;
+        if (status == -ENOMEM) c->srv->counters.errors_nomem++;
+    }
+    if (set_status(c, status, 0, NULL) < 0) {
+        fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+        return;
+    }
+    next_entry(c);
+}
+
+static void do_simple(struct kvs_proto_conn *c, const uint8_t *key, uint16_t klen)
+{
+    int32_t status;
+    if (memchr(key, 0, klen)) {
+        status = -EINVAL;
+        c->srv->counters.key_invalid++;
+    } else if (c->hdr.opcode == KVS_OP_EXISTS) {
+        status = kvs_store_lookup(c->srv->store, key, klen, 0) ? 1 : 0;
+    } else {
+        status = kvs_store_remove(c->srv->store, key, klen);
+    }
+    if (set_status(c, status, 0, NULL) < 0) {
+        fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+        return;
+    }
+    next_entry(c);
+}
+
+/* Parses a frame header at p (KVS_WIRE_HDR_LEN bytes, already consumed). */
+static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
+{
+    struct kvs_server_counters *k = &c->srv->counters;
+    int rc = kvs_wire_hdr_decode(p, &c->hdr, c->srv->limits.max_frame);
+    if (rc == -ENOTSUP) {
+        k->errors_unsupported++;
+        if (queue_error(c, c->hdr.id, -ENOTSUP, "unknown opcode") < 0) {
+            fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+            return;
+        }
+        c->skip_left = c->hdr.body_len;
+        c->st = RS_SKIP;
+        return;
+    }
+    if (rc == -EPROTO) {
+        fail_conn(c, 0, rc, "bad magic or version");
+        return;
+    }
+    if (rc < 0) {
+        fail_conn(c, c->hdr.id, rc, rc == -EMSGSIZE ? "frame too large" : "malformed header");
+        return;
+    }
+    if (c->hdr.opcode & KVS_OP_REPLY) {
+        fail_conn(c, c->hdr.id, -EBADMSG, "a reply sent as a request");
+        return;
+    }
+    k->requests[c->hdr.opcode]++;
+    switch (c->hdr.opcode) {
+    case KVS_OP_HELLO:
+        reply_hello(c);
+        return;
+    case KVS_OP_STATS:
+        reply_stats(c);
+        return;
+    default:
+        break;
+    }
+    if (begin_frame(c) < 0) {
+        fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+        return;
+    }
+    if (c->hdr.count == 0) {
+        if (c->hdr.body_len != 0) {
+            fail_conn(c, c->hdr.id, -EBADMSG, "body without entries");
+            return;
+        }
+        end_frame(c);
+        return;
+    }
+    c->st = RS_ENTRY;
+}
+
+/*
+ * Parses one entry header + key if they are all buffered. Returns 1 if it
+ * made progress, 0 if it needs more input.
+ */
+static int on_entry(struct kvs_proto_conn *c)
+{
+    if (c->body_left < KVS_WIRE_ENTRY_LEN) {
+        fail_conn(c, c->hdr.id, -EBADMSG, "count larger than the body");
+        return 1;
+    }
+    size_t avail = c->rend - c->rpos;
+    if (avail < KVS_WIRE_ENTRY_LEN) return 0;
+    const uint8_t *p = c->rbuf + c->rpos;
+    struct kvs_wire_entry e;
+    if (kvs_wire_entry_decode(p, &e) < 0) {
+        fail_conn(c, c->hdr.id, -EBADMSG, "bad entry");
+        return 1;
+    }
+    if (kvs_wire_entry_size(c->hdr.opcode, &e) > c->body_left) {
+        fail_conn(c, c->hdr.id, -EBADMSG, "entry past the end of the body");
+        return 1;
+    }
+    if (c->hdr.opcode != KVS_OP_PUT && c->hdr.opcode != KVS_OP_GET && e.len != 0) {
+        fail_conn(c, c->hdr.id, -EBADMSG, "length on a key-only entry");
+        return 1;
+    }
+    if (avail < KVS_WIRE_ENTRY_LEN + (size_t)e.klen) return 0;
+
+    const uint8_t *key = p + KVS_WIRE_ENTRY_LEN;
+    c->rpos += KVS_WIRE_ENTRY_LEN + e.klen;
+    c->body_left -= KVS_WIRE_ENTRY_LEN + e.klen;
+    c->srv->counters.keys[c->hdr.opcode]++;
+    switch (c->hdr.opcode) {
+    case KVS_OP_PUT:
+        begin_put(c, key, e.klen, e.len);
+        break;
+    case KVS_OP_GET:
+        do_get(c, key, e.klen, e.len);
+        break;
+    default:
+        do_simple(c, key, e.klen);
+        break;
+    }
+    return 1;
+}
+
+void kvs_proto_process(struct kvs_proto_conn *c)
+{
+    for (;;) {
+        size_t avail = c->rend - c->rpos;
+        switch (c->st) {
+        case RS_HDR:
+            if (c->out_pending > c->srv->limits.out_limit) return; /* back-pressure */
+            if (avail < KVS_WIRE_HDR_LEN) return;
+            c->rpos += KVS_WIRE_HDR_LEN;
+            on_header(c, c->rbuf + c->rpos - KVS_WIRE_HDR_LEN);
+            break;
+        case RS_ENTRY:
+            if (!on_entry(c)) return;
+            break;
+        case RS_VALUE: {
+            size_t n = avail < c->value_left ? avail : (size_t)c->value_left;
+            if (n > 0) {
+                if (c->put_dst) {
+                    memcpy(c->put_dst, c->rbuf + c->rpos, n);
+                    c->put_dst += n;
+                }
+                c->rpos += n;
+                c->value_left -= n;
+                c->body_left -= n;
+            }
+            if (c->value_left > 0) return;
+            end_put(c);
+            break;
+        }
+        case RS_SKIP: {
+            size_t n = avail < c->skip_left ? avail : (size_t)c->skip_left;
+            c->rpos += n;
+            c->skip_left -= n;
+            if (c->skip_left > 0) return;
+            c->st = RS_HDR;
+            break;
+        }
+        case RS_CLOSED:
+            c->rpos = c->rend;
+            return;
+        }
+    }
+}
+
+void kvs_proto_recv_buf(struct kvs_proto_conn *c, struct iovec *iov)
+{
+    iov->iov_base = NULL;
+    iov->iov_len = 0;
+    c->recv_direct = 0;
+    if (!kvs_proto_want_input(c)) return;
+
+    size_t avail = c->rend - c->rpos;
+    if (c->st == RS_VALUE && c->put_dst && avail == 0 && c->value_left >= DIRECT_READ_MIN) {
+        iov->iov_base = c->put_dst;
+        iov->iov_len = c->value_left;
+        c->recv_direct = 1;
+        return;
+    }
+    if (avail == 0) {
+        c->rpos = c->rend = 0;
+    } else if (c->rcap - c->rend < RBUF_MIN_ROOM && c->rpos > 0) {
+        memmove(c->rbuf, c->rbuf + c->rpos, avail);
+        c->rpos = 0;
+        c->rend = avail;
+    }
+    iov->iov_base = c->rbuf + c->rend;
+    iov->iov_len = c->rcap - c->rend;
+}
+
+void kvs_proto_received(struct kvs_proto_conn *c, size_t n)
+{
+    c->srv->counters.bytes_in += n;
+    if (c->recv_direct) {
+        c->recv_direct = 0;
+        c->put_dst += n;
+        c->value_left -= n;
+        c->body_left -= n;
+    } else {
+        c->rend += n;
+    }
+    kvs_proto_process(c);
+}
+
+size_t kvs_proto_feed(struct kvs_proto_conn *c, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    size_t done = 0;
+    while (done < len) {
+        struct iovec iov;
+        kvs_proto_recv_buf(c, &iov);
+        if (iov.iov_len == 0) break;
+        size_t n = len - done < iov.iov_len ? len - done : iov.iov_len;
+        memcpy(iov.iov_base, p + done, n);
+        kvs_proto_received(c, n);
+        done += n;
+    }
+    return done;
+}

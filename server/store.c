@@ -1,0 +1,395 @@
+/*
+ * store.c - the key index (uthash), LRU per slab class, eviction, page
+ * reclamation and pinning. See store.h for the rules.
+ *
+ * An item is in exactly one of two places: linked (in the index and in its
+ * class's LRU, newest at the head) or in limbo (reserved and not yet
+ * committed, or replaced/removed while pinned). Limbo items are never
+ * evicted; they are freed by abort or by their last unpin, and by destroy.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The index must not exit() the server when malloc fails: note it, fail the put. */
+static __thread int index_oom;
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(obj)                                                                   \
+    do {                                                                                           \
+        (void)(obj);                                                                               \
+        index_oom = 1;                                                                             \
+    } while (0)
+#include <uthash.h>
+
+struct kvs_item {
+    UT_hash_handle hh;
+    struct kvs_item *prev, *next; /* LRU (linked) or limbo list */
+    uint64_t off;
+    uint64_t atime; /* store clock at the last commit or pinned read */
+    uint32_t len;
+    uint32_t pins;
+    uint16_t klen;
+    uint8_t linked;
+    int32_t lru; /* index into store->lrus */
+    uint8_t key[];
+};
+
+struct lru {
+    struct kvs_item *head, *tail;
+    uint64_t items;
+    uint64_t evictions;
+};
+
+struct kvs_store {
+    struct kvs_pool *pool;
+    struct kvs_item *index;
+    struct kvs_item *limbo;
+    struct lru *lrus; /* one per slab class, then one for large runs */
+    int nlrus;
+    uint64_t clock;
+    uint64_t evictions, reclaims, pinned, nospace, value_bytes;
+};
+
+int kvs_store_create(size_t memory_bytes, struct kvs_store **out)
+{
+    int rc = -ENOMEM;
+    struct kvs_store *s = calloc(1, sizeof(*s));
+    if (!s) goto fail;
+    rc = kvs_pool_create(memory_bytes, &s->pool);
+    if (rc < 0) goto fail_store;
+    rc = -ENOMEM;
+    s->nlrus = kvs_pool_nclasses(s->pool) + 1;
+    s->lrus = calloc((size_t)s->nlrus, sizeof(*s->lrus));
+    if (!s->lrus) goto fail_pool;
+    *out = s;
+    return 0;
+
+fail_pool:
+    kvs_pool_destroy(s->pool);
+fail_store:
+    free(s);
+fail:
+    return rc;
+}
+
+static void free_item(struct kvs_store *s, struct kvs_item *it)
+{
+    kvs_pool_free(s->pool, it->off, it->len);
+    free(it);
+}
+
+void kvs_store_destroy(struct kvs_store *s)
+{
+    if (!s) return;
+    struct kvs_item *it, *tmp;
+    HASH_ITER(hh, s->index, it, tmp)
+    {
+        HASH_DELETE(hh, s->index, it);
+        free_item(s, it);
+    }
+    while (s->limbo) {
+        it = s->limbo;
+        s->limbo = it->next;
+        free_item(s, it);
+    }
+    free(s->lrus);
+    kvs_pool_destroy(s->pool);
+    free(s);
+}
+
+struct kvs_pool *kvs_store_pool(const struct kvs_store *s)
+{
+    return s->pool;
+}
+
+/* ---- the two lists an item can be on ---- */
+
+static void lru_push_head(struct lru *l, struct kvs_item *it)
+{
+    it->prev = NULL;
+    it->next = l->head;
+    if (l->head) l->head->prev = it;
+    l->head = it;
+    if (!l->tail) l->tail = it;
+    l->items++;
+}
+
+static void lru_unlink(struct lru *l, struct kvs_item *it)
+{
+    if (it->prev)
+        it->prev->next = it->next;
+    else
+        l->head = it->next;
+    if (it->next)
+        it->next->prev = it->prev;
+    else
+        l->tail = it->prev;
+    it->prev = it->next = NULL;
+    l->items--;
+}
+
+static void limbo_push(struct kvs_store *s, struct kvs_item *it)
+{
+    it->prev = NULL;
+    it->next = s->limbo;
+    if (s->limbo) s->limbo->prev = it;
+    s->limbo = it;
+}
+
+static void limbo_unlink(struct kvs_store *s, struct kvs_item *it)
+{
+    if (it->prev)
+        it->prev->next = it->next;
+    else
+        s->limbo = it->next;
+    if (it->next) it->next->prev = it->prev;
+    it->prev = it->next = NULL;
+}
+
+/* Takes a linked item out of the index; frees it, or leaves it in limbo for its pin holders. */
+static void unlink_item(struct kvs_store *s, struct kvs_item *it)
+{
+    HASH_DELETE(hh, s->index, it);
+    lru_unlink(&s->lrus[it->lru], it);
+    it->linked = 0;
+    s->value_bytes -= it->len;
+    if (it->pins == 0)
+        free_item(s, it);
+    else
+        limbo_push(s, it);
+}
+
+/* ---- eviction ---- */
+
+static struct kvs_item *oldest_unpinned(const struct lru *l)
+{
+    struct kvs_item *it = l->tail;
+    while (it && it->pins)
+        it = it->prev;
+    return it;
+}
+
+static void evict(struct kvs_store *s, struct kvs_item *it)
+{
+    s->evictions++;
+    s->lrus[it->lru].evictions++;
+    unlink_item(s, it);
+}
+
+/*
+ * Frees memory for another class: finds the LRU whose oldest unpinned item
+ * is the oldest of all. For the large runs that item is evicted (its pages
+ * go back); for a slab class every unpinned item on that item's page is
+ * evicted, so the page usually returns to the free pages. Evicts at least one
+ * item, or returns -ENOSPC when nothing is evictable anywhere.
+ */
+static int reclaim(struct kvs_store *s)
+{
+    int best = -1;
+    struct kvs_item *victim = NULL;
+    for (int i = 0; i < s->nlrus; i++) {
+        struct kvs_item *it = oldest_unpinned(&s->lrus[i]);
+        if (it && (!victim || it->atime < victim->atime)) {
+            victim = it;
+            best = i;
+        }
+    }
+    if (!victim) return -ENOSPC;
+    if (best == s->nlrus - 1) {
+        evict(s, victim);
+        return 0;
+    }
+
+    s->reclaims++;
+    uint32_t page = kvs_pool_page_of(victim->off);
+    struct kvs_item *it = s->lrus[best].tail;
+    while (it) {
+        struct kvs_item *prev = it->prev;
+        if (!it->pins && kvs_pool_page_of(it->off) == page) evict(s, it);
+        it = prev;
+    }
+    return 0;
+}
+
+/* A slot for len bytes, evicting as needed (see store.h). */
+static int alloc_slot(struct kvs_store *s, uint32_t len, uint64_t *off)
+{
+    int cls = kvs_pool_class_of(s->pool, len);
+    for (;;) {
+        int rc = kvs_pool_alloc(s->pool, len, off);
+        if (rc != -ENOSPC) return rc;
+        if (cls != KVS_POOL_LARGE) {
+            struct kvs_item *it = oldest_unpinned(&s->lrus[cls]);
+            if (it) {
+                evict(s, it);
+                continue;
+            }
+        }
+        /* Each round evicts at least one item, so this ends. */
+        if (reclaim(s) < 0) return -ENOSPC;
+    }
+}
+
+/* ---- the API ---- */
+
+static void pin(struct kvs_store *s, struct kvs_item *it)
+{
+    if (it->pins++ == 0) s->pinned++;
+}
+
+int kvs_store_reserve(struct kvs_store *s, const uint8_t *key, uint16_t klen, uint32_t len,
+                      struct kvs_item **out)
+{
+    struct kvs_item *it = malloc(sizeof(*it) + klen);
+    if (!it) return -ENOMEM;
+    int rc = alloc_slot(s, len, &it->off);
+    if (rc < 0) {
+        if (rc == -ENOSPC) s->nospace++;
+        free(it);
+        return rc;
+    }
+    memset(&it->hh, 0, sizeof(it->hh));
+    it->len = len;
+    it->pins = 0;
+    it->klen = klen;
+    it->linked = 0;
+    it->atime = 0;
+    int cls = kvs_pool_class_of(s->pool, len);
+    it->lru = cls == KVS_POOL_LARGE ? s->nlrus - 1 : cls;
+    memcpy(it->key, key, klen);
+    pin(s, it);
+    limbo_push(s, it);
+    *out = it;
+    return 0;
+}
+
+int kvs_store_commit(struct kvs_store *s, struct kvs_item *it)
+{
+    struct kvs_item *old = NULL;
+    HASH_FIND(hh, s->index, it->key, it->klen, old);
+    limbo_unlink(s, it);
+    /* Add before deleting the old item: if the index cannot grow, the old value stays. */
+    index_oom = 0;
+    HASH_ADD_KEYPTR(hh, s->index, it->key, it->klen, it);
+    if (index_oom) {
+        if (--it->pins == 0) s->pinned--;
+        free_item(s, it);
+        return -ENOMEM;
+    }
+    if (old) unlink_item(s, old);
+    it->linked = 1;
+    it->atime = ++s->clock;
+    s->value_bytes += it->len;
+    lru_push_head(&s->lrus[it->lru], it);
+    kvs_store_unpin(s, it);
+    return 0;
+}
+
+void kvs_store_abort(struct kvs_store *s, struct kvs_item *it)
+{
+    limbo_unlink(s, it);
+    if (it->pins) s->pinned--;
+    free_item(s, it);
+}
+
+struct kvs_item *kvs_store_lookup(struct kvs_store *s, const uint8_t *key, uint16_t klen,
+                                  int want_pin)
+{
+    struct kvs_item *it = NULL;
+    HASH_FIND(hh, s->index, key, klen, it);
+    if (it && want_pin) {
+        pin(s, it);
+        struct lru *l = &s->lrus[it->lru];
+        lru_unlink(l, it);
+        lru_push_head(l, it);
+        it->atime = ++s->clock;
+    }
+    return it;
+}
+
+void kvs_store_pin(struct kvs_store *s, struct kvs_item *it)
+{
+    pin(s, it);
+}
+
+void kvs_store_unpin(struct kvs_store *s, struct kvs_item *it)
+{
+    if (--it->pins > 0) return;
+    s->pinned--;
+    if (!it->linked) {
+        limbo_unlink(s, it);
+        free_item(s, it);
+    }
+}
+
+int kvs_store_remove(struct kvs_store *s, const uint8_t *key, uint16_t klen)
+{
+    struct kvs_item *it = NULL;
+    HASH_FIND(hh, s->index, key, klen, it);
+    if (!it) return -ENOENT;
+    unlink_item(s, it);
+    return 0;
+}
+
+uint8_t *kvs_item_data(const struct kvs_store *s, const struct kvs_item *it)
+{
+    return kvs_pool_base(s->pool) + it->off;
+}
+
+uint32_t kvs_item_len(const struct kvs_item *it)
+{
+    return it->len;
+}
+
+uint64_t kvs_item_offset(const struct kvs_item *it)
+{
+    return it->off;
+}
+
+int kvs_item_pinned(const struct kvs_item *it)
+{
+    return it->pins > 0;
+}
+
+void kvs_store_stats(const struct kvs_store *s, struct kvs_store_stats *st)
+{
+    struct kvs_pool_stats ps;
+    kvs_pool_stats(s->pool, &ps);
+    st->items = HASH_COUNT(s->index);
+    st->evictions = s->evictions;
+    st->reclaims = s->reclaims;
+    st->pinned = s->pinned;
+    st->nospace = s->nospace;
+    st->value_bytes = s->value_bytes;
+    st->memory_used = ps.bytes_used;
+    st->memory_total = ps.size;
+    st->pages_total = ps.pages_total;
+    st->pages_free = ps.pages_free;
+}
+
+void kvs_store_class_stats(const struct kvs_store *s, int cls, struct kvs_store_class_stats *st)
+{
+    const struct lru *l = &s->lrus[cls];
+    st->items = l->items;
+    st->evictions = l->evictions;
+    if (cls == s->nlrus - 1) {
+        struct kvs_pool_stats ps;
+        kvs_pool_stats(s->pool, &ps);
+        st->chunk_size = 0;
+        /* Pages of large runs: everything neither free nor in a slab class. */
+        uint32_t slab_pages = 0;
+        for (int i = 0; i < s->nlrus - 1; i++) {
+            struct kvs_pool_class_stats cs;
+            kvs_pool_class_stats(s->pool, i, &cs);
+            slab_pages += cs.pages;
+        }
+        st->pages = ps.pages_total - ps.pages_free - slab_pages;
+        return;
+    }
+    struct kvs_pool_class_stats cs;
+    kvs_pool_class_stats(s->pool, cls, &cs);
+    st->chunk_size = cs.chunk_size;
+    st->pages = cs.pages;
+}
