@@ -1,0 +1,168 @@
+#!/bin/bash
+# bench-compare.sh [--quick] [--out DIR] - kvbatch side by side, in one run, with
+# the link's limit (iperf3 on loopback at the same write sizes) and with what a
+# user would use instead (redis-server + redis-benchmark -P 1 and -P 32, SET/GET,
+# same value sizes and clients): kvbatch single-key, explicit batch, shim
+# adaptive, shim fixed over a sweep of windows, shim off; the layerwise engine
+# workload with and without the shim. Writes into $OUT (default $BUILD/bench):
+#   results.md   Markdown tables with ratios (to iperf3 and to Redis) and targets
+#   *.png        gnuplot plots: ops/s vs value size per path; latency/ops vs window
+#   runs/        every raw result (kvbench CSV, redis-benchmark CSV, iperf3 JSON)
+# Every server binds 127.0.0.1 on a private port and is stopped on exit; every
+# run is bounded by `timeout`. Default run: under ~10 minutes; --quick: under 2.
+set -u
+BUILD=${BUILD:-build}
+OUT=
+QUICK=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) QUICK=1 ;;
+    --out) OUT=$2; shift ;;
+    --out=*) OUT=${1#--out=} ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench-compare.sh: unknown argument '$1' (accepted: --quick, --out DIR)" >&2; exit 2 ;;
+    esac
+    shift
+done
+OUT=${OUT:-$BUILD/bench}
+PY=/usr/bin/python3
+KVBENCH=$BUILD/bin/kvbench
+KVSTORED=$BUILD/bin/kvstored
+SHIM=$(realpath "$BUILD/lib/libkvbatch.so" 2>/dev/null || true)
+
+if [ "$QUICK" = 1 ]; then
+    SIZES="4096 65536"
+    WINDOWS="0 50 1000"
+    SECS=1; REPEAT=3; ROUNDS=2
+else
+    SIZES="1024 4096 16384 65536 262144 1048576"
+    WINDOWS="0 10 50 200 1000"
+    SECS=2; REPEAT=3; ROUNDS=4
+fi
+CLIENTS=16
+
+for bin in "$KVBENCH" "$KVSTORED"; do
+    [ -x "$bin" ] || { echo "bench-compare.sh: $bin is not built (make BUILD=$BUILD)" >&2; exit 1; }
+done
+for tool in iperf3 redis-server redis-benchmark gnuplot; do
+    command -v "$tool" >/dev/null || { echo "bench-compare.sh: $tool missing (scripts/deps.sh bench)" >&2; exit 1; }
+done
+[ -n "$SHIM" ] || echo "bench-compare.sh: $BUILD/lib/libkvbatch.so not built: shim rows skipped" >&2
+
+mkdir -p "$OUT/runs"
+rm -f "$OUT"/runs/*
+PIDS=
+cleanup() {
+    for p in $PIDS; do kill "$p" 2>/dev/null; done
+    for p in $PIDS; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null
+    done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A free loopback TCP port (bind to port 0, report what the kernel chose).
+free_port() {
+    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# kvstored on 127.0.0.1, port read back from its "listening on" line.
+"$KVSTORED" --listen 127.0.0.1:0 --memory 2G >"$OUT/runs/kvstored.log" 2>&1 &
+PIDS="$PIDS $!"
+for _ in $(seq 100); do grep -q "listening on" "$OUT/runs/kvstored.log" && break; sleep 0.1; done
+KV_ADDR=$(sed -n 's/.*listening on \(.*\)/\1/p' "$OUT/runs/kvstored.log" | head -1)
+[ -n "$KV_ADDR" ] || { echo "bench-compare.sh: kvstored did not start" >&2; cat "$OUT/runs/kvstored.log" >&2; exit 1; }
+
+REDIS_PORT=$(free_port)
+redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+    --protected-mode yes --logfile "$OUT/runs/redis.log" --dir "$OUT/runs" &
+PIDS="$PIDS $!"
+for _ in $(seq 100); do redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+echo "bench-compare: kvstored $KV_ADDR, redis 127.0.0.1:$REDIS_PORT, sizes: $SIZES, $CLIENTS clients, output $OUT" >&2
+START=$(date +%s)
+
+# Ops per bounded run: enough for ~SECS seconds at a few 100k ops/s, fewer for big values.
+ops_for() { local s=$1 n; n=$((2000000000 / s)); [ $n -gt 2000000 ] && n=2000000; [ $n -lt 2000 ] && n=2000; echo $n; }
+
+# kvb NAME OP SIZE THREADS [ENV...] -- [KVBENCH ARGS...]: one kvbench measurement (median of REPEAT).
+kvb() {
+    local name=$1 op=$2 size=$3 threads=$4; shift 4
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    echo "  kvbench $op $name size=$size threads=$threads" >&2
+    timeout -k 5 $((REPEAT * SECS * 4 + 60)) env "${envs[@]}" "$KVBENCH" "$op" --servers "$KV_ADDR" \
+        --size "$size" --threads "$threads" --seconds "$SECS" --ops "$(ops_for "$size")" \
+        --keys $(( size >= 262144 ? 1024 : 4096 )) --repeat "$REPEAT" --quiet \
+        --csv "$OUT/runs/kv__${name}__${op}__${size}__${threads}.csv" "$@" >>"$OUT/runs/kvbench.log" 2>&1 ||
+        echo "    (exit $? - see runs/kvbench.log)" >&2
+}
+
+# The link's limit: iperf3 over loopback with the same write size.
+for size in $SIZES; do
+    port=$(free_port)
+    iperf3 -s -B 127.0.0.1 -p "$port" -1 >/dev/null 2>&1 &
+    ipid=$!
+    sleep 0.3
+    echo "  iperf3 -l $size" >&2
+    timeout -k 5 $((SECS + 20)) iperf3 -c 127.0.0.1 -p "$port" -l "$size" -t "$SECS" -J \
+        >"$OUT/runs/iperf3__$size.json" 2>/dev/null || echo "    (iperf3 failed)" >&2
+    kill "$ipid" 2>/dev/null; wait "$ipid" 2>/dev/null
+done
+
+# What a user would use instead: Redis, unpipelined and pipelined, same sizes and clients.
+for size in $SIZES; do
+    for P in 1 32; do
+        n=$(( $(ops_for "$size") / (P == 1 ? 4 : 1) ))
+        echo "  redis-benchmark -P $P -d $size" >&2
+        timeout -k 5 120 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t set,get -d "$size" \
+            -c "$CLIENTS" -n "$n" -P "$P" -r 4096 --csv >"$OUT/runs/redis__P${P}__$size.csv" 2>/dev/null ||
+            echo "    (redis-benchmark failed)" >&2
+    done
+    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" flushall >/dev/null 2>&1
+done
+
+# kvbatch: per value size, single-key (no shim), explicit batch, shim adaptive.
+for size in $SIZES; do
+    for op in put get; do
+        kvb single "$op" "$size" $CLIENTS -- --mode single
+        kvb batch "$op" "$size" $CLIENTS -- --mode batch --batch 64
+        [ -n "$SHIM" ] && kvb shim-adaptive "$op" "$size" $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=adaptive -- --mode single
+    done
+done
+
+# The window sweep (fixed policy) and the policy checks, at 4 KiB.
+if [ -n "$SHIM" ]; then
+    for w in $WINDOWS; do
+        for op in put get; do
+            kvb "shim-fixed-w$w" "$op" 4096 $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=fixed KVBATCH_WINDOW_US="$w" -- --mode single
+        done
+    done
+    for op in put get; do
+        kvb shim-off "$op" 4096 $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=off -- --mode single
+        kvb shim-adaptive "$op" 4096 1 LD_PRELOAD="$SHIM" KVBATCH_POLICY=adaptive -- --mode single
+    done
+fi
+# One thread, single key vs explicit batch of 64 (issue 2's figure); 1-thread baseline.
+for op in put get; do
+    kvb single "$op" 4096 1 -- --mode single
+    kvb batch "$op" 4096 1 -- --mode batch --batch 64
+done
+
+# The engine-shaped workload, without and with the shim.
+for variant in plain shim; do
+    [ "$variant" = shim ] && [ -z "$SHIM" ] && continue
+    envs=(KVBENCH_VARIANT=$variant)
+    [ "$variant" = shim ] && envs+=(LD_PRELOAD="$SHIM")
+    echo "  kvbench layerwise ($variant)" >&2
+    timeout -k 5 600 env "${envs[@]}" "$KVBENCH" layerwise --servers "$KV_ADDR" --model llama3-8b \
+        --tp 1 --block 16 --requests 8 --prompt 256 --rounds "$ROUNDS" --repeat "$REPEAT" --quiet \
+        --csv "$OUT/runs/layerwise__$variant.csv" >>"$OUT/runs/kvbench.log" 2>&1 ||
+        echo "    (layerwise exit $?)" >&2
+done
+
+echo "bench-compare: measured in $(( $(date +%s) - START )) s; writing $OUT/results.md" >&2
+$PY "$(dirname "$0")/bench-report.py" "$OUT" "$CLIENTS" "$WINDOWS" || exit 1
+cat "$OUT/results.md"

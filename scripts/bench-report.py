@@ -1,0 +1,250 @@
+#!/usr/bin/python3
+"""bench-report.py OUT CLIENTS "WINDOWS" - turns the raw results that
+bench-compare.sh left in OUT/runs into OUT/results.md (tables with ratios to
+the link's limit and to Redis, and the project's targets) and gnuplot PNGs.
+"""
+import csv
+import glob
+import json
+import os
+import platform
+import subprocess
+import sys
+
+
+def kvbench_rows(path):
+    """The median row of a kvbench CSV (or its only run) per workload."""
+    out = {}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            wl = row["workload"]
+            if row["run"] == "0" or wl not in out:
+                out[wl] = row
+    return out
+
+
+def load(outdir):
+    kv = {}  # (name, op, size, threads) -> row
+    for path in glob.glob(os.path.join(outdir, "runs", "kv__*.csv")):
+        name, op, size, threads = os.path.basename(path)[4:-4].split("__")
+        rows = kvbench_rows(path)
+        if op in rows:
+            kv[(name, op, int(size), int(threads))] = rows[op]
+    redis = {}  # (P, size, "SET"|"GET") -> {rps, p50_ms, p99_ms}
+    for path in glob.glob(os.path.join(outdir, "runs", "redis__P*__*.csv")):
+        _, p, size = os.path.basename(path)[:-4].split("__")
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                redis[(int(p[1:]), int(size), row["test"])] = row
+    iperf = {}  # size -> bytes/s
+    for path in glob.glob(os.path.join(outdir, "runs", "iperf3__*.json")):
+        size = int(os.path.basename(path)[:-5].split("__")[1])
+        try:
+            with open(path) as f:
+                iperf[size] = json.load(f)["end"]["sum_received"]["bits_per_second"] / 8
+        except (ValueError, KeyError):
+            pass
+    layer = {}  # variant -> {workload: row}
+    for path in glob.glob(os.path.join(outdir, "runs", "layerwise__*.csv")):
+        layer[os.path.basename(path)[11:-4]] = kvbench_rows(path)
+    return kv, redis, iperf, layer
+
+
+def num(row, field):
+    try:
+        return float(row[field])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def fmt(v, digits=0):
+    if v is None:
+        return "-"
+    if digits == 0:
+        return "{:,.0f}".format(v)
+    return "{:.{}f}".format(v, digits)
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def human_size(s):
+    return "%d KiB" % (s // 1024) if s < 1 << 20 else "%d MiB" % (s >> 20)
+
+
+def machine():
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return "%s, %d cores, Linux %s" % (cpu, os.cpu_count() or 0, platform.release())
+
+
+def main():
+    outdir, clients, windows = sys.argv[1], int(sys.argv[2]), [int(w) for w in sys.argv[3].split()]
+    kv, redis, iperf, layer = load(outdir)
+    sizes = sorted({k[2] for k in kv if k[3] == clients} | set(iperf))
+    md = []
+    md.append("# kvbatch side by side (%d clients, medians)\n" % clients)
+    md.append("Measured on: %s. Loopback TCP, one kvstored, one redis-server.\n" % machine())
+
+    def kvops(name, op, size, threads=clients):
+        return num(kv.get((name, op, size, threads)), "ops_per_s")
+
+    for op, rop in (("put", "SET"), ("get", "GET")):
+        md.append("\n## %s: ops/s by value size\n" % op)
+        md.append("| value | iperf3 MB/s | redis %s -P 1 | redis %s -P 32 | kvbatch single | "
+                  "explicit batch | shim adaptive | shim / single | shim MB/s / iperf3 | "
+                  "shim / redis -P 32 |" % (rop, rop))
+        md.append("|---|---|---|---|---|---|---|---|---|---|")
+        for s in sizes:
+            r1 = num(redis.get((1, s, rop)), "rps")
+            r32 = num(redis.get((32, s, rop)), "rps")
+            single, batch, shim = kvops("single", op, s), kvops("batch", op, s), kvops("shim-adaptive", op, s)
+            shim_bps = num(kv.get(("shim-adaptive", op, s, clients)), "bytes_per_s")
+            ip = iperf.get(s)
+            md.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                human_size(s), fmt(ip / 1e6 if ip else None), fmt(r1), fmt(r32), fmt(single),
+                fmt(batch), fmt(shim), fmt(ratio(shim, single), 2), fmt(ratio(shim_bps, ip), 2),
+                fmt(ratio(shim, r32), 2)))
+
+    md.append("\n## Window sweep (fixed policy, 4 KiB, %d clients)\n" % clients)
+    md.append("| window us | put ops/s | put p50 us | put p99 us | get ops/s | get p50 us | get p99 us |")
+    md.append("|---|---|---|---|---|---|---|")
+    sweep = []
+    for w in windows:
+        p = kv.get(("shim-fixed-w%d" % w, "put", 4096, clients))
+        g = kv.get(("shim-fixed-w%d" % w, "get", 4096, clients))
+        if not p and not g:
+            continue
+        sweep.append((w, num(p, "ops_per_s"), num(p, "p50_us"), num(p, "p99_us"),
+                      num(g, "ops_per_s"), num(g, "p50_us"), num(g, "p99_us")))
+        md.append("| %d | %s | %s | %s | %s | %s | %s |" % (
+            w, fmt(sweep[-1][1]), fmt(sweep[-1][2], 1), fmt(sweep[-1][3], 1), fmt(sweep[-1][4]),
+            fmt(sweep[-1][5], 1), fmt(sweep[-1][6], 1)))
+
+    lw_plain, lw_shim = layer.get("plain", {}), layer.get("shim", {})
+    if lw_plain:
+        md.append("\n## Layerwise (llama3-8b, TP 1, 16-token blocks, 8 requests, 256-token prompts)\n")
+        md.append("| | save ops/s | save GB/s | exposed save/request p50 us | p99 us | load ops/s | "
+                  "wait/layer p50 us | p99 us | wait/request p50 us |")
+        md.append("|---|---|---|---|---|---|---|---|---|")
+        for label, rows in (("without shim", lw_plain), ("with shim", lw_shim)):
+            s, l = rows.get("layerwise-save"), rows.get("layerwise-load")
+            if not s:
+                continue
+            md.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                label, fmt(num(s, "ops_per_s")), fmt((num(s, "bytes_per_s") or 0) / 1e9, 2),
+                fmt(num(s, "exposed_p50_us"), 1), fmt(num(s, "exposed_p99_us"), 1),
+                fmt(num(l, "ops_per_s")), fmt(num(l, "wait_p50_us"), 1),
+                fmt(num(l, "wait_p99_us"), 1), fmt(num(l, "req_wait_p50_us"), 1)))
+
+    # Targets: (what, measured, goal, comparison)
+    t = []
+
+    def target(what, value, goal, better="ge"):
+        ok = None if value is None else (value >= goal if better == "ge" else value <= goal)
+        t.append("| %s | %s | %s %s | %s |" % (what, fmt(value, 2), ">=" if better == "ge" else "<=",
+                                                goal, "-" if ok is None else ("met" if ok else "NOT met")))
+
+    for op in ("put", "get"):
+        target("issue 2: 1 thread, batch of 64 / single-key, 4 KiB %s" % op,
+               ratio(kvops("batch", op, 4096, 1), kvops("single", op, 4096, 1)), 8)
+    for op in ("put", "get"):
+        target("issue 3: %d threads, 4 KiB %s, shim / no shim" % (clients, op),
+               ratio(kvops("shim-adaptive", op, 4096), kvops("single", op, 4096)), 5)
+    for op in ("put", "get"):
+        target("issue 3: 1 thread %s, adaptive p50 / no-shim p50" % op,
+               ratio(num(kv.get(("shim-adaptive", op, 4096, 1)), "p50_us"),
+                     num(kv.get(("single", op, 4096, 1)), "p50_us")), 1.1, "le")
+    for op in ("put", "get"):
+        target("issue 3: KVBATCH_POLICY=off %s ops/s / no shim (within 2 %%)" % op,
+               ratio(kvops("shim-off", op, 4096), kvops("single", op, 4096)), 0.98)
+    for op in ("put", "get"):
+        target("issue 5: %d threads x 4 KiB %s, shim / single-key" % (clients, op),
+               ratio(kvops("shim-adaptive", op, 4096), kvops("single", op, 4096)), 10)
+    target("issue 5: 64 KiB put, shim goodput / iperf3 goodput",
+           ratio(num(kv.get(("shim-adaptive", "put", 65536, clients)), "bytes_per_s"), iperf.get(65536)), 0.8)
+    for op, rop in (("put", "SET"), ("get", "GET")):
+        target("issue 5: 4 KiB %s, shim / redis -P 32 %s" % (op, rop),
+               ratio(kvops("shim-adaptive", op, 4096), num(redis.get((32, 4096, rop)), "rps")), 1.5)
+    ls, lp = lw_shim.get("layerwise-save"), lw_plain.get("layerwise-save")
+    target("issue 5: layerwise exposed save p50, shim / without",
+           ratio(num(ls, "exposed_p50_us"), num(lp, "exposed_p50_us")), 0.33, "le")
+    md.append("\n## Targets\n")
+    md.append("| figure | measured | target | |")
+    md.append("|---|---|---|---|")
+    md.extend(t)
+    md.append("\nPlots: ops_vs_size_put.png, ops_vs_size_get.png, window_sweep.png. "
+              "Raw results: runs/. Command: scripts/bench-compare.sh (make bench).\n")
+    with open(os.path.join(outdir, "results.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+
+    plots(outdir, kv, redis, iperf, sizes, sweep, clients)
+
+
+def plots(outdir, kv, redis, iperf, sizes, sweep, clients):
+    """gnuplot PNGs from .dat files written beside them."""
+    for op, rop in (("put", "SET"), ("get", "GET")):
+        dat = os.path.join(outdir, "ops_vs_size_%s.dat" % op)
+        with open(dat, "w") as f:
+            f.write("# size single batch shim redisP1 redisP32 iperf3_ops\n")
+            for s in sizes:
+                vals = [num(kv.get((n, op, s, clients)), "ops_per_s") for n in ("single", "batch", "shim-adaptive")]
+                vals += [num(redis.get((p, s, rop)), "rps") for p in (1, 32)]
+                vals.append(iperf[s] / s if s in iperf else None)
+                f.write("%d %s\n" % (s, " ".join("NaN" if v is None else "%.1f" % v for v in vals)))
+        script = """
+set terminal pngcairo size 900,560 noenhanced
+set output '{out}'
+set title 'kvbatch {op}: ops/s vs value size ({clients} clients, loopback)'
+set logscale xy
+set xlabel 'value size (bytes)'
+set ylabel 'ops/s'
+set key outside right
+set grid
+plot '{dat}' u 1:2 w lp t 'kvbatch single-key', '' u 1:3 w lp t 'explicit batch', \\
+     '' u 1:4 w lp t 'shim adaptive', '' u 1:5 w lp t 'redis {rop} -P 1', \\
+     '' u 1:6 w lp t 'redis {rop} -P 32', '' u 1:7 w l dt 2 t 'iperf3 limit (writes/s)'
+""".format(out=os.path.join(outdir, "ops_vs_size_%s.png" % op), op=op, rop=rop, dat=dat, clients=clients)
+        gnuplot(script)
+    if sweep:
+        dat = os.path.join(outdir, "window_sweep.dat")
+        with open(dat, "w") as f:
+            f.write("# window put_ops put_p50 put_p99 get_ops get_p50 get_p99\n")
+            for row in sweep:
+                f.write(" ".join("NaN" if v is None else str(v) for v in row) + "\n")
+        script = """
+set terminal pngcairo size 900,560 noenhanced
+set output '{out}'
+set title 'shim, fixed policy, 4 KiB, {clients} clients: ops/s and latency vs window'
+set xlabel 'KVBATCH_WINDOW_US'
+set ylabel 'ops/s'
+set y2label 'latency (us)'
+set ytics nomirror
+set y2tics
+set logscale y2
+set key outside right
+set grid
+plot '{dat}' u 0:2:xtic(1) w lp t 'put ops/s', '' u 0:5 w lp t 'get ops/s', \\
+     '' u 0:3 axes x1y2 w lp dt 2 t 'put p50', '' u 0:4 axes x1y2 w lp dt 3 t 'put p99', \\
+     '' u 0:6 axes x1y2 w lp dt 2 t 'get p50', '' u 0:7 axes x1y2 w lp dt 3 t 'get p99'
+""".format(out=os.path.join(outdir, "window_sweep.png"), dat=dat, clients=clients)
+        gnuplot(script)
+
+
+def gnuplot(script):
+    try:
+        subprocess.run(["gnuplot"], input=script.encode(), timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        print("bench-report: gnuplot failed: %s" % e, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
