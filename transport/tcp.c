@@ -152,10 +152,12 @@ static void conn_kill(struct kvs_conn *c, uint64_t gen, int status)
     shutdown(c->fd, SHUT_RDWR); /* wakes the reader and any blocked sender */
     struct tcp_frame *list = c->pending;
     c->pending = NULL;
+    bool closing = c->stop;
     pthread_mutex_unlock(&c->mu);
 
     atomic_fetch_add(&c->n_conn_lost, 1);
-    kvs_log(KVS_LOG_WARN, "tcp %s: connection lost (%s)", c->ep.name, strerror(-status));
+    kvs_log(closing ? KVS_LOG_DEBUG : KVS_LOG_WARN, "tcp %s: connection %s (%s)", c->ep.name,
+            closing ? "closed" : "lost", strerror(-status));
     struct tcp_frame *f, *tmp;
     HASH_ITER(hh, list, f, tmp)
     {
