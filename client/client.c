@@ -998,8 +998,10 @@ static int parse_servers(kvs_client *c, const char *list)
 
 kvs_client *kvs_open(const char *servers)
 {
-    if (!servers) servers = getenv("KVSTORE_SERVERS");
-    if (!servers || !*servers) servers = KVS_DEFAULT_SERVERS;
+    if (!servers) {
+        servers = getenv("KVSTORE_SERVERS");
+        if (!servers || !*servers) servers = KVS_DEFAULT_SERVERS;
+    }
     pthread_once(&atfork_once, atfork_register);
 
     kvs_client *c = calloc(1, sizeof(*c));
