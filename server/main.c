@@ -37,7 +37,7 @@ static void usage(FILE *out)
             "  --listen HOST:PORT  address to bind, nothing else (default 127.0.0.1:7070;\n"
             "                      port 0 picks a free port; [v6addr]:PORT for IPv6)\n"
             "  --memory SIZE       value memory, allocated once (default 1GiB, at least 1MiB)\n"
-            "  --max-object SIZE   largest value (default 64MiB)\n"
+            "  --max-object SIZE   largest value (default 64MiB, or --memory if smaller)\n"
             "  --max-frame SIZE    largest request body (default 256MiB, below 4GiB)\n"
             "  --max-conns N       connections served at once (default 1024)\n"
             "  --verbose           log connections and protocol errors on stderr\n"
@@ -130,7 +130,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
                             .max_frame = 256ull << 20,
                             .max_conns = 1024};
     opterr = 0;
-    int ch;
+    int ch, max_object_set = 0;
     while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
         char *end;
         switch (ch) {
@@ -147,6 +147,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
             if (parse_size(optarg, &opt->max_object) < 0 || opt->max_object == 0 ||
                 opt->max_object > UINT32_MAX)
                 return bad_option("--max-object", optarg, "a size from 1 byte to 4GiB-1");
+            max_object_set = 1;
             break;
         case 'f':
             if (parse_size(optarg, &opt->max_frame) < 0 || opt->max_frame < 1024 ||
@@ -178,6 +179,8 @@ static int parse_options(int argc, char **argv, struct options *opt)
         return -1;
     }
     uint64_t pool = opt->memory / (1u << 20) * (1u << 20);
+    /* The default follows a small --memory down; an explicit larger value is an error. */
+    if (!max_object_set && opt->max_object > pool) opt->max_object = pool;
     if (opt->max_object > pool) {
         fprintf(stderr, "kvstored: --max-object (%llu bytes) is larger than --memory (%llu)\n",
                 (unsigned long long)opt->max_object, (unsigned long long)pool);

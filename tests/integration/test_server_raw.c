@@ -1,0 +1,613 @@
+/*
+ * test_server_raw.c - a real kvstored on 127.0.0.1, spoken to over raw TCP
+ * with the wire.h encoders (no client library): round trips, pipelining,
+ * malformed frames closing only their own connection, STATS counters,
+ * connection limits, back-pressure against a slow reader, options, and a
+ * clean exit on SIGTERM.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kvtest.h"
+#include "wire.h"
+
+#define MIB (1u << 20)
+
+/* ---- raw socket helpers (every wait bounded by a 10 s socket timeout) ---- */
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+static void send_all(int fd, const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    while (len > 0) {
+        ssize_t n = send(fd, b, len, MSG_NOSIGNAL);
+        assert_true(n > 0);
+        b += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Reads exactly len bytes; returns 0, or -1 on EOF/error before that. */
+static int recv_all(int fd, void *p, size_t len)
+{
+    uint8_t *b = p;
+    while (len > 0) {
+        ssize_t n = recv(fd, b, len, 0);
+        if (n <= 0) return -1;
+        b += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+struct buf {
+    uint8_t *p;
+    size_t len, cap, frame_start;
+    uint32_t count;
+};
+
+static void buf_put(struct buf *b, const void *data, size_t len)
+{
+    if (b->len + len > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + len)
+            cap *= 2;
+        b->p = realloc(b->p, cap);
+        assert_non_null(b->p);
+        b->cap = cap;
+    }
+    if (len) memcpy(b->p + b->len, data, len);
+    b->len += len;
+}
+
+static void req_begin(struct buf *b, uint8_t op, uint64_t id)
+{
+    uint8_t h[KVS_WIRE_HDR_LEN];
+    struct kvs_wire_hdr hdr = {.opcode = op, .id = id};
+    kvs_wire_hdr_encode(h, &hdr);
+    b->frame_start = b->len;
+    b->count = 0;
+    buf_put(b, h, sizeof(h));
+}
+
+static void req_entry(struct buf *b, const char *key, uint32_t len, const void *val)
+{
+    uint8_t e[KVS_WIRE_ENTRY_LEN];
+    uint16_t klen = (uint16_t)strlen(key);
+    kvs_wire_entry_encode(e, klen, len);
+    buf_put(b, e, sizeof(e));
+    buf_put(b, key, klen);
+    if (val) buf_put(b, val, len);
+    b->count++;
+}
+
+static void req_end(struct buf *b)
+{
+    uint8_t *h = b->p + b->frame_start;
+    kvs_put_u32(h + 8, b->count);
+    kvs_put_u32(h + 12, (uint32_t)(b->len - b->frame_start - KVS_WIRE_HDR_LEN));
+}
+
+static void req_put(struct buf *b, uint64_t id, const char *key, const void *val, uint32_t len)
+{
+    req_begin(b, KVS_OP_PUT, id);
+    req_entry(b, key, len, val);
+    req_end(b);
+}
+
+static void req_get(struct buf *b, uint64_t id, const char *key, uint32_t cap)
+{
+    req_begin(b, KVS_OP_GET, id);
+    req_entry(b, key, cap, NULL);
+    req_end(b);
+}
+
+struct reply {
+    struct kvs_wire_hdr hdr;
+    uint8_t *body;
+};
+
+/* Reads one reply frame (body malloc'ed); -1 on EOF. */
+static int read_reply(int fd, struct reply *r)
+{
+    uint8_t h[KVS_WIRE_HDR_LEN];
+    r->body = NULL;
+    if (recv_all(fd, h, sizeof(h)) < 0) return -1;
+    assert_int_equal(kvs_wire_hdr_decode(h, &r->hdr, UINT32_MAX), 0);
+    assert_true(r->hdr.opcode & KVS_OP_REPLY);
+    r->body = malloc(r->hdr.body_len + 1);
+    assert_non_null(r->body);
+    assert_int_equal(recv_all(fd, r->body, r->hdr.body_len), 0);
+    r->body[r->hdr.body_len] = 0;
+    return 0;
+}
+
+/* Status of entry 0 of a single-key reply; *data points at a GET's value. */
+static int32_t status0(const struct reply *r, const uint8_t **data, uint32_t *len)
+{
+    struct kvs_wire_status st;
+    uint8_t op = r->hdr.opcode & (uint8_t)~KVS_OP_REPLY;
+    assert_int_equal(r->hdr.count, 1);
+    assert_int_equal(kvs_wire_status_decode(r->body, op, &st), 0);
+    if (data) *data = r->body + KVS_WIRE_STATUS_LEN;
+    if (len) *len = st.len;
+    return st.status;
+}
+
+/* True if the server closed fd: recv sees EOF (or a reset) within the socket timeout. */
+static int closed_by_peer(int fd)
+{
+    char c;
+    ssize_t n = recv(fd, &c, 1, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+/* A counter from a STATS reply, or -1 if absent. */
+static long long stat_value(int fd, const char *name)
+{
+    struct buf b = {0};
+    req_begin(&b, KVS_OP_STATS, 999);
+    req_end(&b);
+    send_all(fd, b.p, b.len);
+    free(b.p);
+    struct reply r;
+    assert_int_equal(read_reply(fd, &r), 0);
+    assert_int_equal(r.hdr.opcode, KVS_OP_STATS | KVS_OP_REPLY);
+    long long v = -1;
+    size_t nlen = strlen(name);
+    for (char *line = (char *)r.body; line && *line;) {
+        if (strncmp(line, name, nlen) == 0 && line[nlen] == ' ') {
+            v = atoll(line + nlen + 1);
+            break;
+        }
+        line = strchr(line, '\n');
+        if (line) line++;
+    }
+    free(r.body);
+    return v;
+}
+
+/* ---- fixture: one kvstored per test ---- */
+
+static int start(void **state, const char *args)
+{
+    struct kvt_server *s = calloc(1, sizeof(*s));
+    if (!s || kvt_server_start(s, 0, args) < 0) {
+        free(s);
+        return -1;
+    }
+    *state = s;
+    return 0;
+}
+
+static int setup(void **state)
+{
+    return start(state, "--memory 64M --max-object 16M");
+}
+
+static int setup_two_conns(void **state)
+{
+    return start(state, "--memory 16M --max-conns 2");
+}
+
+/* Stops it with SIGTERM: every test also checks a clean exit. */
+static int teardown(void **state)
+{
+    struct kvt_server *s = *state;
+    int status = kvt_server_stop(s);
+    free(s);
+    assert_true(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return 0;
+}
+
+/* ---- tests ---- */
+
+static void test_put_get_roundtrip(void **state)
+{
+    struct kvt_server *s = *state;
+    int fd = connect_to(s->port);
+    static uint8_t val[8 * MIB]; /* bigger than any socket buffer: partial reads and writes */
+    kvt_fill_value(val, sizeof(val), "big", 1);
+    struct buf b = {0};
+    req_put(&b, 1, "big", val, sizeof(val));
+    req_put(&b, 2, "small", "abc", 3);
+    req_get(&b, 3, "big", sizeof(val));
+    req_get(&b, 4, "small", 2);
+    req_get(&b, 5, "none", 10);
+    send_all(fd, b.p, b.len);
+
+    struct reply r;
+    const uint8_t *data;
+    uint32_t len;
+    for (uint64_t id = 1; id <= 2; id++) {
+        assert_int_equal(read_reply(fd, &r), 0);
+        assert_int_equal(r.hdr.id, id);
+        assert_int_equal(status0(&r, NULL, NULL), 0);
+        free(r.body);
+    }
+    assert_int_equal(read_reply(fd, &r), 0);
+    assert_int_equal(status0(&r, &data, &len), 0);
+    assert_int_equal(len, sizeof(val));
+    assert_true(kvt_check_value(data, len, "big", NULL));
+    free(r.body);
+    assert_int_equal(read_reply(fd, &r), 0);
+    assert_int_equal(status0(&r, NULL, &len), -ERANGE);
+    assert_int_equal(len, 3);
+    free(r.body);
+    assert_int_equal(read_reply(fd, &r), 0);
+    assert_int_equal(status0(&r, NULL, NULL), -ENOENT);
+    free(r.body);
+    close(fd);
+    free(b.p);
+}
+
+/* Many frames in one write; replies come back in order with their ids. */
+static void test_pipelined(void **state)
+{
+    struct kvt_server *s = *state;
+    int fd = connect_to(s->port);
+    struct buf b = {0};
+    char key[32], val[64];
+    const int n = 200;
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "key-%d", i);
+        snprintf(val, sizeof(val), "value-%d", i);
+        req_put(&b, (uint64_t)(2 * i), key, val, (uint32_t)strlen(val));
+        req_get(&b, (uint64_t)(2 * i + 1), key, sizeof(val));
+    }
+    send_all(fd, b.p, b.len);
+    for (int i = 0; i < 2 * n; i++) {
+        struct reply r;
+        const uint8_t *data;
+        uint32_t len;
+        assert_int_equal(read_reply(fd, &r), 0);
+        assert_int_equal(r.hdr.id, (uint64_t)i);
+        assert_int_equal(status0(&r, &data, &len), 0);
+        if (i % 2) {
+            snprintf(val, sizeof(val), "value-%d", i / 2);
+            assert_int_equal(len, strlen(val));
+            assert_memory_equal(data, val, len);
+        }
+        free(r.body);
+    }
+    close(fd);
+    free(b.p);
+}
+
+/* A malformed frame: ERROR reply, that connection closed, another one unaffected. */
+static void test_malformed_closes_only_its_connection(void **state)
+{
+    struct kvt_server *s = *state;
+    int good = connect_to(s->port);
+    int bad = connect_to(s->port);
+    struct buf b = {0};
+    req_put(&b, 1, "k", "v", 1);
+    send_all(good, b.p, b.len);
+    struct reply r;
+    assert_int_equal(read_reply(good, &r), 0);
+    free(r.body);
+
+    /* Half a good frame on the good connection: the bad one must not disturb it. */
+    b.len = 0;
+    req_get(&b, 2, "k", 1);
+    send_all(good, b.p, 10);
+
+    static const char *const kinds[] = {"magic", "version", "oversize", "klen0", "count"};
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        struct buf m = {0};
+        req_get(&m, 77, "key", 1);
+        if (k == 0) m.p[0] = 'X';
+        if (k == 1) m.p[4] = 9;
+        if (k == 2) kvs_put_u32(m.p + 12, 1u << 30);
+        if (k == 3) kvs_put_u16(m.p + KVS_WIRE_HDR_LEN, 0);
+        if (k == 4) kvs_put_u32(m.p + 8, 0);
+        if (k > 0) {
+            close(bad);
+            bad = connect_to(s->port);
+        }
+        send_all(bad, m.p, m.len);
+        send_all(bad, m.p, m.len); /* trailing input must not reset away the ERROR reply */
+        assert_int_equal(read_reply(bad, &r), 0);
+        assert_int_equal(r.hdr.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
+        int32_t status = (int32_t)kvs_get_u32(r.body);
+        assert_true(status == -EPROTO || status == -EBADMSG || status == -EMSGSIZE);
+        free(r.body);
+        assert_true(closed_by_peer(bad));
+        free(m.p);
+    }
+    close(bad);
+
+    send_all(good, b.p + 10, b.len - 10);
+    assert_int_equal(read_reply(good, &r), 0);
+    const uint8_t *data;
+    uint32_t len;
+    assert_int_equal(status0(&r, &data, &len), 0);
+    assert_memory_equal(data, "v", 1);
+    free(r.body);
+    assert_int_equal(stat_value(good, "errors_protocol"), 5);
+    close(good);
+    free(b.p);
+}
+
+static void test_unknown_opcode_keeps_connection(void **state)
+{
+    struct kvt_server *s = *state;
+    int fd = connect_to(s->port);
+    struct buf b = {0};
+    req_begin(&b, 0x55, 5);
+    buf_put(&b, "ignored body", 12);
+    req_end(&b);
+    req_put(&b, 6, "k", "v", 1);
+    send_all(fd, b.p, b.len);
+    struct reply r;
+    assert_int_equal(read_reply(fd, &r), 0);
+    assert_int_equal(r.hdr.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
+    assert_int_equal(r.hdr.id, 5);
+    assert_int_equal((int32_t)kvs_get_u32(r.body), -ENOTSUP);
+    free(r.body);
+    assert_int_equal(read_reply(fd, &r), 0);
+    assert_int_equal(r.hdr.id, 6);
+    assert_int_equal(status0(&r, NULL, NULL), 0);
+    free(r.body);
+    close(fd);
+    free(b.p);
+}
+
+static void test_stats_counters_move(void **state)
+{
+    struct kvt_server *s = *state;
+    int fd = connect_to(s->port);
+    long long puts = stat_value(fd, "keys_put");
+    long long in = stat_value(fd, "bytes_in");
+    long long hits = stat_value(fd, "get_hits");
+    long long misses = stat_value(fd, "get_misses");
+    assert_int_equal(puts, 0);
+    assert_true(in > 0);
+    assert_int_equal(stat_value(fd, "connections_current"), 1);
+    assert_int_equal(stat_value(fd, "memory_total"), 64ll * MIB);
+
+    struct buf b = {0};
+    static uint8_t val[4096];
+    req_begin(&b, KVS_OP_PUT, 1);
+    req_entry(&b, "a", sizeof(val), val);
+    req_entry(&b, "b", sizeof(val), val);
+    req_entry(&b, "c", sizeof(val), val);
+    req_end(&b);
+    req_get(&b, 2, "a", sizeof(val));
+    req_get(&b, 3, "zz", sizeof(val));
+    send_all(fd, b.p, b.len);
+    struct reply r;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(read_reply(fd, &r), 0);
+        free(r.body);
+    }
+    assert_int_equal(stat_value(fd, "keys_put"), puts + 3);
+    assert_int_equal(stat_value(fd, "requests_put"), 1);
+    assert_int_equal(stat_value(fd, "get_hits"), hits + 1);
+    assert_int_equal(stat_value(fd, "get_misses"), misses + 1);
+    assert_int_equal(stat_value(fd, "items"), 3);
+    assert_true(stat_value(fd, "bytes_in") > in + 3 * 4096);
+    assert_true(stat_value(fd, "bytes_out") > 4096);
+    assert_true(stat_value(fd, "memory_used") >= 3 * 4096);
+    close(fd);
+    free(b.p);
+}
+
+/* Many clients at once, each with its own keys. */
+static void test_many_connections(void **state)
+{
+    struct kvt_server *s = *state;
+    enum { N = 64 };
+    int fds[N];
+    for (int i = 0; i < N; i++)
+        fds[i] = connect_to(s->port);
+    char key[32];
+    for (int i = 0; i < N; i++) {
+        struct buf b = {0};
+        snprintf(key, sizeof(key), "c%d", i);
+        req_put(&b, 1, key, key, (uint32_t)strlen(key));
+        send_all(fds[i], b.p, b.len);
+        free(b.p);
+    }
+    for (int i = N - 1; i >= 0; i--) {
+        struct reply r;
+        assert_int_equal(read_reply(fds[i], &r), 0);
+        free(r.body);
+        struct buf b = {0};
+        snprintf(key, sizeof(key), "c%d", i);
+        req_get(&b, 2, key, 32);
+        send_all(fds[i], b.p, b.len);
+        free(b.p);
+        const uint8_t *data;
+        uint32_t len;
+        assert_int_equal(read_reply(fds[i], &r), 0);
+        assert_int_equal(status0(&r, &data, &len), 0);
+        assert_memory_equal(data, key, len);
+        free(r.body);
+    }
+    assert_int_equal(stat_value(fds[0], "connections_current"), N);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+}
+
+/* Over --max-conns, a connection is closed at once and counted. */
+static void test_max_conns(void **state)
+{
+    struct kvt_server *s = *state;
+    int a = connect_to(s->port);
+    int b = connect_to(s->port);
+    assert_int_equal(stat_value(a, "connections_current"), 2);
+    int c = connect_to(s->port);
+    assert_true(closed_by_peer(c));
+    close(c);
+    assert_int_equal(stat_value(b, "connections_refused"), 1);
+    close(a);
+    /* A slot is free again once a client leaves (bounded retry: the close is asynchronous). */
+    int ok = 0;
+    for (int i = 0; i < 100 && !ok; i++) {
+        c = connect_to(s->port);
+        struct buf q = {0};
+        req_begin(&q, KVS_OP_HELLO, 1);
+        req_end(&q);
+        send_all(c, q.p, q.len);
+        free(q.p);
+        struct reply r;
+        if (read_reply(c, &r) == 0) {
+            ok = 1;
+            free(r.body);
+        } else {
+            usleep(10000);
+        }
+        close(c);
+    }
+    assert_true(ok);
+    close(b);
+}
+
+/*
+ * A client that sends many GETs before reading anything: the server stops
+ * reading when its queued replies pass its limit, then resumes; every reply
+ * arrives, in order, intact.
+ */
+static void test_slow_reader_back_pressure(void **state)
+{
+    struct kvt_server *s = *state;
+    int fd = connect_to(s->port);
+    static uint8_t val[64 * 1024];
+    kvt_fill_value(val, sizeof(val), "bp", 3);
+    struct buf b = {0};
+    req_put(&b, 0, "bp", val, sizeof(val));
+    const int n = 400; /* 25 MiB of replies, about 13 KB of requests */
+    for (int i = 1; i <= n; i++)
+        req_get(&b, (uint64_t)i, "bp", sizeof(val));
+    send_all(fd, b.p, b.len);
+    usleep(200000); /* let the server hit its output limit */
+    struct reply r;
+    assert_int_equal(read_reply(fd, &r), 0);
+    free(r.body);
+    for (int i = 1; i <= n; i++) {
+        const uint8_t *data;
+        uint32_t len;
+        assert_int_equal(read_reply(fd, &r), 0);
+        assert_int_equal(r.hdr.id, (uint64_t)i);
+        assert_int_equal(status0(&r, &data, &len), 0);
+        assert_int_equal(len, sizeof(val));
+        assert_true(kvt_check_value(data, len, "bp", NULL));
+        free(r.body);
+    }
+    close(fd);
+    free(b.p);
+}
+
+/* SIGTERM while clients are connected and replies are in flight: exit 0. */
+static void test_sigterm_with_clients(void **state)
+{
+    (void)state;
+    struct kvt_server s;
+    assert_int_equal(kvt_server_start(&s, 0, "--memory 16M"), 0);
+    int fd = connect_to(s.port);
+    int idle = connect_to(s.port);
+    static uint8_t val[MIB];
+    struct buf b = {0};
+    req_put(&b, 1, "k", val, sizeof(val));
+    for (int i = 0; i < 20; i++)
+        req_get(&b, 2, "k", sizeof(val));
+    send_all(fd, b.p, b.len);
+    req_put(&b, 3, "half", val, sizeof(val));
+    send_all(idle, b.p + b.len - 1000, 500); /* garbage mid-stream, never finished */
+    int status = kvt_server_stop(&s);
+    assert_true(status >= 0 && WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    close(fd);
+    close(idle);
+    free(b.p);
+}
+
+/* Runs kvstored with args, returns its exit code. */
+static int run_kvstored(const char *args)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "timeout 10 %s %s >/dev/null 2>&1", kvt_build_path("bin/kvstored"),
+             args);
+    int st = system(cmd);
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_bad_options_exit_2(void **state)
+{
+    (void)state;
+    assert_int_equal(run_kvstored("--help"), 0);
+    assert_int_equal(run_kvstored("--memory lots"), 2);
+    assert_int_equal(run_kvstored("--memory 512K"), 2);
+    assert_int_equal(run_kvstored("--memory 1Q"), 2);
+    assert_int_equal(run_kvstored("--listen 127.0.0.1"), 2);
+    assert_int_equal(run_kvstored("--listen 127.0.0.1:99999"), 2);
+    assert_int_equal(run_kvstored("--memory 4M --max-object 8M"), 2);
+    assert_int_equal(run_kvstored("--max-frame 5G"), 2);
+    assert_int_equal(run_kvstored("--max-conns 0"), 2);
+    assert_int_equal(run_kvstored("--bogus"), 2);
+    assert_int_equal(run_kvstored("extra"), 2);
+    assert_int_equal(run_kvstored("--memory"), 2);
+}
+
+/* Size suffixes and the listening line: a running server reports what it was given. */
+static void test_options_accepted(void **state)
+{
+    (void)state;
+    struct kvt_server s;
+    assert_int_equal(
+        kvt_server_start(&s, 0, "--memory 3MiB --max-object 1K --max-frame 64KiB --max-conns 5"),
+        0);
+    assert_true(s.port > 0);
+    int fd = connect_to(s.port);
+    assert_int_equal(stat_value(fd, "memory_total"), 3ll * MIB);
+    assert_int_equal(stat_value(fd, "max_object"), 1024);
+    assert_int_equal(stat_value(fd, "max_frame"), 65536);
+    close(fd);
+    int status = kvt_server_stop(&s);
+    assert_true(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_put_get_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_malformed_closes_only_its_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_opcode_keeps_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stats_counters_move, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_connections, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_conns, setup_two_conns, teardown),
+        cmocka_unit_test_setup_teardown(test_slow_reader_back_pressure, setup, teardown),
+        cmocka_unit_test(test_sigterm_with_clients),
+        cmocka_unit_test(test_bad_options_exit_2),
+        cmocka_unit_test(test_options_accepted),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
