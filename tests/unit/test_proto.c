@@ -735,7 +735,7 @@ static void test_put_nospace_when_all_pinned(void **state)
     struct fixture *f = *state; /* 8 MiB pool */
     struct buf b = {0};
     static uint8_t val[MIB];
-    char key[8];
+    char key[16];
     for (int i = 0; i < 8; i++) {
         snprintf(key, sizeof(key), "k%d", i);
         req_put(&b, 0, key, val, sizeof(val)); /* a 1-page run each: the pool is full */
