@@ -1,0 +1,327 @@
+/*
+ * test_client_failover.c - what the client does when a server misbehaves:
+ * SIGKILLed in the middle of a batch (every key gets an error, a later call
+ * succeeds after a restart), a server that never answers (-ETIMEDOUT, and
+ * the buffer is never written afterwards, even when the late reply comes),
+ * a server that breaks the protocol (-EPROTO), and fork (the child uses the
+ * parent's client; the parent's connection survives).
+ *
+ * The misbehaving servers are small scripted fakes speaking the wire
+ * protocol from a thread of this test, on 127.0.0.1.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kvstore.h"
+#include "kvtest.h"
+#include "wire.h"
+
+/* ---- SIGKILL mid-batch, then restart ---- */
+
+enum { KILL_KEYS = 64, KILL_LEN = 512 * 1024 };
+
+struct batch_run {
+    kvs_client *c;
+    const char **keys;
+    const void **vals;
+    size_t *lens;
+    int *st;
+    int rc;
+};
+
+static void *batch_thread(void *arg)
+{
+    struct batch_run *b = arg;
+    b->rc = kvs_batch_put(b->c, KILL_KEYS, b->keys, b->vals, b->lens, b->st);
+    return NULL;
+}
+
+static void test_kill_mid_batch_then_restart(void **state)
+{
+    (void)state;
+    struct kvt_server srv;
+    assert_int_equal(kvt_server_start(&srv, 0, "--memory 128M --max-object 1M"), 0);
+    kvs_client *c = kvs_open(srv.addr);
+    assert_non_null(c);
+    assert_int_equal(kvs_put(c, "warm", "up", 2), 0); /* connected */
+
+    static const char *keys[KILL_KEYS];
+    static const void *vals[KILL_KEYS];
+    static size_t lens[KILL_KEYS];
+    static int st[KILL_KEYS];
+    static char names[KILL_KEYS][24];
+    unsigned char *data = calloc(1, KILL_LEN);
+    assert_non_null(data);
+    for (int i = 0; i < KILL_KEYS; i++) {
+        snprintf(names[i], sizeof(names[i]), "kill-%d", i);
+        keys[i] = names[i];
+        vals[i] = data;
+        lens[i] = KILL_LEN;
+        st[i] = 12345;
+    }
+    /* Stopped, the server cannot answer: the 32 MiB batch is surely in flight when it dies. */
+    assert_int_equal(kill(srv.pid, SIGSTOP), 0);
+    struct batch_run run = {c, keys, vals, lens, st, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, batch_thread, &run), 0);
+    usleep(200 * 1000);
+    kvt_server_kill(&srv);
+    pthread_join(th, NULL);
+
+    assert_int_equal(run.rc, 0);
+    for (int i = 0; i < KILL_KEYS; i++) {
+        if (st[i] != -ECONNRESET && st[i] != -EIO)
+            fail_msg("key %d: %d (%s)", i, st[i], kvs_strerror(st[i]));
+    }
+    char buf[4];
+    assert_true(kvs_get(c, "warm", buf, sizeof(buf)) < 0); /* down: refused */
+    assert_true(kvs_flush(c) < 0);
+
+    assert_int_equal(kvt_server_restart(&srv), 0);
+    /* The first attempts may fall in the reconnect backoff (at most 1 s); bounded retry. */
+    int rc = -1;
+    for (int i = 0; i < 40 && rc != 0; i++) {
+        rc = kvs_put(c, "after-restart", "ok", 2);
+        if (rc != 0) usleep(100 * 1000);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(kvs_get(c, "after-restart", buf, sizeof(buf)), 2);
+    assert_int_equal(kvs_batch_put(c, 4, keys, vals, lens, st), 4);
+    free(data);
+    kvs_close(c);
+    kvt_server_stop(&srv);
+}
+
+/* ---- fake servers ---- */
+
+enum fake_mode { FAKE_LATE_REPLY, FAKE_GARBAGE };
+
+struct fake {
+    int lfd;
+    int port;
+    enum fake_mode mode;
+    atomic_int release; /* FAKE_LATE_REPLY: the test lets the late reply go */
+    atomic_int failed;
+    pthread_t th;
+};
+
+static int read_full(int fd, void *buf, size_t n)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t got = recv(fd, p, n, 0);
+        if (got <= 0) return -1;
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n)
+{
+    return send(fd, buf, n, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
+}
+
+/* Reads one request frame; returns its id (and skips its body) or -1. */
+static long long read_request(int fd, struct kvs_wire_hdr *h)
+{
+    uint8_t raw[KVS_WIRE_HDR_LEN];
+    if (read_full(fd, raw, sizeof(raw)) < 0) return -1;
+    if (kvs_wire_hdr_decode(raw, h, 1u << 20) < 0) return -1;
+    uint8_t body[4096];
+    if (h->body_len > sizeof(body) || read_full(fd, body, h->body_len) < 0) return -1;
+    return (long long)h->id;
+}
+
+static int send_get_reply(int fd, uint64_t id, const char *value)
+{
+    uint8_t out[KVS_WIRE_HDR_LEN + KVS_WIRE_STATUS_LEN + 64];
+    size_t len = strlen(value);
+    struct kvs_wire_hdr h = {.opcode = KVS_OP_GET | KVS_OP_REPLY,
+                             .count = 1,
+                             .body_len = (uint32_t)(KVS_WIRE_STATUS_LEN + len),
+                             .id = id};
+    kvs_wire_hdr_encode(out, &h);
+    kvs_wire_status_encode(out + KVS_WIRE_HDR_LEN, 0, (uint32_t)len);
+    memcpy(out + KVS_WIRE_HDR_LEN + KVS_WIRE_STATUS_LEN, value, len);
+    return write_full(fd, out, KVS_WIRE_HDR_LEN + KVS_WIRE_STATUS_LEN + len);
+}
+
+static void *fake_main(void *arg)
+{
+    struct fake *f = arg;
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0) goto fail;
+    struct kvs_wire_hdr h;
+    if (read_request(fd, &h) < 0 || h.opcode != KVS_OP_HELLO) goto fail;
+    uint8_t hello[KVS_WIRE_HDR_LEN + KVS_WIRE_HELLO_LEN];
+    struct kvs_wire_hdr rh = {
+        .opcode = KVS_OP_HELLO | KVS_OP_REPLY, .body_len = KVS_WIRE_HELLO_LEN, .id = h.id};
+    struct kvs_wire_hello lim = {.version = 1,
+                                 .max_key = 512,
+                                 .max_object = 1 << 20,
+                                 .max_frame = 1 << 22,
+                                 .max_keys = 1024};
+    kvs_wire_hdr_encode(hello, &rh);
+    kvs_wire_hello_encode(hello + KVS_WIRE_HDR_LEN, &lim);
+    if (write_full(fd, hello, sizeof(hello)) < 0) goto fail;
+
+    long long id = read_request(fd, &h);
+    if (id < 0) goto fail;
+    if (f->mode == FAKE_GARBAGE) {
+        uint8_t junk[KVS_WIRE_HDR_LEN];
+        memset(junk, 0xab, sizeof(junk));
+        write_full(fd, junk, sizeof(junk));
+        /* The client must drop the connection; wait for that. */
+        uint8_t b;
+        while (recv(fd, &b, 1, 0) > 0) {
+        }
+        close(fd);
+        return NULL;
+    }
+    /* FAKE_LATE_REPLY: answer only after the client gave up on this request. */
+    for (int i = 0; i < 1000 && !atomic_load(&f->release); i++)
+        usleep(10 * 1000);
+    if (send_get_reply(fd, (uint64_t)id, "LATE!") < 0) goto fail;
+    id = read_request(fd, &h); /* the next request is answered at once */
+    if (id < 0 || send_get_reply(fd, (uint64_t)id, "fresh") < 0) goto fail;
+    uint8_t b;
+    while (recv(fd, &b, 1, 0) > 0) {
+    }
+    close(fd);
+    return NULL;
+fail:
+    atomic_store(&f->failed, 1);
+    if (fd >= 0) close(fd);
+    return NULL;
+}
+
+static void fake_start(struct fake *f, enum fake_mode mode)
+{
+    memset(f, 0, sizeof(*f));
+    f->mode = mode;
+    f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(f->lfd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(f->lfd, 4), 0);
+    assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &alen), 0);
+    f->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+    assert_int_equal(atomic_load(&f->failed), 0);
+}
+
+static void test_timeout_buffer_never_written_late(void **state)
+{
+    (void)state;
+    struct fake f;
+    fake_start(&f, FAKE_LATE_REPLY);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", f.port);
+    setenv("KVSTORE_TIMEOUT_MS", "300", 1);
+    kvs_client *c = kvs_open(addr);
+    unsetenv("KVSTORE_TIMEOUT_MS");
+    assert_non_null(c);
+
+    char buf[16];
+    memset(buf, 'z', sizeof(buf));
+    unsigned long long t0 = kvt_now_ns();
+    assert_int_equal(kvs_get(c, "k", buf, sizeof(buf)), -ETIMEDOUT);
+    unsigned long long waited_ms = (kvt_now_ns() - t0) / 1000000;
+    assert_in_range(waited_ms, 250, 5000); /* bounded by the timeout, not hung */
+
+    atomic_store(&f.release, 1); /* the late reply now arrives... */
+    usleep(300 * 1000);
+    for (size_t i = 0; i < sizeof(buf); i++)
+        assert_int_equal(buf[i], 'z'); /* ...and is dropped */
+
+    char fresh[16];
+    assert_int_equal(kvs_get(c, "k", fresh, sizeof(fresh)), 5); /* same connection goes on */
+    assert_memory_equal(fresh, "fresh", 5);
+    assert_int_equal(kvs_flush(c), -ETIMEDOUT);
+    kvs_close(c);
+    fake_stop(&f);
+}
+
+static void test_protocol_violation(void **state)
+{
+    (void)state;
+    struct fake f;
+    fake_start(&f, FAKE_GARBAGE);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", f.port);
+    kvs_client *c = kvs_open(addr);
+    assert_non_null(c);
+    char buf[16];
+    assert_int_equal(kvs_get(c, "k", buf, sizeof(buf)), -EPROTO);
+    kvs_close(c);
+    fake_stop(&f);
+}
+
+/* ---- fork ---- */
+
+static void test_fork_child_uses_client(void **state)
+{
+    (void)state;
+    struct kvt_server srv;
+    assert_int_equal(kvt_server_start(&srv, 0, "--memory 16M --max-object 1M"), 0);
+    kvs_client *c = kvs_open(srv.addr);
+    assert_non_null(c);
+    assert_int_equal(kvs_put(c, "parent", "P", 1), 0); /* parent's connection and reader are up */
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char b[4];
+        int ok = kvs_get(c, "parent", b, sizeof(b)) == 1 && b[0] == 'P' &&
+                 kvs_put(c, "child", "C", 1) == 0;
+        const char *keys[2] = {"parent", "child"};
+        int ex[2];
+        ok = ok && kvs_batch_exists(c, 2, keys, ex) == 2 && ex[0] == 1 && ex[1] == 1;
+        kvs_close(c);
+        _exit(ok ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    /* The child closed only its copy: the parent's connection still works. */
+    char b[4];
+    assert_int_equal(kvs_get(c, "child", b, sizeof(b)), 1);
+    assert_int_equal(kvs_flush(c), 0);
+    kvs_close(c);
+    kvt_server_stop(&srv);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kill_mid_batch_then_restart),
+        cmocka_unit_test(test_timeout_buffer_never_written_late),
+        cmocka_unit_test(test_protocol_violation),
+        cmocka_unit_test(test_fork_child_uses_client),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
