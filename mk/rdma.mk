@@ -1,0 +1,35 @@
+# RDMA: the soft-RoCE VM (scripts/rxe-vm.sh) and the tests that run in it.
+#
+#   make rxe-image    build the cached VM image ($KVBATCH_RXE_CACHE, default
+#                     /var/cache/kvbatch-rxe) if it is missing or stale
+#   make test-rdma    build, then inside the VM: a verbs smoke check and the
+#                     RDMA tests (tests/rdma/test_*.c)
+#
+# Root is needed (debootstrap, chroot). BUILD must lie inside the source
+# tree: the VM sees the tree over 9p at the same path.
+
+RDMA_TEST_SRCS := $(wildcard tests/rdma/test_*.c)
+RDMA_TEST_BINS := $(patsubst tests/rdma/%.c,$(BUILD)/rdma-tests/%,$(RDMA_TEST_SRCS))
+RXE_VM_TIMEOUT ?= 1080
+
+# The binaries live outside $(BUILD)/tests so that `make test` on a host
+# without a device does not pick them up.
+# RDMA tests link the internal archives (they drive the transport and the
+# server directly) plus tests/lib, which starts real kvstored processes.
+$(BUILD)/rdma-tests/%: $(BUILD)/obj/tests/rdma/%.o $(call obj,$(TLIB_SRCS)) $(AR_SERVER) $(AR_CLIENT) $(AR_WIRE) $(KVSTORED)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) \
+	    $(AR_WIRE) -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) -ldl -lm
+
+.PHONY: rxe-image test-rdma rdma-tests
+rdma-tests: all $(RDMA_TEST_BINS)
+
+rxe-image:
+	@scripts/deps.sh rdma
+	@scripts/rxe-vm.sh image
+
+test-rdma:
+	@scripts/deps.sh rdma
+	@$(MAKE) --no-print-directory rdma-tests
+	@scripts/rxe-vm.sh image
+	@BUILD=$(BUILD) scripts/rxe-vm.sh run -t $(RXE_VM_TIMEOUT) -- scripts/rxe-tests.sh

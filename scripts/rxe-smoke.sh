@@ -1,0 +1,30 @@
+#!/bin/sh
+# rxe-smoke.sh - verbs smoke check, run inside the soft-RoCE VM
+# (scripts/rxe-vm.sh): a device is there, an rdma_cm connection carries
+# data (rping), and RDMA WRITE and READ move bytes (ib_write_bw,
+# ib_read_bw). Exits non-zero on the first failure.
+set -u
+A=${KVS_RDMA_ADDR_A:?run inside scripts/rxe-vm.sh}
+DEV_A=${KVS_RDMA_DEV_A:?}
+DEV_B=${KVS_RDMA_DEV_B:?}
+
+fail() {
+    echo "rxe-smoke: FAILED: $*"
+    exit 1
+}
+
+ibv_devices | grep -q "$DEV_A" || fail "no device $DEV_A"
+
+timeout 20 rping -s -a "$A" -C 2 >/dev/null 2>&1 &
+sleep 1
+timeout 15 rping -c -a "$A" -C 2 -V >/dev/null 2>&1 || fail "rping over rdma_cm"
+wait
+
+for t in ib_write_bw ib_read_bw; do
+    timeout 30 $t -R -d "$DEV_A" -s 4096 -n 200 -F >/dev/null 2>&1 &
+    sleep 2
+    out=$(timeout 30 $t -R -d "$DEV_B" -s 4096 -n 200 -F "$A" 2>&1) || fail "$t: $out"
+    wait
+    echo "$out" | awk -v t=$t '$1 == 4096 { print "rxe-smoke: " t " 4 KiB: " $4 " MB/s" }'
+done
+echo "rxe-smoke: ok (devices $DEV_A $DEV_B, net ${KVS_RXE_NET:-?})"

@@ -1,0 +1,33 @@
+#!/bin/sh
+# rxe-tests.sh - what `make test-rdma` runs inside the soft-RoCE VM: the
+# verbs smoke check, then every RDMA test program ($BUILD/rdma-tests/test_*,
+# built from tests/rdma/), each bounded by a timeout, with
+# KVSTORE_TRANSPORT=rdma. Ends with one "N passed, N failed" line.
+set -u
+BUILD=${BUILD:-build}
+TEST_TIMEOUT=${TEST_TIMEOUT:-400}
+cd "$(dirname "$0")/.."
+
+pass=0 fail=0 failed=
+echo "=== verbs smoke check"
+if scripts/rxe-smoke.sh; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1))
+    failed=" rxe-smoke"
+fi
+
+export KVSTORE_TRANSPORT=rdma KVS_TEST_BUILD=$BUILD
+for b in $(find "$BUILD/rdma-tests" -type f -perm -u+x -name 'test_*' 2>/dev/null | sort); do
+    echo "=== $b"
+    if timeout -k 10 "$TEST_TIMEOUT" "$b"; then
+        pass=$((pass + 1))
+    else
+        echo "--- FAILED: $b (exit $?)"
+        fail=$((fail + 1))
+        failed="$failed $(basename "$b")"
+    fi
+done
+[ -n "$failed" ] && echo "failed test programs:$failed"
+echo "rdma test programs: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
