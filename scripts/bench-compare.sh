@@ -93,7 +93,7 @@ kvb() {
     while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     echo "  kvbench $op $name size=$size threads=$threads" >&2
-    timeout -k 5 $((REPEAT * SECS * 4 + 60)) env "${envs[@]}" "$KVBENCH" "$op" --servers "$KV_ADDR" \
+    timeout -k 5 $((REPEAT * SECS * 3 + 30)) env "${envs[@]}" "$KVBENCH" "$op" --servers "$KV_ADDR" \
         --size "$size" --threads "$threads" --seconds "$SECS" --ops "$(ops_for "$size")" \
         --keys $(( size >= 262144 ? 1024 : 4096 )) --repeat "$REPEAT" --quiet \
         --csv "$OUT/runs/kv__${name}__${op}__${size}__${threads}.csv" "$@" >>"$OUT/runs/kvbench.log" 2>&1 ||
