@@ -88,8 +88,9 @@ struct kvs_conn {
 
     bool up;
     bool stop;
-    int fd;
-    uint64_t gen; /* bumped at every new connection */
+    int fd;        /* the current connection's socket, -1 once the reader closed it */
+    int reader_fd; /* the socket the reader is using (may be an older one), or -1 */
+    uint64_t gen;  /* bumped at every new connection */
     struct kvs_limits lim;
     struct tcp_frame *pending; /* uthash by id */
     uint64_t next_id;
@@ -610,6 +611,7 @@ static void *reader_main(void *arg)
         }
         int fd = c->fd;
         uint64_t gen = c->gen;
+        c->reader_fd = fd;
         pthread_mutex_unlock(&c->mu);
 
         c->rx_pos = c->rx_len = 0;
@@ -620,8 +622,13 @@ static void *reader_main(void *arg)
         while (rc == 0);
         conn_kill(c, gen, rc == -ECONNRESET || rc == -ETIMEDOUT || rc == -EPROTO ? rc : -EIO);
 
+        /* Forget the number before anyone (a forked child, a sender) can see it reused. */
         pthread_mutex_lock(&c->send_mu);
+        pthread_mutex_lock(&c->mu);
         close(fd);
+        if (c->fd == fd) c->fd = -1;
+        c->reader_fd = -1;
+        pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&c->send_mu);
     }
     return NULL;
@@ -820,6 +827,7 @@ static int tcp_create(const struct kvs_endpoint *ep, const struct kvs_transport_
     c->ep = *ep;
     c->cfg = *cfg;
     c->fd = -1;
+    c->reader_fd = -1;
     pthread_mutex_init(&c->connect_mu, NULL);
     pthread_mutex_init(&c->send_mu, NULL);
     pthread_mutex_init(&c->mu, NULL);
@@ -889,8 +897,9 @@ static void tcp_fork_parent(struct kvs_conn *c)
  */
 static void tcp_fork_child(struct kvs_conn *c)
 {
+    if (c->reader_fd >= 0 && c->reader_fd != c->fd) close(c->reader_fd);
     if (c->fd >= 0) close(c->fd);
-    c->fd = -1;
+    c->fd = c->reader_fd = -1;
     c->up = false;
     c->reader_started = false;
     c->last_err = 0;

@@ -315,6 +315,47 @@ static void test_fork_child_uses_client(void **state)
     kvt_server_stop(&srv);
 }
 
+/*
+ * After a lost connection its fd number is free and gets reused (here by a
+ * pipe): a fork must not close that number in the child.
+ */
+static void test_fork_after_connection_loss_keeps_fds(void **state)
+{
+    (void)state;
+    struct kvt_server srv;
+    assert_int_equal(kvt_server_start(&srv, 0, "--memory 16M --max-object 1M"), 0);
+    kvs_client *c = kvs_open(srv.addr);
+    assert_non_null(c);
+    assert_int_equal(kvs_put(c, "k", "v", 1), 0);
+    kvt_server_kill(&srv);
+    char b[4];
+    assert_true(kvs_get(c, "k", b, sizeof(b)) < 0); /* the loss is noticed... */
+    usleep(200 * 1000);                             /* ...and the reader closed the socket */
+
+    /* The lowest free number (the socket's old one) becomes the pipe's write end. */
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    int rd = dup(pipefd[0]), wr = pipefd[0];
+    assert_true(rd >= 0);
+    assert_int_equal(dup2(pipefd[1], wr), wr);
+    close(pipefd[1]);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(rd);
+        _exit(write(wr, "ok", 2) == 2 ? 0 : 1);
+    }
+    close(wr);
+    char got[2] = {0};
+    assert_int_equal(read(rd, got, 2), 2);
+    assert_memory_equal(got, "ok", 2);
+    close(rd);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    kvs_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_timeout_buffer_never_written_late),
         cmocka_unit_test(test_protocol_violation),
         cmocka_unit_test(test_fork_child_uses_client),
+        cmocka_unit_test(test_fork_after_connection_loss_keeps_fds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
