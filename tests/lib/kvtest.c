@@ -55,7 +55,7 @@ static int spawn(struct kvt_server *s, int port)
         return -1;
     }
     if (pid == 0) {
-        /* A test that fails half-way (cmocka longjmps past its clean-up) must not leave it running. */
+        /* A test failing half-way (cmocka longjmps past clean-up) must not leave it running. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(pipefd[1], STDOUT_FILENO);
         close(pipefd[0]);
