@@ -88,6 +88,7 @@ struct kvb_batcher {
     uint32_t inflight;           /* batches sent + direct calls running */
     struct batch *free_list;
     pthread_mutex_t free_lock; /* free_list only: completions recycle without the main lock */
+    _Atomic int callbacks;     /* done_cb calls still touching b (destroy waits for 0) */
     uint64_t next_seq;
 
     struct pending_key *pending;
@@ -329,6 +330,7 @@ static void done_cb(void *arg, ssize_t nok)
     uint64_t cnt[KVB_HIST_MAX_BUCKETS + 1] = {0}, sum[KVB_HIST_MAX_BUCKETS + 1] = {0};
     uint64_t bytes = 0;
     (void)nok;
+    atomic_fetch_add_explicit(&b->callbacks, 1, memory_order_relaxed);
 
     for (uint32_t i = 0; i < bt->n; i++) {
         struct kvb_op *op = bt->ops[i];
@@ -383,6 +385,7 @@ static void done_cb(void *arg, ssize_t nok)
             op_complete(op);
     }
     batch_recycle(b, bt);
+    atomic_fetch_sub_explicit(&b->callbacks, 1, memory_order_release);
 }
 
 /* ---- the flusher thread ---- */
@@ -560,6 +563,12 @@ int kvb_batcher_destroy(struct kvb_batcher *b, uint64_t timeout_ns)
     if (b->flusher_running) pthread_join(b->flusher, NULL);
     b->flusher_running = false;
     if (busy || rc == -ETIMEDOUT) return -EBUSY;
+    /* A completion may still be waking its callers after the bookkeeping: let it finish. */
+    for (int i = 0; atomic_load_explicit(&b->callbacks, memory_order_acquire) > 0; i++) {
+        if (i > 100000) return -EBUSY;
+        struct timespec ts = {0, 10000};
+        nanosleep(&ts, NULL);
+    }
 
     struct pending_key *pk, *tmp;
     HASH_ITER(hh, b->pending, pk, tmp)
@@ -568,7 +577,11 @@ int kvb_batcher_destroy(struct kvb_batcher *b, uint64_t timeout_ns)
         free(pk->key);
         free(pk);
     }
-    for (struct batch *bt = b->free_list, *next; bt; bt = next) {
+    pthread_mutex_lock(&b->free_lock);
+    struct batch *free_list = b->free_list;
+    b->free_list = NULL;
+    pthread_mutex_unlock(&b->free_lock);
+    for (struct batch *bt = free_list, *next; bt; bt = next) {
         next = bt->next;
         free(bt);
     }

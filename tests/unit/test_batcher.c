@@ -1,0 +1,399 @@
+/*
+ * test_batcher.c - the window batcher against a fake batch backend: each
+ * flush trigger, adaptive vs fixed, the in-flight bound, per-key order,
+ * write-behind limits and errors, error fan-out, refused batches.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <cmocka.h>
+
+#include "fake_backend.h"
+
+#define LONG_WINDOW (10ull * 1000000000ull) /* never expires within a test */
+
+static struct kvb_params params(enum kvb_batch_policy pol, uint64_t window_ns, uint32_t max_ops,
+                                uint64_t max_bytes, uint32_t max_inflight)
+{
+    struct kvb_params p = {pol, window_ns, max_ops, max_bytes, max_inflight, 0, 1 << 20};
+    return p;
+}
+
+struct env {
+    struct fake f;
+    struct kvb_stats st;
+    struct kvb_batcher *b;
+};
+
+static void env_up(struct env *e, enum fake_mode mode, struct kvb_params p)
+{
+    fake_init(&e->f, mode);
+    kvb_stats_init(&e->st);
+    struct kvb_backend be = fake_backend(&e->f);
+    e->b = kvb_batcher_create(&p, &be, &e->st);
+    assert_non_null(e->b);
+}
+
+static void env_down(struct env *e)
+{
+    /* Manual completions left over would block destroy: finish them first. */
+    while (e->f.mode == FAKE_MANUAL && fake_complete(&e->f, 0))
+        ;
+    assert_int_equal(kvb_batcher_destroy(e->b, LONG_WINDOW), 0);
+    fake_fini(&e->f);
+}
+
+/* Waits (bounded: 5 s) until the fake has seen n batch calls. */
+static void wait_submitted(struct env *e, int n)
+{
+    for (int i = 0; i < 5000 && atomic_load(&e->f.submitted) < n; i++)
+        fake_nap();
+    assert_int_equal(atomic_load(&e->f.submitted), n);
+}
+
+static uint64_t flushes(struct env *e, enum kvb_flush_reason r)
+{
+    return atomic_load(&e->st.flushes[r]);
+}
+
+static void test_adaptive_idle_sends_at_once(void **state)
+{
+    struct env e;
+    struct kvb_op *op;
+    (void)state;
+    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_ADAPTIVE, LONG_WINDOW, 64, 1 << 20, 1));
+    assert_int_equal(kvb_put_async(e.b, "k1", "v", 1, &op), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 1); /* sent by the caller, no window wait */
+    assert_true(fake_complete(&e.f, 0));
+    assert_int_equal(kvb_wait(op), 0);
+    assert_int_equal(flushes(&e, KVB_FLUSH_IDLE), 1);
+    env_down(&e);
+}
+
+static void test_adaptive_forms_next_batch_while_one_travels(void **state)
+{
+    struct env e;
+    struct kvb_op *ops[5];
+    static const char *keys[] = {"k0", "k1", "k2", "k3", "k4"};
+    (void)state;
+    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_ADAPTIVE, LONG_WINDOW, 64, 1 << 20, 1));
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(kvb_put_async(e.b, keys[i], "v", 1, &ops[i]), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 1); /* the other 4 wait for the first */
+    assert_true(fake_complete(&e.f, 0));
+    wait_submitted(&e, 2); /* completion lets the formed batch go */
+    pthread_mutex_lock(&e.f.lock);
+    assert_int_equal(e.f.last_n, 4);
+    pthread_mutex_unlock(&e.f.lock);
+    assert_true(fake_complete(&e.f, 0));
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(kvb_wait(ops[i]), 0);
+    assert_int_equal(flushes(&e, KVB_FLUSH_IDLE), 2);
+    assert_int_equal(atomic_load(&e.st.ops[KVB_OP_PUT]), 5);
+    assert_int_equal(atomic_load(&e.st.batches[KVB_OP_PUT]), 2);
+    env_down(&e);
+}
+
+static void test_fixed_waits_for_window(void **state)
+{
+    struct env e;
+    struct kvb_op *op;
+    (void)state;
+    env_up(&e, FAKE_SYNC, params(KVB_BATCH_FIXED, 2000000 /* 2 ms */, 64, 1 << 20, 4));
+    assert_int_equal(kvb_put_async(e.b, "k", "v", 1, &op), 0);
+    assert_int_equal(kvb_wait(op), 0); /* the flusher's timer sent it */
+    assert_int_equal(flushes(&e, KVB_FLUSH_WINDOW), 1);
+    assert_int_equal(flushes(&e, KVB_FLUSH_IDLE), 0);
+    env_down(&e);
+}
+
+static void test_max_ops_flushes(void **state)
+{
+    struct env e;
+    struct kvb_op *ops[5];
+    static const char *keys[] = {"a", "b", "c", "d", "e"};
+    (void)state;
+    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_FIXED, LONG_WINDOW, 4, 1 << 20, 4));
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(kvb_put_async(e.b, keys[i], "v", 1, &ops[i]), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 1);
+    assert_int_equal(e.f.last_n, 4);
+    assert_int_equal(flushes(&e, KVB_FLUSH_MAX_OPS), 1);
+    assert_true(fake_complete(&e.f, 0));
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, 0), -ETIMEDOUT); /* 5th is sent now */
+    assert_int_equal(flushes(&e, KVB_FLUSH_EXPLICIT), 1);
+    assert_true(fake_complete(&e.f, 0));
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(kvb_wait(ops[i]), 0);
+    env_down(&e);
+}
+
+static void test_max_bytes_flushes_and_oversize_goes_alone(void **state)
+{
+    struct env e;
+    struct kvb_op *ops[3];
+    static char small[2048], big[8192];
+    (void)state;
+    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_FIXED, LONG_WINDOW, 64, 4096, 8));
+    assert_int_equal(kvb_put_async(e.b, "s1", small, sizeof(small), &ops[0]), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 0);
+    assert_int_equal(kvb_put_async(e.b, "s2", small, sizeof(small), &ops[1]), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 1);
+    assert_int_equal(kvb_put_async(e.b, "big", big, sizeof(big), &ops[2]), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 2);
+    assert_int_equal(e.f.last_n, 1);
+    assert_int_equal(flushes(&e, KVB_FLUSH_MAX_BYTES), 2);
+    assert_true(fake_complete(&e.f, 1));
+    assert_true(fake_complete(&e.f, 0));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(kvb_wait(ops[i]), 0);
+    env_down(&e);
+}
+
+static void test_max_inflight_bounds_batches(void **state)
+{
+    struct env e;
+    struct kvb_op *ops[4];
+    static const char *keys[] = {"a", "b", "c", "d"};
+    (void)state;
+    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_FIXED, LONG_WINDOW, 1, 1 << 20, 2));
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(kvb_put_async(e.b, keys[i], "v", 1, &ops[i]), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 2);
+    assert_int_equal(atomic_load(&e.st.inflight_batches), 2);
+    assert_int_equal(atomic_load(&e.st.queued_ops), 2);
+    assert_true(fake_complete(&e.f, 1)); /* out of order */
+    wait_submitted(&e, 3);
+    assert_int_equal(fake_npending(&e.f), 2);
+    while (fake_complete(&e.f, 0) || atomic_load(&e.f.submitted) < 4)
+        fake_nap();
+    while (fake_complete(&e.f, 0))
+        ;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(kvb_wait(ops[i]), 0);
+    env_down(&e);
+}
+
+static void test_get_after_async_put_sees_it(void **state)
+{
+    struct env e;
+    struct kvb_op *p1, *p2;
+    char buf[16];
+    (void)state;
+    /* Completions on another thread, newest first: order must come from the batcher. */
+    env_up(&e, FAKE_THREAD, params(KVB_BATCH_ADAPTIVE, 1000000, 64, 1 << 20, 4));
+    for (int round = 0; round < 50; round++) {
+        assert_int_equal(kvb_put_async(e.b, "key", "one", 3, &p1), 0);
+        assert_int_equal(kvb_put_async(e.b, "key", "two!", 4, &p2), 0);
+        ssize_t n = kvb_get(e.b, "key", buf, sizeof(buf));
+        assert_int_equal(n, 4);
+        assert_memory_equal(buf, "two!", 4);
+        assert_int_equal(kvb_wait(p1), 0);
+        assert_int_equal(kvb_wait(p2), 0);
+        assert_int_equal(kvb_exists(e.b, "key"), 1);
+    }
+    env_down(&e);
+}
+
+static void test_get_semantics(void **state)
+{
+    struct env e;
+    char buf[8];
+    (void)state;
+    env_up(&e, FAKE_THREAD, params(KVB_BATCH_ADAPTIVE, 50000, 64, 1 << 20, 2));
+    assert_int_equal(kvb_put(e.b, "k", "hello", 5), 0);
+    assert_int_equal(kvb_get(e.b, "k", NULL, 0), 5); /* size probe */
+    assert_int_equal(kvb_get(e.b, "k", buf, 4), -ERANGE);
+    assert_int_equal(kvb_get(e.b, "k", buf, sizeof(buf)), 5);
+    assert_int_equal(kvb_get(e.b, "missing", buf, sizeof(buf)), -ENOENT);
+    assert_int_equal(kvb_exists(e.b, "missing"), 0);
+    assert_int_equal(kvb_exists(e.b, "k"), 1);
+    assert_int_equal(kvb_put(e.b, "empty", "", 0), 0);
+    assert_int_equal(kvb_get(e.b, "empty", buf, sizeof(buf)), 0);
+    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_GET][KVB_ST_ERANGE]), 1);
+    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_GET][KVB_ST_ENOENT]), 1);
+    assert_int_equal(kvb_args_batchable(NULL, "v", 1), 0);
+    assert_int_equal(kvb_args_batchable("", "v", 1), 0);
+    assert_int_equal(kvb_args_batchable("k", NULL, 1), 0);
+    assert_int_equal(kvb_args_batchable("k", NULL, 0), 1);
+    char longkey[KVS_MAX_KEY + 2];
+    memset(longkey, 'x', sizeof(longkey) - 1);
+    longkey[sizeof(longkey) - 1] = '\0';
+    assert_int_equal(kvb_args_batchable(longkey, "v", 1), 0);
+    longkey[KVS_MAX_KEY] = '\0';
+    assert_int_equal(kvb_args_batchable(longkey, "v", 1), 1);
+    env_down(&e);
+}
+
+static void test_error_fanout_async(void **state)
+{
+    struct env e;
+    struct kvb_op *ops[4];
+    static const char *keys[] = {"ok-1", "err-2", "ok-3", "err-4"};
+    char bufs[4][8];
+    (void)state;
+    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_FIXED, LONG_WINDOW, 4, 1 << 20, 2));
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(kvb_put_async(e.b, keys[i], "val", 3, &ops[i]), 0);
+    assert_true(fake_complete(&e.f, 0));
+    assert_int_equal(kvb_wait(ops[0]), 0);
+    assert_int_equal(kvb_wait(ops[1]), -EIO);
+    assert_int_equal(kvb_wait(ops[2]), 0);
+    assert_int_equal(kvb_wait(ops[3]), -EIO);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(kvb_get_async(e.b, keys[i], bufs[i], sizeof(bufs[i]), &ops[i]), 0);
+    assert_true(fake_complete(&e.f, 0));
+    assert_int_equal(kvb_wait(ops[0]), 3);
+    assert_int_equal(kvb_wait(ops[1]), -EIO);
+    assert_int_equal(kvb_wait(ops[2]), 3);
+    assert_int_equal(kvb_wait(ops[3]), -EIO);
+    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_PUT][KVB_ST_EIO]), 2);
+    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_GET][KVB_ST_EIO]), 2);
+    assert_int_equal(atomic_load(&e.st.ops[KVB_OP_PUT]), 4);
+    assert_int_equal(atomic_load(&e.st.ops[KVB_OP_GET]), 4);
+    env_down(&e);
+}
+
+static void test_refused_batch_falls_back_per_key(void **state)
+{
+    struct env e;
+    struct kvb_op *ops[3];
+    static const char *keys[] = {"a", "err-b", "c"};
+    (void)state;
+    env_up(&e, FAKE_SYNC, params(KVB_BATCH_FIXED, LONG_WINDOW, 3, 1 << 20, 2));
+    e.f.refuse_batches = true;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(kvb_put_async(e.b, keys[i], "v", 1, &ops[i]), 0);
+    assert_int_equal(kvb_wait(ops[0]), 0);
+    assert_int_equal(kvb_wait(ops[1]), -EIO);
+    assert_int_equal(kvb_wait(ops[2]), 0);
+    assert_int_equal(atomic_load(&e.f.one_calls), 3);
+    env_down(&e);
+}
+
+static void test_writeback_put_returns_at_once_and_is_readable(void **state)
+{
+    struct env e;
+    char buf[32];
+    struct kvb_params p = params(KVB_BATCH_FIXED, LONG_WINDOW, 64, 1 << 20, 2);
+    (void)state;
+    p.writeback = 1;
+    p.writeback_bytes = 64 << 10;
+    env_up(&e, FAKE_MANUAL, p);
+    assert_int_equal(kvb_put(e.b, "wb", "payload", 7), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 0); /* still queued */
+    assert_int_equal(kvb_get(e.b, "wb", buf, sizeof(buf)), 7);
+    assert_memory_equal(buf, "payload", 7);
+    assert_int_equal(kvb_get(e.b, "wb", NULL, 0), 7);
+    assert_int_equal(kvb_get(e.b, "wb", buf, 3), -ERANGE);
+    assert_int_equal(kvb_exists(e.b, "wb"), 1);
+    assert_int_equal(atomic_load(&e.st.writeback_bytes), 7);
+    assert_int_equal(kvb_put(e.b, "err-wb", "x", 1), 0); /* fails later */
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, 0), -ETIMEDOUT);
+    assert_true(fake_complete(&e.f, 0));
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, LONG_WINDOW), -EIO);
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, LONG_WINDOW), 0); /* reported once */
+    assert_int_equal(atomic_load(&e.st.writeback_errors), 1);
+    assert_int_equal(atomic_load(&e.st.writeback_bytes), 0);
+    pthread_mutex_lock(&e.f.lock);
+    int i = fake_find(&e.f, "wb");
+    assert_true(i >= 0);
+    assert_memory_equal(e.f.vals[i], "payload", 7);
+    pthread_mutex_unlock(&e.f.lock);
+    env_down(&e);
+}
+
+struct wb_writer {
+    struct env *e;
+    int rc;
+};
+
+static void *wb_writer_main(void *arg)
+{
+    struct wb_writer *w = arg;
+    static char val[16 << 10];
+    char key[32];
+    for (int i = 0; i < 8 && w->rc == 0; i++) {
+        snprintf(key, sizeof(key), "wb-%d", i);
+        w->rc = kvb_put(w->e->b, key, val, sizeof(val));
+    }
+    return NULL;
+}
+
+static void test_writeback_memory_is_bounded(void **state)
+{
+    struct env e;
+    struct wb_writer w = {&e, 0};
+    pthread_t t;
+    struct kvb_params p = params(KVB_BATCH_FIXED, LONG_WINDOW, 64, 1 << 20, 2);
+    (void)state;
+    p.writeback = 1;
+    p.writeback_bytes = 64 << 10; /* four 16K values */
+    env_up(&e, FAKE_MANUAL, p);
+    assert_int_equal(pthread_create(&t, NULL, wb_writer_main, &w), 0);
+    /* The writer blocks after 4 puts until batches complete: pending never exceeds the bound. */
+    for (int i = 0; i < 5000 && atomic_load(&e.st.writeback_bytes) < (64 << 10); i++)
+        fake_nap();
+    for (int i = 0; i < 100; i++) {
+        assert_true(atomic_load(&e.st.writeback_bytes) <= (64 << 10));
+        fake_complete(&e.f, 0);
+        fake_nap();
+    }
+    for (int i = 0; i < 5000 && fake_npending(&e.f) > 0; i++)
+        fake_complete(&e.f, 0);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, 0);
+    while (kvb_flush(e.b, KVB_FLUSH_EXPLICIT, 0) == -ETIMEDOUT)
+        fake_complete(&e.f, 0);
+    assert_int_equal(atomic_load(&e.st.ops[KVB_OP_PUT]), 8);
+    env_down(&e);
+}
+
+static void test_stats_count_each_op_once(void **state)
+{
+    struct env e;
+    char buf[8];
+    (void)state;
+    env_up(&e, FAKE_THREAD, params(KVB_BATCH_ADAPTIVE, 100000, 8, 1 << 20, 2));
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(kvb_put(e.b, "s", "abc", 3), 0);
+        assert_int_equal(kvb_get(e.b, "s", buf, sizeof(buf)), 3);
+        assert_int_equal(kvb_exists(e.b, "nope"), 0);
+    }
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, LONG_WINDOW), 0);
+    uint64_t batches = 0, reasons = 0;
+    for (int k = 0; k < KVB_OP_KINDS; k++) {
+        assert_int_equal(atomic_load(&e.st.ops[k]), 20);
+        batches += atomic_load(&e.st.batches[k]);
+    }
+    for (int r = 0; r < KVB_FLUSH_REASONS; r++)
+        reasons += atomic_load(&e.st.flushes[r]);
+    assert_int_equal(batches, reasons);
+    assert_int_equal(atomic_load(&e.st.batch_ops.count), batches);
+    assert_int_equal(atomic_load(&e.st.op_latency.count), 60);
+    assert_int_equal(atomic_load(&e.st.bytes[KVB_OP_PUT]), 60);
+    assert_int_equal(atomic_load(&e.st.bytes[KVB_OP_GET]), 60);
+    env_down(&e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_adaptive_idle_sends_at_once),
+        cmocka_unit_test(test_adaptive_forms_next_batch_while_one_travels),
+        cmocka_unit_test(test_fixed_waits_for_window),
+        cmocka_unit_test(test_max_ops_flushes),
+        cmocka_unit_test(test_max_bytes_flushes_and_oversize_goes_alone),
+        cmocka_unit_test(test_max_inflight_bounds_batches),
+        cmocka_unit_test(test_get_after_async_put_sees_it),
+        cmocka_unit_test(test_get_semantics),
+        cmocka_unit_test(test_error_fanout_async),
+        cmocka_unit_test(test_refused_batch_falls_back_per_key),
+        cmocka_unit_test(test_writeback_put_returns_at_once_and_is_readable),
+        cmocka_unit_test(test_writeback_memory_is_bounded),
+        cmocka_unit_test(test_stats_count_each_op_once),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,208 @@
+/*
+ * test_config.c - the KVBATCH_* parser: sizes, durations, %p, ranges, and
+ * the one-line message plus pass-through on a bad value.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <string.h>
+
+#include "config.h"
+
+/* A fake environment: NULL-terminated name/value pairs. */
+static const char *const *fake_env;
+
+static const char *fake_get(const char *name)
+{
+    for (const char *const *p = fake_env; p && *p; p += 2)
+        if (strcmp(p[0], name) == 0) return p[1];
+    return NULL;
+}
+
+static void test_sizes(void **state)
+{
+    uint64_t v;
+    (void)state;
+    assert_int_equal(kvb_parse_size("4096", &v), 0);
+    assert_int_equal(v, 4096);
+    assert_int_equal(kvb_parse_size("64K", &v), 0);
+    assert_int_equal(v, 65536);
+    assert_int_equal(kvb_parse_size("64kb", &v), 0);
+    assert_int_equal(v, 65536);
+    assert_int_equal(kvb_parse_size("4MiB", &v), 0);
+    assert_int_equal(v, 4u << 20);
+    assert_int_equal(kvb_parse_size("2G", &v), 0);
+    assert_int_equal(v, 2ull << 30);
+    assert_int_equal(kvb_parse_size("10B", &v), 0);
+    assert_int_equal(v, 10);
+    const char *bad[] = {"",
+                         "K",
+                         "-1",
+                         " 4K",
+                         "4K ",
+                         "4 K",
+                         "4KX",
+                         "1.5M",
+                         "0x10",
+                         "99999999999999999999",
+                         "18446744073709551615K",
+                         NULL};
+    for (int i = 0; bad[i]; i++)
+        assert_int_equal(kvb_parse_size(bad[i], &v), -EINVAL);
+    assert_int_equal(kvb_parse_size(NULL, &v), -EINVAL);
+}
+
+static void test_durations(void **state)
+{
+    uint64_t v;
+    (void)state;
+    assert_int_equal(kvb_parse_duration("50", 1000, &v), 0); /* bare = caller's unit */
+    assert_int_equal(v, 50000);
+    assert_int_equal(kvb_parse_duration("50us", 1000000, &v), 0);
+    assert_int_equal(v, 50000);
+    assert_int_equal(kvb_parse_duration("2ms", 1000, &v), 0);
+    assert_int_equal(v, 2000000);
+    assert_int_equal(kvb_parse_duration("1s", 1000, &v), 0);
+    assert_int_equal(v, 1000000000);
+    assert_int_equal(kvb_parse_duration("700ns", 1000, &v), 0);
+    assert_int_equal(v, 700);
+    assert_int_equal(kvb_parse_duration("0", 1000, &v), 0);
+    assert_int_equal(v, 0);
+    const char *bad[] = {"",  "ms", "5m", "5 ms", "-5", "5msx", "1e3", "18446744073709551615s",
+                         NULL};
+    for (int i = 0; bad[i]; i++)
+        assert_int_equal(kvb_parse_duration(bad[i], 1000, &v), -EINVAL);
+}
+
+static void test_expand_pid(void **state)
+{
+    char out[64];
+    (void)state;
+    assert_int_equal(kvb_expand_path("/tmp/kvb-%p.prom", 1234, out, sizeof(out)), 0);
+    assert_string_equal(out, "/tmp/kvb-1234.prom");
+    assert_int_equal(kvb_expand_path("a%%b", 1, out, sizeof(out)), 0);
+    assert_string_equal(out, "a%b");
+    assert_int_equal(kvb_expand_path("a%x", 1, out, sizeof(out)), -EINVAL);
+    assert_int_equal(kvb_expand_path("a%", 1, out, sizeof(out)), -EINVAL);
+    assert_int_equal(kvb_expand_path("/0123456789/%p", 123456, out, 16), -ENAMETOOLONG);
+}
+
+static void test_defaults(void **state)
+{
+    struct kvb_config c;
+    char err[256];
+    (void)state;
+    fake_env = NULL;
+    assert_int_equal(kvb_config_load(&c, fake_get, 1, err, sizeof(err)), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(c.policy, KVB_POLICY_ADAPTIVE);
+    assert_int_equal(c.window_ns, 50000);
+    assert_int_equal(c.put_mode, KVB_PUT_SYNC);
+    assert_int_equal(c.stats_interval_ns, 1000000000ull);
+    assert_string_equal(c.stats_file, "");
+}
+
+static void test_all_variables(void **state)
+{
+    static const char *const env[] = {"KVBATCH_POLICY",
+                                      "fixed",
+                                      "KVBATCH_WINDOW_US",
+                                      "2ms",
+                                      "KVBATCH_MAX_OPS",
+                                      "512",
+                                      "KVBATCH_MAX_BYTES",
+                                      "4MiB",
+                                      "KVBATCH_MAX_INFLIGHT",
+                                      "8",
+                                      "KVBATCH_PUT_MODE",
+                                      "writeback",
+                                      "KVBATCH_WRITEBACK_BYTES",
+                                      "1G",
+                                      "KVBATCH_STATS_FILE",
+                                      "/tmp/s-%p.prom",
+                                      "KVBATCH_STATS_INTERVAL_MS",
+                                      "250",
+                                      "KVBATCH_EXIT_TIMEOUT_MS",
+                                      "3s",
+                                      "KVBATCH_LOG",
+                                      "debug",
+                                      NULL};
+    struct kvb_config c;
+    char err[256], text[1024];
+    (void)state;
+    fake_env = env;
+    assert_int_equal(kvb_config_load(&c, fake_get, 42, err, sizeof(err)), 0);
+    assert_int_equal(c.policy, KVB_POLICY_FIXED);
+    assert_int_equal(c.window_ns, 2000000);
+    assert_int_equal(c.max_ops, 512);
+    assert_int_equal(c.max_bytes, 4u << 20);
+    assert_int_equal(c.max_inflight, 8);
+    assert_int_equal(c.put_mode, KVB_PUT_WRITEBACK);
+    assert_int_equal(c.writeback_bytes, 1ull << 30);
+    assert_string_equal(c.stats_file, "/tmp/s-42.prom");
+    assert_int_equal(c.stats_interval_ns, 250000000ull);
+    assert_int_equal(c.exit_timeout_ns, 3000000000ull);
+    assert_int_equal(c.log_level, KVB_LOG_DEBUG);
+    kvb_config_describe(&c, text, sizeof(text));
+    assert_non_null(strstr(text, "KVBATCH_POLICY=fixed\n"));
+    assert_non_null(strstr(text, "KVBATCH_WINDOW_US=2000us\n"));
+    assert_non_null(strstr(text, "KVBATCH_STATS_FILE=/tmp/s-42.prom\n"));
+}
+
+/* Each bad value: -EINVAL, pass-through, one line naming variable and value. */
+static void test_bad_values_fall_back_to_passthrough(void **state)
+{
+    static const char *const cases[][2] = {
+        {"KVBATCH_POLICY", "fast"},         {"KVBATCH_WINDOW_US", "5 ms"},
+        {"KVBATCH_WINDOW_US", "2s"},        {"KVBATCH_MAX_OPS", "0"},
+        {"KVBATCH_MAX_OPS", "12x"},         {"KVBATCH_MAX_OPS", "100000"},
+        {"KVBATCH_MAX_BYTES", "1K"},        {"KVBATCH_MAX_BYTES", "1T"},
+        {"KVBATCH_MAX_INFLIGHT", "0"},      {"KVBATCH_MAX_INFLIGHT", "65"},
+        {"KVBATCH_PUT_MODE", "async"},      {"KVBATCH_WRITEBACK_BYTES", "1K"},
+        {"KVBATCH_STATS_INTERVAL_MS", "1"}, {"KVBATCH_STATS_INTERVAL_MS", "2h"},
+        {"KVBATCH_EXIT_TIMEOUT_MS", "61s"}, {"KVBATCH_LOG", "verbose"},
+        {"KVBATCH_STATS_FILE", "/tmp/%q"},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *env[] = {cases[i][0], cases[i][1], "KVBATCH_MAX_OPS_X", "1", NULL};
+        struct kvb_config c;
+        char err[512];
+        fake_env = env;
+        assert_int_equal(kvb_config_load(&c, fake_get, 1, err, sizeof(err)), -EINVAL);
+        assert_int_equal(c.policy, KVB_POLICY_OFF);
+        assert_non_null(strstr(err, cases[i][0]));
+        assert_non_null(strstr(err, cases[i][1]));
+        assert_non_null(strstr(err, "accepted"));
+        assert_null(strchr(err, '\n'));
+    }
+}
+
+static void test_only_first_error_reported(void **state)
+{
+    static const char *const env[] = {"KVBATCH_POLICY", "bogus", "KVBATCH_MAX_OPS", "-3", NULL};
+    struct kvb_config c;
+    char err[512];
+    (void)state;
+    fake_env = env;
+    assert_int_equal(kvb_config_load(&c, fake_get, 1, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "KVBATCH_POLICY"));
+    assert_null(strstr(err, "KVBATCH_MAX_OPS"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_durations),
+        cmocka_unit_test(test_expand_pid),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_all_variables),
+        cmocka_unit_test(test_bad_values_fall_back_to_passthrough),
+        cmocka_unit_test(test_only_first_error_reported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
