@@ -172,7 +172,7 @@ static void test_async_single(void **state)
     struct fixture *f = *state;
     enum { N = 16 };
     kvs_op *ops[N];
-    char keys[N][16], vals[N][16], bufs[N][16];
+    char keys[N][32], vals[N][32], bufs[N][32];
     for (int i = 0; i < N; i++) {
         snprintf(keys[i], sizeof(keys[i]), "as-%d", i);
         snprintf(vals[i], sizeof(vals[i]), "value-%d", i);
@@ -231,7 +231,7 @@ static void test_async_batches(void **state)
 {
     struct fixture *f = *state;
     enum { B = 8, K = 32, LEN = 4096 };
-    static char names[B][K][24];
+    static char names[B][K][40];
     static unsigned char vals[B][K][LEN], outs[B][K][LEN];
     static const char *keys[B][K];
     static const void *vptr[B][K];
@@ -327,7 +327,7 @@ static void test_flush_waits_for_ops(void **state)
     struct fixture *f = *state;
     enum { B = 6, K = 16, LEN = 64 * 1024 };
     static unsigned char vals[K][LEN];
-    static char names[B][K][24];
+    static char names[B][K][40];
     static const char *keys[B][K];
     static const void *vptr[K];
     static size_t lens[K];
@@ -364,7 +364,7 @@ static void test_close_with_ops_in_flight(void **state)
     assert_non_null(c);
     enum { B = 4, K = 8, LEN = 256 * 1024 };
     static unsigned char vals[K][LEN];
-    static char names[B][K][24];
+    static char names[B][K][40];
     static const char *keys[B][K];
     static const void *vptr[K];
     static size_t lens[K];

@@ -64,7 +64,7 @@ static void test_kill_mid_batch_then_restart(void **state)
     static const void *vals[KILL_KEYS];
     static size_t lens[KILL_KEYS];
     static int st[KILL_KEYS];
-    static char names[KILL_KEYS][24];
+    static char names[KILL_KEYS][40];
     unsigned char *data = calloc(1, KILL_LEN);
     assert_non_null(data);
     for (int i = 0; i < KILL_KEYS; i++) {
