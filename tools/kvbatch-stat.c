@@ -1,0 +1,375 @@
+/*
+ * kvbatch-stat - shows what batching does, from the shim's stats file.
+ *
+ *   kvbatch-stat FILE             one summary: rates since the process started
+ *   kvbatch-stat -w SECONDS FILE  one line per interval, like vmstat
+ *   kvbatch-stat --json FILE      the same summary as one JSON object
+ *
+ * It reads only the Prometheus text the shim writes (KVBATCH_STATS_FILE).
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SAMPLES 512
+#define NAME_LEN    160
+
+static const char *const ops[] = {"put", "get", "exists"};
+static const char *const reasons[] = {"window", "max_ops", "max_bytes", "idle", "explicit", "exit"};
+
+struct sample {
+    char name[NAME_LEN]; /* metric name with its {labels} */
+    double value;
+};
+
+struct snap {
+    struct sample s[MAX_SAMPLES];
+    int n;
+    char info[NAME_LEN]; /* kvbatch_info labels */
+};
+
+/* Reads FILE into snap; 0 or a negative errno. */
+static int load(const char *path, struct snap *sn)
+{
+    char line[512];
+    FILE *f = fopen(path, "r");
+    if (!f) return -errno;
+    sn->n = 0;
+    sn->info[0] = '\0';
+    while (fgets(line, sizeof(line), f)) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        char *sp = strrchr(line, ' ');
+        if (!sp || sn->n >= MAX_SAMPLES) continue;
+        *sp = '\0';
+        struct sample *s = &sn->s[sn->n];
+        snprintf(s->name, sizeof(s->name), "%.159s", line);
+        s->value = strtod(sp + 1, NULL);
+        if (strncmp(line, "kvbatch_info{", 13) == 0)
+            snprintf(sn->info, sizeof(sn->info), "%.159s", line + 12);
+        sn->n++;
+    }
+    fclose(f);
+    return sn->n ? 0 : -ENODATA;
+}
+
+static double get(const struct snap *sn, const char *name)
+{
+    for (int i = 0; i < sn->n; i++)
+        if (strcmp(sn->s[i].name, name) == 0) return sn->s[i].value;
+    return 0;
+}
+
+static double getf(const struct snap *sn, const char *fmt, const char *arg)
+{
+    char name[NAME_LEN];
+    snprintf(name, sizeof(name), fmt, arg);
+    return get(sn, name);
+}
+
+/*
+ * Quantile q of histogram `base` over the difference cur - prev (prev may be
+ * NULL), interpolating linearly inside the bucket, as Prometheus'
+ * histogram_quantile does. NAN when there are no observations.
+ */
+static double quantile(const struct snap *cur, const struct snap *prev, const char *base, double q)
+{
+    double les[64], cum[64];
+    int nb = 0;
+    size_t blen = strlen(base);
+    for (int i = 0; i < cur->n && nb < 64; i++) {
+        const char *nm = cur->s[i].name;
+        if (strncmp(nm, base, blen) != 0 || strncmp(nm + blen, "_bucket{le=\"", 12) != 0) continue;
+        const char *le = nm + blen + 12;
+        les[nb] = strncmp(le, "+Inf", 4) == 0 ? INFINITY : strtod(le, NULL);
+        cum[nb] = cur->s[i].value - (prev ? get(prev, nm) : 0);
+        nb++;
+    }
+    if (nb == 0 || cum[nb - 1] <= 0) return NAN;
+    double rank = q * cum[nb - 1];
+    for (int i = 0; i < nb; i++) {
+        if (cum[i] < rank) continue;
+        if (isinf(les[i])) return i > 0 ? les[i - 1] : NAN;
+        double lo = i > 0 ? les[i - 1] : 0, below = i > 0 ? cum[i - 1] : 0;
+        double in = cum[i] - below;
+        return in > 0 ? lo + (les[i] - lo) * (rank - below) / in : les[i];
+    }
+    return les[nb - 1];
+}
+
+/* Human time: 12.3us, 4.5ms, 1.2s. */
+static const char *fmt_time(double sec, char *buf, size_t cap)
+{
+    if (isnan(sec))
+        snprintf(buf, cap, "-");
+    else if (sec < 1e-3)
+        snprintf(buf, cap, "%.1fus", sec * 1e6);
+    else if (sec < 1)
+        snprintf(buf, cap, "%.2fms", sec * 1e3);
+    else
+        snprintf(buf, cap, "%.2fs", sec);
+    return buf;
+}
+
+static const char *fmt_bytes(double b, char *buf, size_t cap)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4)
+        b /= 1024, u++;
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+    return buf;
+}
+
+static double diff(const struct snap *cur, const struct snap *prev, const char *fmt,
+                   const char *arg)
+{
+    return getf(cur, fmt, arg) - (prev ? getf(prev, fmt, arg) : 0);
+}
+
+/* Sum of kvbatch_errors_total over status, for one op (ENOENT counted apart). */
+static void errors_of(const struct snap *sn, const char *op, double *misses, double *errs)
+{
+    char pre[64];
+    int n = snprintf(pre, sizeof(pre), "kvbatch_errors_total{op=\"%s\",status=\"", op);
+    *misses = *errs = 0;
+    for (int i = 0; i < sn->n; i++) {
+        if (strncmp(sn->s[i].name, pre, (size_t)n) != 0) continue;
+        if (strncmp(sn->s[i].name + n, "ENOENT", 6) == 0)
+            *misses += sn->s[i].value;
+        else
+            *errs += sn->s[i].value;
+    }
+}
+
+static void summary(const char *path, const struct snap *sn)
+{
+    char a[32], b[32], c[32], d[32];
+    double now = (double)time(NULL);
+    double start = get(sn, "kvbatch_start_time_seconds");
+    double wrote = get(sn, "kvbatch_write_time_seconds");
+    double span = wrote - start > 0 ? wrote - start : 0;
+    printf("kvbatch-stat %s: written %.0fs ago; %.1fs of activity since the shim started\n", path,
+           now - wrote > 0 ? now - wrote : 0, span);
+    printf("settings: %s window=%s max_ops=%.0f max_bytes=%s max_inflight=%.0f\n", sn->info,
+           fmt_time(get(sn, "kvbatch_setting_window_seconds"), a, sizeof(a)),
+           get(sn, "kvbatch_setting_max_ops"),
+           fmt_bytes(get(sn, "kvbatch_setting_max_bytes"), b, sizeof(b)),
+           get(sn, "kvbatch_setting_max_inflight"));
+    printf("\n%-7s %12s %10s %10s %10s %10s %12s %8s %8s\n", "op", "ops", "ops/s", "batches",
+           "batches/s", "ops/batch", "bytes", "direct", "errors");
+    double tops = 0, tbatches = 0;
+    for (int k = 0; k < 3; k++) {
+        double o = getf(sn, "kvbatch_ops_total{op=\"%s\"}", ops[k]);
+        double bt = getf(sn, "kvbatch_batches_total{op=\"%s\"}", ops[k]);
+        double by = getf(sn, "kvbatch_bytes_total{op=\"%s\"}", ops[k]);
+        double dir = getf(sn, "kvbatch_direct_ops_total{op=\"%s\"}", ops[k]);
+        double miss, errs;
+        errors_of(sn, ops[k], &miss, &errs);
+        tops += o;
+        tbatches += bt;
+        printf("%-7s %12.0f %10.0f %10.0f %10.0f %10.1f %12s %8.0f %8.0f%s\n", ops[k], o,
+               span > 0 ? o / span : 0, bt, span > 0 ? bt / span : 0, bt > 0 ? (o - dir) / bt : 0,
+               fmt_bytes(by, c, sizeof(c)), dir, errs, miss > 0 ? " (+misses)" : "");
+    }
+    printf("%-7s %12.0f %10.0f %10.0f %10.0f %10.1f\n", "all", tops, span > 0 ? tops / span : 0,
+           tbatches, span > 0 ? tbatches / span : 0,
+           tbatches > 0 ? get(sn, "kvbatch_batch_ops_sum") / tbatches : 0);
+
+    double total = 0;
+    for (int r = 0; r < 6; r++)
+        total += getf(sn, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
+    printf("\nflushes:");
+    for (int r = 0; r < 6; r++) {
+        double v = getf(sn, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
+        printf("  %s %.0f (%.0f%%)", reasons[r], v, total > 0 ? 100 * v / total : 0);
+    }
+    printf("\nqueue delay: p50 %s  p90 %s  p99 %s\n",
+           fmt_time(quantile(sn, NULL, "kvbatch_queue_delay_seconds", 0.5), a, sizeof(a)),
+           fmt_time(quantile(sn, NULL, "kvbatch_queue_delay_seconds", 0.9), b, sizeof(b)),
+           fmt_time(quantile(sn, NULL, "kvbatch_queue_delay_seconds", 0.99), c, sizeof(c)));
+    printf("op latency:  p50 %s  p90 %s  p99 %s  (mean %s)\n",
+           fmt_time(quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.5), a, sizeof(a)),
+           fmt_time(quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.9), b, sizeof(b)),
+           fmt_time(quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.99), c, sizeof(c)),
+           fmt_time(get(sn, "kvbatch_op_latency_seconds_count") > 0
+                        ? get(sn, "kvbatch_op_latency_seconds_sum") /
+                              get(sn, "kvbatch_op_latency_seconds_count")
+                        : NAN,
+                    d, sizeof(d)));
+    printf("now: %.0f ops queued, %.0f batches in flight, %s held for write-behind, %.0f "
+           "write-behind failures\n",
+           get(sn, "kvbatch_queued_ops"), get(sn, "kvbatch_inflight_batches"),
+           fmt_bytes(get(sn, "kvbatch_writeback_pending_bytes"), a, sizeof(a)),
+           get(sn, "kvbatch_writeback_errors_total"));
+    printf("errors by status:");
+    int any = 0;
+    for (int i = 0; i < sn->n; i++)
+        if (strncmp(sn->s[i].name, "kvbatch_errors_total{", 21) == 0 && sn->s[i].value > 0) {
+            printf(" %s=%.0f", sn->s[i].name + 20, sn->s[i].value);
+            any = 1;
+        }
+    printf("%s\n", any ? "" : " none");
+}
+
+static void json_num(const char *key, double v, int comma)
+{
+    if (isnan(v) || isinf(v))
+        printf("\"%s\":null%s", key, comma ? "," : "");
+    else
+        printf("\"%s\":%.9g%s", key, v, comma ? "," : "");
+}
+
+static void json(const struct snap *sn)
+{
+    double span = get(sn, "kvbatch_write_time_seconds") - get(sn, "kvbatch_start_time_seconds");
+    printf("{");
+    json_num("seconds", span, 1);
+    for (int k = 0; k < 3; k++) {
+        double o = getf(sn, "kvbatch_ops_total{op=\"%s\"}", ops[k]);
+        double bt = getf(sn, "kvbatch_batches_total{op=\"%s\"}", ops[k]);
+        double miss, errs;
+        errors_of(sn, ops[k], &miss, &errs);
+        printf("\"%s\":{", ops[k]);
+        json_num("ops", o, 1);
+        json_num("batches", bt, 1);
+        json_num("ops_per_s", span > 0 ? o / span : 0, 1);
+        json_num("bytes", getf(sn, "kvbatch_bytes_total{op=\"%s\"}", ops[k]), 1);
+        json_num("direct", getf(sn, "kvbatch_direct_ops_total{op=\"%s\"}", ops[k]), 1);
+        json_num("not_found", miss, 1);
+        json_num("errors", errs, 0);
+        printf("},");
+    }
+    printf("\"flush\":{");
+    for (int r = 0; r < 6; r++)
+        json_num(reasons[r], getf(sn, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]), r < 5);
+    printf("},");
+    json_num("mean_batch_ops",
+             get(sn, "kvbatch_batch_ops_count") > 0
+                 ? get(sn, "kvbatch_batch_ops_sum") / get(sn, "kvbatch_batch_ops_count")
+                 : 0,
+             1);
+    json_num("queue_delay_p50_s", quantile(sn, NULL, "kvbatch_queue_delay_seconds", 0.5), 1);
+    json_num("queue_delay_p99_s", quantile(sn, NULL, "kvbatch_queue_delay_seconds", 0.99), 1);
+    json_num("op_latency_p50_s", quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.5), 1);
+    json_num("op_latency_p99_s", quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.99), 1);
+    json_num("queued_ops", get(sn, "kvbatch_queued_ops"), 1);
+    json_num("inflight_batches", get(sn, "kvbatch_inflight_batches"), 1);
+    json_num("writeback_errors", get(sn, "kvbatch_writeback_errors_total"), 0);
+    printf("}\n");
+}
+
+static double sum_ops(const struct snap *cur, const struct snap *prev, const char *fmt)
+{
+    double t = 0;
+    for (int k = 0; k < 3; k++)
+        t += diff(cur, prev, fmt, ops[k]);
+    return t;
+}
+
+/* One vmstat-like line for the interval prev -> cur. */
+static void interval_line(const struct snap *cur, const struct snap *prev, double secs, int header)
+{
+    char a[32], b[32], c[32];
+    if (header)
+        printf("%9s %9s %9s %9s %9s %9s %10s %10s %10s %8s\n", "put/s", "get/s", "exists/s",
+               "batches/s", "ops/batch", "idle%", "qdelay50", "lat50", "lat99", "errors/s");
+    double o = sum_ops(cur, prev, "kvbatch_ops_total{op=\"%s\"}");
+    double bt = sum_ops(cur, prev, "kvbatch_batches_total{op=\"%s\"}");
+    double fl = 0, idle = diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", "idle");
+    for (int r = 0; r < 6; r++)
+        fl += diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
+    double e = 0;
+    for (int k = 0; k < 3; k++) {
+        double em, ee, pm, pe;
+        errors_of(cur, ops[k], &em, &ee);
+        errors_of(prev, ops[k], &pm, &pe);
+        e += ee - pe;
+    }
+    printf("%9.0f %9.0f %9.0f %9.0f %9.1f %9.0f %10s %10s %10s %8.0f\n",
+           diff(cur, prev, "kvbatch_ops_total{op=\"%s\"}", "put") / secs,
+           diff(cur, prev, "kvbatch_ops_total{op=\"%s\"}", "get") / secs,
+           diff(cur, prev, "kvbatch_ops_total{op=\"%s\"}", "exists") / secs, bt / secs,
+           bt > 0 ? (o - sum_ops(cur, prev, "kvbatch_direct_ops_total{op=\"%s\"}")) / bt : 0,
+           fl > 0 ? 100 * idle / fl : 0,
+           fmt_time(quantile(cur, prev, "kvbatch_queue_delay_seconds", 0.5), a, sizeof(a)),
+           fmt_time(quantile(cur, prev, "kvbatch_op_latency_seconds", 0.5), b, sizeof(b)),
+           fmt_time(quantile(cur, prev, "kvbatch_op_latency_seconds", 0.99), c, sizeof(c)),
+           e / secs);
+    fflush(stdout);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kvbatch-stat [-w SECONDS [-n COUNT]] [--json] FILE\n"
+               "  FILE          the shim's stats file (KVBATCH_STATS_FILE)\n"
+               "  -w SECONDS    print one line per interval (rates over the interval)\n"
+               "  -n COUNT      with -w: stop after COUNT lines (default: until interrupted)\n"
+               "  --json        one JSON object (totals, rates since start, percentiles)\n");
+}
+
+int main(int argc, char **argv)
+{
+    static struct snap cur, prev;
+    double every = 0;
+    long count = -1;
+    int as_json = 0;
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-w") == 0 && i + 1 < argc) {
+            char *end;
+            every = strtod(argv[++i], &end);
+            if (*end || !(every > 0) || every > 86400) {
+                fprintf(stderr, "kvbatch-stat: -w wants seconds in (0, 86400], got '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
+            count = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--json") == 0) {
+            as_json = 1;
+        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (argv[i][0] != '-' && !path) {
+            path = argv[i];
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!path) {
+        usage(stderr);
+        return 2;
+    }
+    int rc = load(path, &cur);
+    if (rc < 0) {
+        fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", path, strerror(-rc));
+        return 1;
+    }
+    if (every <= 0) {
+        if (as_json)
+            json(&cur);
+        else
+            summary(path, &cur);
+        return 0;
+    }
+    for (long line = 0; count < 0 || line < count; line++) {
+        struct timespec ts = {(time_t)every, (long)((every - (double)(time_t)every) * 1e9)};
+        prev = cur;
+        nanosleep(&ts, NULL);
+        if ((rc = load(path, &cur)) < 0) {
+            fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", path, strerror(-rc));
+            return 1;
+        }
+        double secs =
+            get(&cur, "kvbatch_write_time_seconds") - get(&prev, "kvbatch_write_time_seconds");
+        if (secs <= 0) secs = every; /* file not rewritten: rates are 0 over the wait */
+        interval_line(&cur, &prev, secs, line % 20 == 0);
+    }
+    return 0;
+}
