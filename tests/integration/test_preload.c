@@ -1,0 +1,248 @@
+/*
+ * test_preload.c - runs tests/preload/kvb_workload (a plain libkvstore
+ * program) against a real kvstored with and without
+ * LD_PRELOAD=libkvbatch.so and compares: identical results for every call,
+ * batching visible in the stats file (which passes promtool), a bad variable
+ * reported once with correct results, write-behind data readable by a new
+ * process after exit, fork, and a bounded exit when the server is gone.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kvtest.h"
+
+static struct kvt_server server;
+static char tmpdir[64];
+
+/* Absolute path of a built file (LD_PRELOAD needs one). */
+static const char *abs_build(const char *rel, char *out, size_t cap)
+{
+    char *p = realpath(kvt_build_path(rel), NULL);
+    assert_non_null(p);
+    snprintf(out, cap, "%s", p);
+    free(p);
+    return out;
+}
+
+/*
+ * Runs kvb_workload with args, the environment extended by env (NULL-ended
+ * "NAME=value" list), stdout into out_path and stderr into err_path.
+ * Returns the exit status (or -1).
+ */
+static int run(const char *const env[], const char *out_path, const char *err_path,
+               const char *const args[])
+{
+    char prog[PATH_MAX];
+    const char *argv[16];
+    int argc = 0;
+    abs_build("tests/preload/kvb_workload", prog, sizeof(prog));
+    argv[argc++] = prog;
+    argv[argc++] = server.addr;
+    for (int i = 0; args[i] && argc < 15; i++)
+        argv[argc++] = args[i];
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o < 0 || e < 0) _exit(127);
+        dup2(o, 1);
+        dup2(e, 2);
+        execv(prog, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *buf = calloc(1, 1 << 20);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static const char *tmp(const char *name)
+{
+    static __thread char bufs[4][PATH_MAX];
+    static __thread int next;
+    char *p = bufs[next++ % 4];
+    snprintf(p, PATH_MAX, "%s/%s", tmpdir, name);
+    return p;
+}
+
+/* The value of one sample line "name value" in a stats file text, or -1. */
+static double metric(const char *text, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = text; (p = strstr(p, name)); p += len)
+        if ((p == text || p[-1] == '\n') && p[len] == ' ') return strtod(p + len + 1, NULL);
+    return -1;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvb-preload-XXXXXX");
+    if (!mkdtemp(tmpdir)) return -1;
+    return kvt_server_start(&server, 0, "--max-object 1M");
+}
+
+static int teardown(void **state)
+{
+    char cmd[128];
+    (void)state;
+    kvt_server_stop(&server);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static char shim_env[PATH_MAX + 16];
+
+static const char *preload(void)
+{
+    char lib[PATH_MAX];
+    abs_build("lib/libkvbatch.so", lib, sizeof(lib));
+    snprintf(shim_env, sizeof(shim_env), "LD_PRELOAD=%s", lib);
+    return shim_env;
+}
+
+static void test_same_results_with_and_without_shim(void **state)
+{
+    static const char *const args[] = {"semantics", NULL};
+    (void)state;
+    const char *const plain_env[] = {NULL};
+    assert_int_equal(run(plain_env, tmp("plain.out"), tmp("plain.err"), args), 0);
+    const char *policies[] = {"KVBATCH_POLICY=adaptive", "KVBATCH_POLICY=fixed",
+                              "KVBATCH_POLICY=off"};
+    char *plain = slurp(tmp("plain.out"));
+    assert_non_null(strstr(plain, "kvs_flush(client)"));
+    for (int i = 0; i < 3; i++) {
+        const char *const env[] = {preload(), policies[i], "KVBATCH_WINDOW_US=200", NULL};
+        assert_int_equal(run(env, tmp("shim.out"), tmp("shim.err"), args), 0);
+        char *shim = slurp(tmp("shim.out"));
+        if (strcmp(plain, shim) != 0)
+            fprintf(stderr, "%s:\n%s\nvs plain:\n%s\n", policies[i], shim, plain);
+        assert_string_equal(plain, shim);
+        free(shim);
+    }
+    free(plain);
+}
+
+static void test_16_threads_batch_and_stats_pass_promtool(void **state)
+{
+    static const char *const args[] = {"threads", "16", "400", NULL};
+    char stats_env[PATH_MAX + 32], cmd[PATH_MAX + 64];
+    (void)state;
+    snprintf(stats_env, sizeof(stats_env), "KVBATCH_STATS_FILE=%s", tmp("stats-%p.prom"));
+    const char *const env[] = {preload(), stats_env, NULL};
+    assert_int_equal(run(env, tmp("thr.out"), tmp("thr.err"), args), 0);
+    /* %p expanded: exactly one stats file for the one process. */
+    snprintf(cmd, sizeof(cmd), "cat %s/stats-*.prom > %s", tmpdir, tmp("stats.prom"));
+    assert_int_equal(system(cmd), 0);
+    char *text = slurp(tmp("stats.prom"));
+    double ops = metric(text, "kvbatch_ops_total{op=\"put\"}");
+    double batches = metric(text, "kvbatch_batches_total{op=\"put\"}");
+    double gets = metric(text, "kvbatch_ops_total{op=\"get\"}");
+    fprintf(stderr, "16 threads: %.0f puts in %.0f batches, %.0f gets\n", ops, batches, gets);
+    assert_true(ops == 16 * 400);
+    assert_true(gets == 16 * 100);
+    assert_true(batches > 0 && ops >= 4 * batches);
+    assert_true(metric(text, "kvbatch_queued_ops") == 0);
+    free(text);
+    if (access("/usr/bin/promtool", X_OK) != 0) {
+        fprintf(stderr, "SKIP promtool check: /usr/bin/promtool is not installed\n");
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "/usr/bin/promtool check metrics < %s", tmp("stats.prom"));
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_bad_variable_reports_once_and_passes_through(void **state)
+{
+    static const char *const args[] = {"semantics", NULL};
+    (void)state;
+    const char *const plain_env[] = {NULL};
+    const char *const env[] = {preload(), "KVBATCH_WINDOW_US=fast", NULL};
+    assert_int_equal(run(plain_env, tmp("p.out"), tmp("p.err"), args), 0);
+    assert_int_equal(run(env, tmp("bad.out"), tmp("bad.err"), args), 0);
+    char *plain = slurp(tmp("p.out")), *out = slurp(tmp("bad.out")), *err = slurp(tmp("bad.err"));
+    assert_string_equal(plain, out);
+    char *first = strstr(err, "KVBATCH_WINDOW_US='fast'");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "KVBATCH_WINDOW_US"));
+    assert_non_null(strstr(err, "accepted"));
+    free(plain);
+    free(out);
+    free(err);
+}
+
+static void test_writeback_data_survives_exit(void **state)
+{
+    static const char *const wargs[] = {"write", "wb", "300", NULL};
+    static const char *const rargs[] = {"read", "wb", "300", NULL};
+    (void)state;
+    const char *const env[] = {preload(), "KVBATCH_PUT_MODE=writeback", "KVBATCH_POLICY=fixed",
+                               "KVBATCH_WINDOW_US=100ms", NULL};
+    const char *const plain_env[] = {NULL};
+    assert_int_equal(run(env, tmp("w.out"), tmp("w.err"), wargs), 0);
+    assert_int_equal(run(plain_env, tmp("r.out"), tmp("r.err"), rargs), 0);
+}
+
+static void test_fork(void **state)
+{
+    static const char *const args[] = {"fork", NULL};
+    (void)state;
+    const char *const env[] = {preload(), NULL};
+    const char *const wb_env[] = {preload(), "KVBATCH_PUT_MODE=writeback", NULL};
+    assert_int_equal(run(env, tmp("f.out"), tmp("f.err"), args), 0);
+    assert_int_equal(run(wb_env, tmp("f2.out"), tmp("f2.err"), args), 0);
+}
+
+static void test_exit_is_bounded_when_server_is_gone(void **state)
+{
+    static const char *const wargs[] = {"write", "gone", "50", NULL};
+    (void)state;
+    const char *const env[] = {preload(), "KVBATCH_PUT_MODE=writeback",
+                               "KVBATCH_EXIT_TIMEOUT_MS=300", NULL};
+    kvt_server_kill(&server);
+    unsigned long long t0 = kvt_now_ns();
+    int rc = run(env, tmp("g.out"), tmp("g.err"), wargs);
+    unsigned long long secs = (kvt_now_ns() - t0) / 1000000000ull;
+    assert_int_equal(kvt_server_restart(&server), 0);
+    assert_true(rc >= 0); /* it exited by itself (puts were accepted: write-behind) */
+    assert_true(secs < 60);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_results_with_and_without_shim),
+        cmocka_unit_test(test_16_threads_batch_and_stats_pass_promtool),
+        cmocka_unit_test(test_bad_variable_reports_once_and_passes_through),
+        cmocka_unit_test(test_writeback_data_survives_exit),
+        cmocka_unit_test(test_fork),
+        cmocka_unit_test(test_exit_is_bounded_when_server_is_gone),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

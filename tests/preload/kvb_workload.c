@@ -1,0 +1,196 @@
+/*
+ * kvb_workload - a plain libkvstore program (it knows nothing of the shim),
+ * run by tests/integration/test_preload.c with and without LD_PRELOAD.
+ *
+ *   kvb_workload SERVERS semantics          every call's result, one per line
+ *   kvb_workload SERVERS threads N OPS      N threads put+get their own 4K values
+ *   kvb_workload SERVERS write PREFIX N     puts N values and exits (no flush)
+ *   kvb_workload SERVERS read PREFIX N      checks those N values
+ *   kvb_workload SERVERS fork               parent and forked child both use the client
+ *
+ * Exit status 0 when every check passed.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kvstore.h"
+#include "kvtest.h"
+
+static kvs_client *client;
+
+#define SHOW(expr) printf("%-48s -> %ld\n", #expr, (long)(expr))
+
+/* A fixed sequence of calls; the driver diffs this output with and without the shim. */
+static int semantics(void)
+{
+    char buf[64], big[8192];
+    static char huge[KVS_MAX_KEY + 8];
+    kvs_op *op = NULL;
+    memset(huge, 'k', sizeof(huge) - 1);
+    memset(big, 'b', sizeof(big));
+    size_t hugelen = 3u << 20;
+    char *hugeval = calloc(1, hugelen);
+    if (!hugeval) return 1;
+    SHOW(kvs_put(client, "sem.a", "hello", 5));
+    SHOW(kvs_get(client, "sem.a", buf, sizeof(buf)));
+    SHOW(memcmp(buf, "hello", 5));
+    SHOW(kvs_get(client, "sem.a", NULL, 0));
+    SHOW(kvs_get(client, "sem.a", buf, 3));
+    SHOW(kvs_get(client, "sem.missing", buf, sizeof(buf)));
+    SHOW(kvs_get(client, "sem.missing", NULL, 0));
+    SHOW(kvs_exists(client, "sem.a"));
+    SHOW(kvs_exists(client, "sem.missing"));
+    SHOW(kvs_put(client, "sem.empty", "", 0));
+    SHOW(kvs_get(client, "sem.empty", buf, sizeof(buf)));
+    SHOW(kvs_put(client, NULL, "x", 1));
+    SHOW(kvs_put(client, "", "x", 1));
+    SHOW(kvs_get(client, NULL, buf, sizeof(buf)));
+    SHOW(kvs_get(client, "", buf, sizeof(buf)));
+    SHOW(kvs_exists(client, ""));
+    SHOW(kvs_put(client, huge, "x", 1));
+    SHOW(kvs_get(client, huge, buf, sizeof(buf)));
+    SHOW(kvs_put(client, "sem.nullval", NULL, 4));
+    SHOW(kvs_get(client, "sem.a", NULL, 4));
+    SHOW(kvs_put(client, "sem.big", big, sizeof(big)));
+    SHOW(kvs_get(client, "sem.big", big, sizeof(big)));
+    SHOW(kvs_put(NULL, "sem.a", "x", 1));
+    SHOW(kvs_put(client, "sem.huge", hugeval, hugelen)); /* over kvstored --max-object */
+    SHOW(kvs_get(client, "sem.huge", hugeval, hugelen));
+    free(hugeval);
+    SHOW(kvs_put_async(client, "sem.async", "async!", 6, &op));
+    SHOW(kvs_wait(op));
+    SHOW(kvs_get_async(client, "sem.async", buf, sizeof(buf), &op));
+    SHOW(kvs_wait(op));
+    SHOW(memcmp(buf, "async!", 6));
+    SHOW(kvs_get_async(client, "sem.missing", buf, sizeof(buf), &op));
+    SHOW(kvs_wait(op));
+    SHOW(kvs_put_async(client, "sem.order", "one", 3, &op) == 0 && kvs_wait(op) == 0);
+    kvs_op *op2 = NULL;
+    SHOW(kvs_put_async(client, "sem.order", "second", 6, &op2));
+    SHOW(kvs_get(client, "sem.order", buf, sizeof(buf)));
+    SHOW(kvs_wait(op2));
+    SHOW(kvs_flush(client));
+    return 0;
+}
+
+struct worker {
+    int id, ops, failures;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    char key[64], val[4096], buf[4096];
+    for (int i = 0; i < w->ops; i++) {
+        snprintf(key, sizeof(key), "thr-%d-%d", w->id, i % 64);
+        kvt_fill_value(val, sizeof(val), key, (unsigned)i);
+        if (kvs_put(client, key, val, sizeof(val)) != 0) w->failures++;
+        if (i % 4 == 0) {
+            unsigned version;
+            ssize_t n = kvs_get(client, key, buf, sizeof(buf));
+            if (n != (ssize_t)sizeof(buf) || !kvt_check_value(buf, sizeof(buf), key, &version) ||
+                version != (unsigned)i)
+                w->failures++;
+        }
+    }
+    return NULL;
+}
+
+static int threads(int n, int ops)
+{
+    pthread_t t[256];
+    struct worker w[256];
+    int failures = 0;
+    if (n < 1 || n > 256) return 2;
+    for (int i = 0; i < n; i++) {
+        w[i] = (struct worker){i, ops, 0};
+        if (pthread_create(&t[i], NULL, worker_main, &w[i])) return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        failures += w[i].failures;
+    }
+    printf("threads=%d ops=%d failures=%d\n", n, ops, failures);
+    return failures ? 1 : 0;
+}
+
+static int write_keys(const char *prefix, int n)
+{
+    char key[128], val[1024];
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s-%d", prefix, i);
+        kvt_fill_value(val, sizeof(val), key, 7);
+        bad += kvs_put(client, key, val, sizeof(val)) != 0;
+    }
+    printf("wrote %d, %d failed\n", n, bad);
+    return bad ? 1 : 0; /* no kvs_flush, no kvs_close: exit must flush */
+}
+
+static int read_keys(const char *prefix, int n)
+{
+    char key[128], buf[1024];
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned version = 0;
+        snprintf(key, sizeof(key), "%s-%d", prefix, i);
+        ssize_t r = kvs_get(client, key, buf, sizeof(buf));
+        bad += r != (ssize_t)sizeof(buf) || !kvt_check_value(buf, sizeof(buf), key, &version) ||
+               version != 7;
+    }
+    printf("read %d, %d bad\n", n, bad);
+    return bad ? 1 : 0;
+}
+
+static int forking(void)
+{
+    char buf[16];
+    int status;
+    if (kvs_put(client, "fork.parent", "P", 1) != 0) return 1;
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+        int bad = kvs_get(client, "fork.parent", buf, sizeof(buf)) != 1;
+        bad |= kvs_put(client, "fork.child", "C", 1) != 0;
+        bad |= kvs_get(client, "fork.child", buf, sizeof(buf)) != 1 || buf[0] != 'C';
+        _exit(bad);
+    }
+    int bad = kvs_put(client, "fork.parent2", "Q", 1) != 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) bad = 1;
+    bad |= kvs_get(client, "fork.child", buf, sizeof(buf)) != 1 || buf[0] != 'C';
+    bad |= kvs_get(client, "fork.parent2", buf, sizeof(buf)) != 1 || buf[0] != 'Q';
+    printf("fork %s\n", bad ? "FAILED" : "ok");
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = 2;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 3) {
+        fprintf(stderr, "usage: kvb_workload SERVERS semantics|threads|write|read|fork ...\n");
+        return 2;
+    }
+    client = kvs_open(argv[1]);
+    if (!client) {
+        perror("kvs_open");
+        return 1;
+    }
+    if (strcmp(argv[2], "semantics") == 0)
+        rc = semantics();
+    else if (strcmp(argv[2], "threads") == 0 && argc == 5)
+        rc = threads(atoi(argv[3]), atoi(argv[4]));
+    else if (strcmp(argv[2], "write") == 0 && argc == 5)
+        return write_keys(argv[3], atoi(argv[4]));
+    else if (strcmp(argv[2], "read") == 0 && argc == 5)
+        rc = read_keys(argv[3], atoi(argv[4]));
+    else if (strcmp(argv[2], "fork") == 0)
+        rc = forking();
+    kvs_close(client);
+    return rc;
+}
