@@ -1,0 +1,141 @@
+/*
+ * test_stats.c - the stats file: counters and histograms rendered in the
+ * Prometheus text format (checked by promtool on a real file), exact
+ * cumulative buckets, atomic replacement, settings gauges.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "stats.h"
+#include "statsfile.h"
+
+static char text[65536];
+
+static size_t render_all(struct kvb_stats *st)
+{
+    struct kvb_config cfg;
+    kvb_config_defaults(&cfg);
+    size_t n = kvb_settings_render(&cfg, 0, 1700000000.0, 1700000001.5, text, sizeof(text));
+    assert_true(n < sizeof(text));
+    size_t m = kvb_stats_render(st, text + n, sizeof(text) - n);
+    assert_true(n + m < sizeof(text));
+    return n + m;
+}
+
+static void fill(struct kvb_stats *st)
+{
+    kvb_stats_init(st);
+    kvb_count(&st->ops[KVB_OP_PUT], 100);
+    kvb_count(&st->batches[KVB_OP_PUT], 10);
+    kvb_count(&st->flushes[KVB_FLUSH_IDLE], 7);
+    kvb_count(&st->flushes[KVB_FLUSH_WINDOW], 3);
+    kvb_count_result(st, KVB_OP_GET, -ENOENT);
+    kvb_count_result(st, KVB_OP_PUT, -ECONNRESET);
+    kvb_count_result(st, KVB_OP_PUT, -12345);
+    for (int i = 0; i < 10; i++)
+        kvb_hist_observe(&st->batch_ops, 10);
+    kvb_hist_observe(&st->op_latency, 1500);       /* 1.5 us */
+    kvb_hist_observe(&st->op_latency, 3000000000); /* 3 s: +Inf bucket */
+}
+
+static void test_render_values(void **state)
+{
+    struct kvb_stats st;
+    (void)state;
+    fill(&st);
+    render_all(&st);
+    assert_non_null(strstr(text, "\nkvbatch_ops_total{op=\"put\"} 100\n"));
+    assert_non_null(strstr(text, "\nkvbatch_batches_total{op=\"put\"} 10\n"));
+    assert_non_null(strstr(text, "\nkvbatch_flush_total{reason=\"idle\"} 7\n"));
+    assert_non_null(strstr(text, "\nkvbatch_flush_total{reason=\"exit\"} 0\n"));
+    assert_non_null(strstr(text, "kvbatch_errors_total{op=\"get\",status=\"ENOENT\"} 1\n"));
+    assert_non_null(strstr(text, "kvbatch_errors_total{op=\"put\",status=\"ECONNRESET\"} 1\n"));
+    assert_non_null(strstr(text, "kvbatch_errors_total{op=\"put\",status=\"other\"} 1\n"));
+    /* Cumulative buckets: 10 batches of 10 ops land in le=16 and stay counted above. */
+    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{le=\"8\"} 0\n"));
+    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{le=\"16\"} 10\n"));
+    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{le=\"+Inf\"} 10\n"));
+    assert_non_null(strstr(text, "kvbatch_batch_ops_sum 100\n"));
+    assert_non_null(strstr(text, "kvbatch_op_latency_seconds_bucket{le=\"2e-06\"} 1\n"));
+    assert_non_null(strstr(text, "kvbatch_op_latency_seconds_bucket{le=\"1\"} 1\n"));
+    assert_non_null(strstr(text, "kvbatch_op_latency_seconds_bucket{le=\"+Inf\"} 2\n"));
+    assert_non_null(strstr(text, "kvbatch_op_latency_seconds_count 2\n"));
+    assert_non_null(strstr(text, "kvbatch_info{policy=\"adaptive\",put_mode=\"sync\""));
+    assert_non_null(strstr(text, "kvbatch_setting_window_seconds 5e-05\n"));
+    assert_non_null(strstr(text, "# TYPE kvbatch_queue_delay_seconds histogram\n"));
+}
+
+static void test_render_reports_needed_length(void **state)
+{
+    struct kvb_stats st;
+    char small[64];
+    (void)state;
+    fill(&st);
+    size_t need = kvb_stats_render(&st, small, sizeof(small));
+    assert_true(need > sizeof(small));
+    assert_int_equal(strlen(small), sizeof(small) - 1);
+}
+
+static void test_hist_index(void **state)
+{
+    struct kvb_stats st;
+    (void)state;
+    kvb_stats_init(&st);
+    assert_int_equal(kvb_hist_index(&st.batch_ops, 0), 0);
+    assert_int_equal(kvb_hist_index(&st.batch_ops, 1), 0);
+    assert_int_equal(kvb_hist_index(&st.batch_ops, 2), 1);
+    assert_int_equal(kvb_hist_index(&st.batch_ops, 3), 2);
+    assert_int_equal(kvb_hist_index(&st.batch_ops, 1u << 30), st.batch_ops.nbounds);
+    assert_string_equal(kvb_status_label(kvb_status_class(-ETIMEDOUT)), "ETIMEDOUT");
+}
+
+static void test_atomic_write_and_promtool(void **state)
+{
+    struct kvb_stats st;
+    char dir[] = "/tmp/kvb-stats-XXXXXX", path[128], cmd[256];
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/kvbatch.prom", dir);
+    fill(&st);
+    size_t n = render_all(&st);
+    assert_int_equal(kvb_write_file_atomic(path, "old\n", 4), 0);
+    assert_int_equal(kvb_write_file_atomic(path, text, n), 0);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char back[65536];
+    size_t got = fread(back, 1, sizeof(back), f);
+    fclose(f);
+    assert_int_equal(got, n);
+    assert_memory_equal(back, text, n);
+    snprintf(cmd, sizeof(cmd), "ls %s | wc -l | grep -qx 1", dir); /* no temporary left */
+    assert_int_equal(system(cmd), 0);
+    if (access("/usr/bin/promtool", X_OK) == 0) {
+        snprintf(cmd, sizeof(cmd), "/usr/bin/promtool check metrics < %s", path);
+        assert_int_equal(system(cmd), 0);
+    } else {
+        fprintf(stderr, "SKIP promtool check: /usr/bin/promtool is not installed\n");
+    }
+    assert_int_equal(kvb_write_file_atomic("/nonexistent-dir/x.prom", "x", 1), -ENOENT);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_render_values),
+        cmocka_unit_test(test_render_reports_needed_length),
+        cmocka_unit_test(test_hist_index),
+        cmocka_unit_test(test_atomic_write_and_promtool),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
