@@ -69,6 +69,8 @@ TARGETS += $(KVSTAT)
 endif
 
 .PHONY: all
+# Keep objects make would see as intermediate (test objects), so rebuilds stay incremental.
+.SECONDARY:
 all: $(TARGETS)
 
 $(BUILD)/obj/%.o: %.c
@@ -181,7 +183,7 @@ FUZZ_DEPS_fuzz_env    := $(filter shim/config.c,$(SHIM_SRCS))
 .SECONDEXPANSION:
 build-fuzz/%: tests/fuzz/%.c $$(FUZZ_DEPS_%)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ $^ -lm
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lm $(VERBS_LIBS)
 
 .PHONY: fuzz fuzz-long
 fuzz: $(FUZZ_BINS)
