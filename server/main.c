@@ -15,6 +15,7 @@
 
 #include "net.h"
 #include "proto.h"
+#include "rdma.h"
 
 #define EXIT_USAGE 2
 
@@ -26,13 +27,18 @@ struct options {
     uint64_t max_frame;
     long max_conns;
     int verbose;
+    int rdma; /* --rdma-listen given */
+    char rdma_host[256];
+    char rdma_port[8];
+    long rdma_lease_ms;
 };
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: kvstored [--listen HOST:PORT] [--memory SIZE] [--max-object SIZE]\n"
-            "                [--max-frame SIZE] [--max-conns N] [--verbose] [--help]\n"
+            "                [--max-frame SIZE] [--max-conns N] [--rdma-listen HOST:PORT]\n"
+            "                [--rdma-lease-ms N] [--verbose] [--help]\n"
             "\n"
             "  --listen HOST:PORT  address to bind, nothing else (default 127.0.0.1:7070;\n"
             "                      port 0 picks a free port; [v6addr]:PORT for IPv6)\n"
@@ -40,6 +46,9 @@ static void usage(FILE *out)
             "  --max-object SIZE   largest value (default 64MiB, or --memory if smaller)\n"
             "  --max-frame SIZE    largest request body (default 256MiB, below 4GiB)\n"
             "  --max-conns N       connections served at once (default 1024)\n"
+            "  --rdma-listen HOST:PORT  also serve RDMA on an RDMA device's address\n"
+            "                      (off, with one line on stderr, when there is no device)\n"
+            "  --rdma-lease-ms N   cut a client holding an RDMA slot longer (default 10000)\n"
             "  --verbose           log connections and protocol errors on stderr\n"
             "\n"
             "SIZE is bytes, or a number with K, M, G (or KiB, MiB, GiB): powers of 1024.\n"
@@ -119,6 +128,8 @@ static int parse_options(int argc, char **argv, struct options *opt)
         {"max-object", required_argument, NULL, 'o'},
         {"max-frame", required_argument, NULL, 'f'},
         {"max-conns", required_argument, NULL, 'c'},
+        {"rdma-listen", required_argument, NULL, 'r'},
+        {"rdma-lease-ms", required_argument, NULL, 'L'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -128,7 +139,8 @@ static int parse_options(int argc, char **argv, struct options *opt)
                             .memory = 1ull << 30,
                             .max_object = 64ull << 20,
                             .max_frame = 256ull << 20,
-                            .max_conns = 1024};
+                            .max_conns = 1024,
+                            .rdma_lease_ms = 10000};
     opterr = 0;
     int ch, max_object_set = 0;
     while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
@@ -159,6 +171,22 @@ static int parse_options(int argc, char **argv, struct options *opt)
             opt->max_conns = strtol(optarg, &end, 10);
             if (errno || *end || end == optarg || opt->max_conns < 1 || opt->max_conns > 1000000)
                 return bad_option("--max-conns", optarg, "a number from 1 to 1000000");
+            break;
+        case 'r': {
+            struct options where;
+            if (parse_listen(optarg, &where) < 0)
+                return bad_option("--rdma-listen", optarg, "expected HOST:PORT, port 0..65535");
+            memcpy(opt->rdma_host, where.host, sizeof(opt->rdma_host));
+            memcpy(opt->rdma_port, where.port, sizeof(opt->rdma_port));
+            opt->rdma = 1;
+            break;
+        }
+        case 'L':
+            errno = 0;
+            opt->rdma_lease_ms = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || opt->rdma_lease_ms < 10 ||
+                opt->rdma_lease_ms > 3600000)
+                return bad_option("--rdma-lease-ms", optarg, "a number from 10 to 3600000");
             break;
         case 'v':
             opt->verbose = 1;
@@ -238,6 +266,30 @@ int main(int argc, char **argv)
         goto out_server;
     }
 
+    /* Up before "listening on" is printed: whoever waits for that line may connect at once. */
+    struct kvs_rdma *rdma = NULL;
+    char rdma_addr[300] = "";
+    if (opt.rdma) {
+        struct kvs_rdma_config rcfg = {.host = opt.rdma_host,
+                                       .port = opt.rdma_port,
+                                       .lease_ms = (unsigned)opt.rdma_lease_ms,
+                                       .verbose = opt.verbose};
+        rc = kvs_rdma_create(&srv, &rcfg, &rdma, err, sizeof(err));
+        if (rc == -ENODEV) {
+            fprintf(stderr, "kvstored: rdma off: %s; serving TCP only\n", err);
+        } else if (rc < 0) {
+            fprintf(stderr, "kvstored: --rdma-listen %s:%s: %s\n", opt.rdma_host, opt.rdma_port,
+                    err);
+            goto out_net;
+        } else if ((rc = kvs_net_watch(net, kvs_rdma_fd(rdma), kvs_rdma_service, rdma)) < 0 ||
+                   (rc = kvs_rdma_local_addr(rdma, rdma_addr, sizeof(rdma_addr))) < 0) {
+            fprintf(stderr, "kvstored: rdma: %s\n", strerror(-rc));
+            goto out_net;
+        } else {
+            srv.features |= KVS_FEAT_RDMA;
+        }
+    }
+
     char addr[300];
     rc = kvs_net_local_addr(net, addr, sizeof(addr));
     if (rc < 0) {
@@ -245,6 +297,7 @@ int main(int argc, char **argv)
         goto out_net;
     }
     printf("listening on %s\n", addr);
+    if (rdma) printf("rdma listening on %s\n", rdma_addr);
     fflush(stdout);
     if (opt.verbose)
         fprintf(stderr, "kvstored: memory %zu bytes, max object %llu, max frame %llu\n",
@@ -260,6 +313,7 @@ int main(int argc, char **argv)
     status = 0;
 
 out_net:
+    kvs_rdma_destroy(rdma);
     kvs_net_destroy(net);
 out_server:
     kvs_server_fini(&srv);

@@ -42,6 +42,10 @@ struct kvs_net {
     struct conn *conns;
     /* epoll tags of the two non-connection fds */
     char listen_tag, stop_tag;
+    /* one more fd served by this loop (kvstored's RDMA side): kvs_net_watch */
+    char extra_tag;
+    void (*extra_fn)(void *arg);
+    void *extra_arg;
 };
 
 static int set_reason(char *err, size_t errlen, int rc, const char *what)
@@ -313,6 +317,8 @@ int kvs_net_run(struct kvs_net *n, int stop_fd)
                 stop = 1;
             else if (tag == &n->listen_tag)
                 accept_all(n);
+            else if (tag == &n->extra_tag)
+                n->extra_fn(n->extra_arg);
             else
                 conn_event(n, tag, events[i].events);
         }
@@ -320,6 +326,16 @@ int kvs_net_run(struct kvs_net *n, int stop_fd)
     }
     epoll_ctl(n->epfd, EPOLL_CTL_DEL, stop_fd, NULL);
     return rc;
+}
+
+int kvs_net_watch(struct kvs_net *n, int fd, void (*fn)(void *arg), void *arg)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &n->extra_tag};
+    if (n->extra_fn) return -EBUSY;
+    if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) return -errno;
+    n->extra_fn = fn;
+    n->extra_arg = arg;
+    return 0;
 }
 
 void kvs_net_destroy(struct kvs_net *n)

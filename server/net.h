@@ -31,6 +31,11 @@ int kvs_net_local_addr(const struct kvs_net *n, char *buf, size_t len);
  * not read stop_fd. Returns 0, or a negative errno if the loop itself failed.
  */
 int kvs_net_run(struct kvs_net *n, int stop_fd);
+/*
+ * Has kvs_net_run call fn(arg) whenever fd is readable (level-triggered):
+ * how kvstored's RDMA side (server/rdma.h) shares this loop. One such fd.
+ */
+int kvs_net_watch(struct kvs_net *n, int fd, void (*fn)(void *arg), void *arg);
 /* Closes every connection and the listening socket. */
 void kvs_net_destroy(struct kvs_net *n);
 

@@ -406,7 +406,7 @@ static void reply_hello(struct kvs_proto_conn *c)
         .max_object = c->srv->limits.max_object,
         .max_frame = c->srv->limits.max_frame,
         .max_keys = KVS_WIRE_MAX_KEYS,
-        .features = 0,
+        .features = c->srv->features,
     };
     kvs_wire_hello_encode(body, &h);
     if (queue_reply(c, KVS_OP_HELLO, c->hdr.id, body, sizeof(body)) < 0)

@@ -52,6 +52,7 @@ struct kvs_server {
     struct kvs_server_limits limits;
     struct kvs_server_counters counters;
     uint64_t started_ns;
+    uint32_t features; /* KVS_FEAT_* announced in HELLO (main sets KVS_FEAT_RDMA) */
 };
 
 struct kvs_proto_conn;

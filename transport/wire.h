@@ -41,6 +41,19 @@ enum kvs_wire_opcode {
     KVS_OP_REMOVE = 4,
     KVS_OP_STATS = 5,    /* count 0; reply body: "name value\n" text */
     KVS_OP_HELLO = 6,    /* count 0; reply body: struct kvs_wire_hello */
+    /*
+     * RDMA control messages (transport/rdma.c <-> server/rdma.c), carried
+     * only as SEND/RECV on an RDMA connection, never over TCP; see
+     * docs/rdma.md. A put is RESERVE, then RDMA WRITEs + COMMIT posted as
+     * one chain; a get is LEASE, then RDMA READs + RELEASE as one chain.
+     */
+    KVS_OP_RDMA_RESERVE = 7, /* entries as PUT without values (len = value length);
+                                reply entries: struct kvs_wire_slot */
+    KVS_OP_RDMA_COMMIT = 8,  /* entries: u32 token | u32 flags (1 commit, 0 abort);
+                                reply entries: i32 status | u32 0 */
+    KVS_OP_RDMA_LEASE = 9,   /* entries as GET (len = capacity); reply entries:
+                                struct kvs_wire_slot (len = the value's length) */
+    KVS_OP_RDMA_RELEASE = 10, /* entries: u32 token | u32 0; reply: i32 status | u32 0 */
     KVS_OP_ERROR = 0x7f, /* reply only: body is i32 status | text */
     KVS_OP_REPLY = 0x80, /* flag or-ed into a reply's opcode */
 };
@@ -63,6 +76,21 @@ struct kvs_wire_entry {
 
 struct kvs_wire_status {
     int32_t status;
+    uint32_t len;
+};
+
+/*
+ * An RDMA slot as RESERVE and LEASE replies give it: i32 status | u32 token
+ * | u64 addr | u32 rkey | u32 len. addr/rkey name the slot in the server's
+ * registered pool; token names the reservation or lease in COMMIT/RELEASE.
+ */
+#define KVS_WIRE_SLOT_LEN  24
+#define KVS_WIRE_TOKEN_LEN 8 /* COMMIT / RELEASE entry */
+struct kvs_wire_slot {
+    int32_t status;
+    uint32_t token;
+    uint64_t addr;
+    uint32_t rkey;
     uint32_t len;
 };
 

@@ -1,0 +1,792 @@
+/*
+ * rdma.c - kvstored's RDMA listener and the server half of the one-sided
+ * protocol (docs/rdma.md).
+ *
+ * The store's pool is one mmap (pool.h); it is registered once, as one
+ * memory region, when the listener starts. Clients move values with RDMA
+ * WRITE/READ straight into/out of slots the server hands out:
+ *
+ *   RESERVE  reserves a new pinned item per key (kvs_store_reserve) and
+ *            returns (token, addr, rkey); COMMIT links or aborts each one.
+ *   LEASE    pins each key's current item (kvs_store_lookup with pin) and
+ *            returns (token, addr, rkey, len); RELEASE unpins.
+ *
+ * A token names an entry of the connection's own lease table; COMMIT and
+ * RELEASE check index, generation and kind, so a client can only commit or
+ * release what it was given, and addr/len always come from the store's own
+ * items. A reservation or lease older than lease_ms, or any error on the
+ * queue pair, cuts the connection: its QP is moved to the error state first
+ * (so no WRITE or READ of it can land any more), then everything it held
+ * is aborted or unpinned.
+ *
+ * All connections share one completion queue and one completion channel;
+ * an internal epoll fd gathers the CM event channel, the completion
+ * channel and a lease timer so that the main loop watches one fd.
+ */
+#include "rdma.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <rdma/rdma_cma.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wire.h"
+
+#define CTRL_MAX        (128u * 1024) /* one control message, either way */
+#define NRECV           8             /* receive buffers per connection */
+#define SEND_DEPTH      16
+#define LEASES_PER_CONN 16384u
+#define MAX_CONNS       128
+#define CQ_DEPTH        (MAX_CONNS * (NRECV + SEND_DEPTH))
+#define INLINE_WANT     256
+#define TOKEN_IDX_MASK  0xffffu
+#define TOKEN_FREE      UINT32_MAX
+
+enum lease_kind { LEASE_FREE = 0, LEASE_RESERVE, LEASE_READ };
+
+struct lease {
+    struct kvs_item *it;
+    uint64_t deadline_ns;
+    uint32_t next_free;
+    uint16_t gen;
+    uint8_t kind;
+};
+
+struct rconn {
+    struct kvs_rdma *r;
+    struct rdma_cm_id *id;
+    uint8_t *bufs; /* NRECV receive buffers, then the send buffer */
+    struct ibv_mr *mr;
+    struct kvs_proto_conn *proto;
+    struct lease *leases;
+    uint32_t free_head, nused;
+    uint32_t max_inline;
+    int dead;
+    struct rconn *prev, *next;
+};
+
+struct kvs_rdma {
+    struct kvs_server *srv;
+    struct kvs_rdma_config cfg;
+    struct rdma_event_channel *ec;
+    struct rdma_cm_id *lid;
+    struct ibv_context *verbs;
+    struct ibv_pd *pd;
+    struct ibv_mr *pool_mr;
+    struct ibv_comp_channel *comp;
+    struct ibv_cq *cq;
+    int tfd, epfd;
+    uint32_t max_rd_atom;
+    struct rconn *conns;
+    struct kvs_rdma_counters ctr;
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    return 0;
+}
+
+/* ---- leases ---- */
+
+static int leases_init(struct rconn *c)
+{
+    c->leases = calloc(LEASES_PER_CONN, sizeof(*c->leases));
+    if (!c->leases) return -ENOMEM;
+    for (uint32_t i = 0; i < LEASES_PER_CONN; i++)
+        c->leases[i].next_free = i + 1 < LEASES_PER_CONN ? i + 1 : TOKEN_FREE;
+    c->free_head = 0;
+    return 0;
+}
+
+/* Takes a free entry for it; returns its token, or TOKEN_FREE when the table is full. */
+static uint32_t lease_take(struct rconn *c, struct kvs_item *it, enum lease_kind kind)
+{
+    uint32_t idx = c->free_head;
+    if (idx == TOKEN_FREE) return TOKEN_FREE;
+    struct lease *l = &c->leases[idx];
+    c->free_head = l->next_free;
+    l->it = it;
+    l->kind = (uint8_t)kind;
+    l->deadline_ns = mono_ns() + (uint64_t)c->r->cfg.lease_ms * 1000000ull;
+    c->nused++;
+    return ((uint32_t)l->gen << 16) | idx;
+}
+
+/* The live entry a client's token names, if it is of that kind; else NULL. */
+static struct lease *lease_find(struct rconn *c, uint32_t token, enum lease_kind kind)
+{
+    uint32_t idx = token & TOKEN_IDX_MASK;
+    if (idx >= LEASES_PER_CONN) return NULL;
+    struct lease *l = &c->leases[idx];
+    if (l->kind != kind || l->gen != (uint16_t)(token >> 16)) return NULL;
+    return l;
+}
+
+static void lease_put(struct rconn *c, struct lease *l)
+{
+    l->it = NULL;
+    l->kind = LEASE_FREE;
+    l->gen++;
+    uint32_t idx = (uint32_t)(l - c->leases);
+    l->next_free = c->free_head;
+    c->free_head = idx;
+    c->nused--;
+}
+
+/* Aborts every reservation and unpins every lease of c. Its QP must be dead. */
+static void leases_drop_all(struct rconn *c)
+{
+    struct kvs_store *st = c->r->srv->store;
+    for (uint32_t i = 0; c->leases && c->nused && i < LEASES_PER_CONN; i++) {
+        struct lease *l = &c->leases[i];
+        if (l->kind == LEASE_RESERVE)
+            kvs_store_abort(st, l->it);
+        else if (l->kind == LEASE_READ)
+            kvs_store_unpin(st, l->it);
+        else
+            continue;
+        lease_put(c, l);
+    }
+}
+
+/* ---- connections ---- */
+
+static int post_recv(struct rconn *c, uint32_t idx)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)(c->bufs + (size_t)idx * CTRL_MAX),
+                          .length = CTRL_MAX,
+                          .lkey = c->mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = idx, .sg_list = &sge, .num_sge = 1}, *bad;
+    return -ibv_post_recv(c->id->qp, &wr, &bad);
+}
+
+/*
+ * Cuts a connection: the QP goes to the error state at once, so no WRITE or
+ * READ of this client lands any more, then its reservations and leases are
+ * dropped. The id is destroyed when the DISCONNECTED event arrives.
+ */
+static void conn_kill(struct rconn *c, const char *why)
+{
+    if (c->dead) return;
+    c->dead = 1;
+    if (c->r->cfg.verbose) fprintf(stderr, "kvstored: rdma: closing a connection: %s\n", why);
+    struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
+    if (c->id->qp) ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE);
+    leases_drop_all(c);
+    rdma_disconnect(c->id);
+}
+
+static void conn_free(struct rconn *c)
+{
+    struct kvs_rdma *r = c->r;
+    if (c->id->qp) rdma_destroy_qp(c->id);
+    leases_drop_all(c);
+    if (c->proto) kvs_proto_conn_free(c->proto);
+    if (c->mr) ibv_dereg_mr(c->mr);
+    free(c->bufs);
+    free(c->leases);
+    c->id->context = NULL;
+    rdma_destroy_id(c->id);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        r->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    r->ctr.conns_current--;
+    free(c);
+}
+
+static struct rconn *conn_by_qp(struct kvs_rdma *r, uint32_t qp_num)
+{
+    for (struct rconn *c = r->conns; c; c = c->next)
+        if (c->id->qp && c->id->qp->qp_num == qp_num) return c;
+    return NULL;
+}
+
+/* Accepts a connect request: QP on the shared CQ, buffers, receives posted. */
+static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
+                       const struct rdma_conn_param *req)
+{
+    if (cid->verbs != r->verbs || r->ctr.conns_current >= MAX_CONNS) return -EBUSY;
+    struct rconn *c = calloc(1, sizeof(*c));
+    if (!c) return -ENOMEM;
+    c->r = r;
+    c->id = cid;
+    int rc = -ENOMEM;
+    size_t bytes = (size_t)(NRECV + 1) * CTRL_MAX;
+    if (posix_memalign((void **)&c->bufs, 4096, bytes) != 0) {
+        c->bufs = NULL;
+        goto fail;
+    }
+    if (leases_init(c) < 0) goto fail;
+    c->proto = kvs_proto_conn_new(r->srv);
+    if (!c->proto) goto fail;
+    c->mr = ibv_reg_mr(r->pd, c->bufs, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (!c->mr) {
+        rc = -errno;
+        goto fail;
+    }
+    struct ibv_qp_init_attr qa = {.send_cq = r->cq,
+                                  .recv_cq = r->cq,
+                                  .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = SEND_DEPTH,
+                                          .max_recv_wr = NRECV,
+                                          .max_send_sge = 1,
+                                          .max_recv_sge = 1,
+                                          .max_inline_data = INLINE_WANT}};
+    if (rdma_create_qp(cid, r->pd, &qa) != 0) {
+        qa.cap.max_inline_data = 0;
+        if (rdma_create_qp(cid, r->pd, &qa) != 0) {
+            rc = -errno;
+            goto fail;
+        }
+    }
+    c->max_inline = qa.cap.max_inline_data;
+    for (uint32_t i = 0; i < NRECV; i++)
+        if ((rc = post_recv(c, i)) < 0) goto fail;
+    struct rdma_conn_param p = {.responder_resources =
+                                    (uint8_t)(req->initiator_depth < r->max_rd_atom
+                                                  ? req->initiator_depth
+                                                  : r->max_rd_atom),
+                                .initiator_depth = 0,
+                                .rnr_retry_count = 7};
+    cid->context = c;
+    c->next = r->conns;
+    if (r->conns) r->conns->prev = c;
+    r->conns = c;
+    r->ctr.conns_current++;
+    r->ctr.conns_total++;
+    if (rdma_accept(cid, &p) != 0) {
+        rc = -errno;
+        conn_free(c); /* destroys cid too */
+        return rc == 0 ? -EIO : rc;
+    }
+    return 0;
+fail:
+    if (cid->qp) rdma_destroy_qp(cid);
+    if (c->proto) kvs_proto_conn_free(c->proto);
+    if (c->mr) ibv_dereg_mr(c->mr);
+    free(c->leases);
+    free(c->bufs);
+    free(c);
+    return rc;
+}
+
+/* ---- control messages ---- */
+
+static uint8_t *send_buf(struct rconn *c)
+{
+    return c->bufs + (size_t)NRECV * CTRL_MAX;
+}
+
+static void send_reply(struct rconn *c, size_t len)
+{
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)send_buf(c), .length = (uint32_t)len, .lkey = c->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = UINT64_MAX,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
+    if (len <= c->max_inline) wr.send_flags |= IBV_SEND_INLINE;
+    if (ibv_post_send(c->id->qp, &wr, &bad) != 0) {
+        conn_kill(c, "ibv_post_send failed");
+        return;
+    }
+    c->r->ctr.messages_out++;
+}
+
+static void put_reply_hdr(uint8_t *out, uint8_t opcode, uint32_t count, uint32_t body_len,
+                          uint64_t id)
+{
+    struct kvs_wire_hdr h = {.magic = KVS_WIRE_MAGIC,
+                             .version = KVS_WIRE_VERSION,
+                             .opcode = (uint8_t)(opcode | KVS_OP_REPLY),
+                             .count = count,
+                             .body_len = body_len,
+                             .id = id};
+    kvs_wire_hdr_encode(out, &h);
+}
+
+/* An ERROR reply, then the connection is cut: the client broke the protocol. */
+static void reply_error_and_kill(struct rconn *c, uint64_t id, int32_t status, const char *why)
+{
+    uint8_t *out = send_buf(c);
+    size_t tlen = strlen(why);
+    put_reply_hdr(out, KVS_OP_ERROR, 0, (uint32_t)(4 + tlen), id);
+    kvs_put_u32(out + KVS_WIRE_HDR_LEN, (uint32_t)status);
+    memcpy(out + KVS_WIRE_HDR_LEN + 4, why, tlen);
+    send_reply(c, KVS_WIRE_HDR_LEN + 4 + tlen);
+    c->r->srv->counters.errors_protocol++;
+    conn_kill(c, why);
+}
+
+static void put_slot(uint8_t *p, int32_t status, uint32_t token, uint64_t addr, uint32_t rkey,
+                     uint32_t len)
+{
+    kvs_put_u32(p, (uint32_t)status);
+    kvs_put_u32(p + 4, token);
+    kvs_put_u64(p + 8, addr);
+    kvs_put_u32(p + 16, rkey);
+    kvs_put_u32(p + 20, len);
+}
+
+/*
+ * RESERVE and LEASE: walks the keyed entries of body, answers one slot per
+ * entry. A malformed entry cuts the connection (after an ERROR reply).
+ */
+static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const uint8_t *body)
+{
+    struct kvs_server *srv = c->r->srv;
+    struct kvs_store *st = srv->store;
+    uint8_t *out = send_buf(c) + KVS_WIRE_HDR_LEN;
+    uint8_t *pool = kvs_pool_base(kvs_store_pool(st));
+    size_t pool_size = kvs_pool_size(kvs_store_pool(st));
+    int reserve = h->opcode == KVS_OP_RDMA_RESERVE;
+    size_t off = 0;
+    if ((uint64_t)h->count * KVS_WIRE_SLOT_LEN + KVS_WIRE_HDR_LEN > CTRL_MAX) {
+        reply_error_and_kill(c, h->id, -EMSGSIZE, "too many keys for one rdma message");
+        return;
+    }
+    for (uint32_t i = 0; i < h->count; i++, out += KVS_WIRE_SLOT_LEN) {
+        struct kvs_wire_entry e;
+        if (h->body_len - off < KVS_WIRE_ENTRY_LEN || kvs_wire_entry_decode(body + off, &e) < 0 ||
+            h->body_len - off - KVS_WIRE_ENTRY_LEN < e.klen) {
+            reply_error_and_kill(c, h->id, -EBADMSG, "malformed rdma entry");
+            return;
+        }
+        const uint8_t *key = body + off + KVS_WIRE_ENTRY_LEN;
+        off += KVS_WIRE_ENTRY_LEN + e.klen;
+        srv->counters.keys[reserve ? KVS_OP_PUT : KVS_OP_GET]++;
+        if (c->free_head == TOKEN_FREE) {
+            put_slot(out, -ENOSPC, TOKEN_FREE, 0, 0, 0);
+            continue;
+        }
+        struct kvs_item *it = NULL;
+        int32_t status = 0;
+        if (reserve) {
+            if (e.len > srv->limits.max_object) {
+                srv->counters.put_too_big++;
+                put_slot(out, -E2BIG, TOKEN_FREE, 0, 0, 0);
+                continue;
+            }
+            status = kvs_store_reserve(st, key, e.klen, e.len, &it);
+            if (status == -ENOSPC) srv->counters.put_no_space++;
+        } else {
+            it = kvs_store_lookup(st, key, e.klen, 1);
+            if (!it) {
+                srv->counters.get_misses++;
+                status = -ENOENT;
+            } else if (kvs_item_len(it) > e.len) {
+                srv->counters.get_range++;
+                put_slot(out, -ERANGE, TOKEN_FREE, 0, 0, kvs_item_len(it));
+                kvs_store_unpin(st, it);
+                continue;
+            } else {
+                srv->counters.get_hits++;
+            }
+        }
+        if (status < 0) {
+            put_slot(out, status, TOKEN_FREE, 0, 0, 0);
+            continue;
+        }
+        uint8_t *data = kvs_item_data(st, it);
+        uint32_t len = kvs_item_len(it);
+        /* Every range handed out lies inside the registered pool. */
+        if (data < pool || (size_t)(data - pool) + len > pool_size) {
+            reserve ? kvs_store_abort(st, it) : kvs_store_unpin(st, it);
+            put_slot(out, -EIO, TOKEN_FREE, 0, 0, 0);
+            continue;
+        }
+        uint32_t token = lease_take(c, it, reserve ? LEASE_RESERVE : LEASE_READ);
+        put_slot(out, 0, token, (uint64_t)(uintptr_t)data, c->r->pool_mr->rkey, len);
+        reserve ? c->r->ctr.reserves++ : c->r->ctr.leases++;
+    }
+    if (off != h->body_len) {
+        reply_error_and_kill(c, h->id, -EBADMSG, "trailing bytes in rdma message");
+        return;
+    }
+    srv->counters.requests[reserve ? KVS_OP_PUT : KVS_OP_GET]++;
+    put_reply_hdr(send_buf(c), h->opcode, h->count, h->count * KVS_WIRE_SLOT_LEN, h->id);
+    send_reply(c, KVS_WIRE_HDR_LEN + (size_t)h->count * KVS_WIRE_SLOT_LEN);
+}
+
+/* COMMIT and RELEASE: every token is checked against the connection's own table. */
+static void handle_tokens(struct rconn *c, const struct kvs_wire_hdr *h, const uint8_t *body)
+{
+    struct kvs_store *st = c->r->srv->store;
+    int commit = h->opcode == KVS_OP_RDMA_COMMIT;
+    if ((uint64_t)h->count * KVS_WIRE_TOKEN_LEN != h->body_len) {
+        reply_error_and_kill(c, h->id, -EBADMSG, "bad rdma token list");
+        return;
+    }
+    uint8_t *out = send_buf(c) + KVS_WIRE_HDR_LEN;
+    for (uint32_t i = 0; i < h->count; i++, out += KVS_WIRE_STATUS_LEN) {
+        uint32_t token = kvs_get_u32(body + (size_t)i * KVS_WIRE_TOKEN_LEN);
+        uint32_t flags = kvs_get_u32(body + (size_t)i * KVS_WIRE_TOKEN_LEN + 4);
+        struct lease *l = lease_find(c, token, commit ? LEASE_RESERVE : LEASE_READ);
+        int32_t status = 0;
+        if (!l) {
+            c->r->ctr.bad_tokens++;
+            status = -EINVAL;
+        } else if (commit && (flags & 1)) {
+            status = kvs_store_commit(st, l->it);
+            c->r->ctr.commits++;
+            lease_put(c, l);
+        } else if (commit) {
+            kvs_store_abort(st, l->it);
+            c->r->ctr.aborts++;
+            lease_put(c, l);
+        } else {
+            kvs_store_unpin(st, l->it);
+            c->r->ctr.releases++;
+            lease_put(c, l);
+        }
+        kvs_wire_status_encode(out, status, 0);
+    }
+    put_reply_hdr(send_buf(c), h->opcode, h->count, h->count * KVS_WIRE_STATUS_LEN, h->id);
+    send_reply(c, KVS_WIRE_HDR_LEN + (size_t)h->count * KVS_WIRE_STATUS_LEN);
+}
+
+/* Any other frame: through the same protocol state machine as TCP. */
+static void handle_proto(struct rconn *c, const uint8_t *msg, size_t len)
+{
+    size_t taken = kvs_proto_feed(c->proto, msg, len);
+    uint8_t *out = send_buf(c);
+    size_t n = 0;
+    struct iovec iov[16];
+    int cnt;
+    while ((cnt = kvs_proto_out_iov(c->proto, iov, 16)) > 0) {
+        size_t took = 0;
+        for (int i = 0; i < cnt && n < CTRL_MAX; i++) {
+            size_t k = iov[i].iov_len < CTRL_MAX - n ? iov[i].iov_len : CTRL_MAX - n;
+            memcpy(out + n, iov[i].iov_base, k);
+            n += k;
+            took += k;
+        }
+        kvs_proto_sent(c->proto, took);
+        if (n == CTRL_MAX) break;
+    }
+    if (kvs_proto_out_pending(c->proto) > 0) {
+        conn_kill(c, "reply larger than one rdma message");
+        return;
+    }
+    if (n) send_reply(c, n);
+    if (taken < len || kvs_proto_closing(c->proto)) conn_kill(c, "protocol error");
+}
+
+static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
+{
+    c->r->ctr.messages_in++;
+    if (len < KVS_WIRE_HDR_LEN) {
+        conn_kill(c, "short rdma message");
+        return;
+    }
+    struct kvs_wire_hdr h = {.magic = kvs_get_u32(msg),
+                             .version = msg[4],
+                             .opcode = msg[5],
+                             .flags = kvs_get_u16(msg + 6),
+                             .count = kvs_get_u32(msg + 8),
+                             .body_len = kvs_get_u32(msg + 12),
+                             .id = kvs_get_u64(msg + 16)};
+    if (h.magic != KVS_WIRE_MAGIC || h.version != KVS_WIRE_VERSION ||
+        h.body_len != len - KVS_WIRE_HDR_LEN || h.count > KVS_WIRE_MAX_KEYS) {
+        conn_kill(c, "bad rdma message header");
+        return;
+    }
+    const uint8_t *body = msg + KVS_WIRE_HDR_LEN;
+    switch (h.opcode) {
+    case KVS_OP_RDMA_RESERVE:
+    case KVS_OP_RDMA_LEASE:
+        handle_slots(c, &h, body);
+        break;
+    case KVS_OP_RDMA_COMMIT:
+    case KVS_OP_RDMA_RELEASE:
+        handle_tokens(c, &h, body);
+        break;
+    default:
+        handle_proto(c, msg, len);
+        break;
+    }
+}
+
+/* ---- events ---- */
+
+static void cm_events(struct kvs_rdma *r)
+{
+    struct rdma_cm_event *ev;
+    while (rdma_get_cm_event(r->ec, &ev) == 0) {
+        enum rdma_cm_event_type type = ev->event;
+        struct rdma_cm_id *id = ev->id;
+        struct rdma_conn_param req = ev->param.conn;
+        rdma_ack_cm_event(ev);
+        if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+            int rc = conn_accept(r, id, &req);
+            if (rc < 0) {
+                if (r->cfg.verbose)
+                    fprintf(stderr, "kvstored: rdma: refusing a connection: %s\n", strerror(-rc));
+                rdma_reject(id, NULL, 0);
+                rdma_destroy_id(id);
+            }
+            continue;
+        }
+        struct rconn *c = id->context;
+        if (!c || id == r->lid) continue;
+        switch (type) {
+        case RDMA_CM_EVENT_DISCONNECTED:
+        case RDMA_CM_EVENT_CONNECT_ERROR:
+        case RDMA_CM_EVENT_UNREACHABLE:
+        case RDMA_CM_EVENT_REJECTED:
+        case RDMA_CM_EVENT_DEVICE_REMOVAL:
+            conn_kill(c, "disconnected");
+            conn_free(c);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+static void cq_events(struct kvs_rdma *r)
+{
+    struct ibv_cq *cq;
+    void *ctx;
+    if (ibv_get_cq_event(r->comp, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+    ibv_req_notify_cq(r->cq, 0);
+    struct ibv_wc wc[32];
+    int n;
+    while ((n = ibv_poll_cq(r->cq, 32, wc)) > 0) {
+        for (int i = 0; i < n; i++) {
+            struct rconn *c = conn_by_qp(r, wc[i].qp_num);
+            if (!c || c->dead) continue;
+            if (wc[i].status != IBV_WC_SUCCESS) {
+                conn_kill(c, ibv_wc_status_str(wc[i].status));
+                continue;
+            }
+            if (wc[i].opcode != IBV_WC_RECV) continue;
+            uint32_t idx = (uint32_t)wc[i].wr_id;
+            handle_message(c, c->bufs + (size_t)idx * CTRL_MAX, wc[i].byte_len);
+            if (!c->dead && post_recv(c, idx) < 0) conn_kill(c, "ibv_post_recv failed");
+        }
+    }
+}
+
+/* Cuts every connection holding a reservation or lease past its deadline. */
+static void lease_tick(struct kvs_rdma *r)
+{
+    uint64_t expirations;
+    if (read(r->tfd, &expirations, sizeof(expirations)) < 0) return;
+    uint64_t now = mono_ns();
+    for (struct rconn *c = r->conns; c; c = c->next) {
+        if (c->dead || !c->nused) continue;
+        for (uint32_t i = 0; i < LEASES_PER_CONN; i++) {
+            if (c->leases[i].kind != LEASE_FREE && c->leases[i].deadline_ns < now) {
+                r->ctr.lease_expiries++;
+                conn_kill(c, "a reservation or lease expired");
+                break;
+            }
+        }
+    }
+}
+
+void kvs_rdma_service(void *arg)
+{
+    struct kvs_rdma *r = arg;
+    struct epoll_event evs[4];
+    int n = epoll_wait(r->epfd, evs, 4, 0);
+    for (int i = 0; i < n; i++) {
+        int fd = evs[i].data.fd;
+        if (fd == r->ec->fd)
+            cm_events(r);
+        else if (fd == r->comp->fd)
+            cq_events(r);
+        else if (fd == r->tfd)
+            lease_tick(r);
+    }
+}
+
+/* ---- set-up ---- */
+
+static int fail_with(char *err, size_t errlen, int rc, const char *what)
+{
+    snprintf(err, errlen, "%s: %s", what, strerror(rc < 0 ? -rc : rc));
+    return rc < 0 ? rc : -rc;
+}
+
+static int watch(int epfd, int fd)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    if (set_nonblock(fd) < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) return -errno;
+    return 0;
+}
+
+static int bind_listen(struct kvs_rdma *r, char *err, size_t errlen)
+{
+    struct addrinfo hints = {
+        .ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(r->cfg.host, r->cfg.port, &hints, &res);
+    if (gai != 0) {
+        snprintf(err, errlen, "cannot resolve %s:%s: %s", r->cfg.host, r->cfg.port,
+                 gai_strerror(gai));
+        return -EINVAL;
+    }
+    int rc = 0;
+    if (rdma_bind_addr(r->lid, res->ai_addr) != 0) {
+        rc = -errno;
+        snprintf(err, errlen, "cannot bind rdma %s:%s: %s (no RDMA device on that address?)",
+                 r->cfg.host, r->cfg.port, strerror(errno));
+    } else if (rdma_listen(r->lid, 64) != 0) {
+        rc = -errno;
+        snprintf(err, errlen, "rdma_listen %s:%s: %s", r->cfg.host, r->cfg.port, strerror(errno));
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
+int kvs_rdma_create(struct kvs_server *srv, const struct kvs_rdma_config *cfg,
+                    struct kvs_rdma **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    int ndev = 0;
+    struct ibv_device **devs = ibv_get_device_list(&ndev);
+    if (devs) ibv_free_device_list(devs);
+    if (!devs || ndev == 0) {
+        snprintf(err, errlen, "no RDMA device found");
+        return -ENODEV;
+    }
+    struct kvs_rdma *r = calloc(1, sizeof(*r));
+    if (!r) return fail_with(err, errlen, -ENOMEM, "rdma");
+    r->srv = srv;
+    r->cfg = *cfg;
+    if (r->cfg.lease_ms == 0) r->cfg.lease_ms = 10000;
+    r->tfd = r->epfd = -1;
+    int rc;
+    r->ec = rdma_create_event_channel();
+    if (!r->ec) {
+        rc = fail_with(err, errlen, -errno, "rdma_create_event_channel");
+        if (rc == -ENOENT) rc = -ENODEV;
+        goto fail;
+    }
+    if (rdma_create_id(r->ec, &r->lid, r, RDMA_PS_TCP) != 0) {
+        rc = fail_with(err, errlen, -errno, "rdma_create_id");
+        goto fail;
+    }
+    if ((rc = bind_listen(r, err, errlen)) < 0) goto fail;
+    r->verbs = r->lid->verbs;
+    if (!r->verbs) {
+        snprintf(err, errlen, "bind --rdma-listen to the address of an RDMA device");
+        rc = -EINVAL;
+        goto fail;
+    }
+    struct ibv_device_attr da;
+    if (ibv_query_device(r->verbs, &da) != 0) {
+        rc = fail_with(err, errlen, -errno, "ibv_query_device");
+        goto fail;
+    }
+    r->max_rd_atom = da.max_qp_rd_atom < 16 ? (uint32_t)da.max_qp_rd_atom : 16;
+    r->pd = ibv_alloc_pd(r->verbs);
+    if (!r->pd) {
+        rc = fail_with(err, errlen, -errno, "ibv_alloc_pd");
+        goto fail;
+    }
+    /* The whole pool, once: every slot handed out lies inside it. */
+    struct kvs_pool *pool = kvs_store_pool(srv->store);
+    r->pool_mr =
+        ibv_reg_mr(r->pd, kvs_pool_base(pool), kvs_pool_size(pool),
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    if (!r->pool_mr) {
+        rc = fail_with(err, errlen, -errno, "ibv_reg_mr of the pool (ulimit -l?)");
+        goto fail;
+    }
+    r->comp = ibv_create_comp_channel(r->verbs);
+    if (!r->comp) {
+        rc = fail_with(err, errlen, -errno, "ibv_create_comp_channel");
+        goto fail;
+    }
+    int depth = CQ_DEPTH < da.max_cqe ? CQ_DEPTH : da.max_cqe;
+    r->cq = ibv_create_cq(r->verbs, depth, NULL, r->comp, 0);
+    if (!r->cq || ibv_req_notify_cq(r->cq, 0) != 0) {
+        rc = fail_with(err, errlen, -errno, "ibv_create_cq");
+        goto fail;
+    }
+    r->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    long tick_ms = r->cfg.lease_ms / 4 < 20    ? 20
+                   : r->cfg.lease_ms / 4 > 250 ? 250
+                                               : r->cfg.lease_ms / 4;
+    struct itimerspec its = {
+        .it_interval = {.tv_sec = tick_ms / 1000, .tv_nsec = tick_ms % 1000 * 1000000},
+        .it_value = {.tv_sec = tick_ms / 1000, .tv_nsec = tick_ms % 1000 * 1000000}};
+    if (r->tfd < 0 || timerfd_settime(r->tfd, 0, &its, NULL) < 0) {
+        rc = fail_with(err, errlen, -errno, "timerfd");
+        goto fail;
+    }
+    r->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (r->epfd < 0 || (rc = watch(r->epfd, r->ec->fd)) < 0 ||
+        (rc = watch(r->epfd, r->comp->fd)) < 0 || (rc = watch(r->epfd, r->tfd)) < 0) {
+        rc = fail_with(err, errlen, r->epfd < 0 ? -errno : rc, "epoll");
+        goto fail;
+    }
+    *out = r;
+    return 0;
+fail:
+    kvs_rdma_destroy(r);
+    return rc;
+}
+
+int kvs_rdma_local_addr(const struct kvs_rdma *r, char *buf, size_t len)
+{
+    struct sockaddr *sa = rdma_get_local_addr(r->lid);
+    char host[64];
+    if (!sa || sa->sa_family != AF_INET ||
+        !inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, host, sizeof(host)))
+        return -EINVAL;
+    snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(rdma_get_src_port(r->lid)));
+    return 0;
+}
+
+int kvs_rdma_fd(const struct kvs_rdma *r)
+{
+    return r->epfd;
+}
+
+const struct kvs_rdma_counters *kvs_rdma_counters(const struct kvs_rdma *r)
+{
+    return &r->ctr;
+}
+
+void kvs_rdma_destroy(struct kvs_rdma *r)
+{
+    if (!r) return;
+    while (r->conns) {
+        conn_kill(r->conns, "shutting down");
+        conn_free(r->conns);
+    }
+    if (r->epfd >= 0) close(r->epfd);
+    if (r->tfd >= 0) close(r->tfd);
+    if (r->cq) ibv_destroy_cq(r->cq);
+    if (r->comp) ibv_destroy_comp_channel(r->comp);
+    if (r->pool_mr) ibv_dereg_mr(r->pool_mr);
+    if (r->pd) ibv_dealloc_pd(r->pd);
+    if (r->lid) rdma_destroy_id(r->lid);
+    if (r->ec) rdma_destroy_event_channel(r->ec);
+    free(r);
+}

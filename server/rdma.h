@@ -1,0 +1,54 @@
+/*
+ * rdma.h - kvstored's RDMA side (librdmacm + libibverbs): listens next to
+ * TCP, registers the store's pool once, and serves the one-sided protocol
+ * (RESERVE/COMMIT for puts, LEASE/RELEASE for gets; docs/rdma.md). Every
+ * other opcode arriving on an RDMA connection goes through the same proto
+ * state machine as TCP.
+ *
+ * Single-threaded like the rest of kvstored: the event loop watches the one
+ * fd kvs_rdma_fd() returns and calls kvs_rdma_service() when it is readable.
+ */
+#ifndef KVS_SERVER_RDMA_H
+#define KVS_SERVER_RDMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+
+struct kvs_rdma;
+
+struct kvs_rdma_config {
+    const char *host; /* address to bind (an address of an RDMA device's netdev) */
+    const char *port;
+    unsigned lease_ms; /* a reservation or lease older than this kills its connection */
+    int verbose;
+};
+
+/* RDMA side counters (STATS, docs/rdma.md). */
+struct kvs_rdma_counters {
+    uint64_t conns_current, conns_total;
+    uint64_t reserves, commits, aborts, leases, releases;
+    uint64_t bad_tokens;     /* COMMIT/RELEASE naming no live reservation/lease of the conn */
+    uint64_t lease_expiries; /* connections cut because a lease outlived lease_ms */
+    uint64_t messages_in, messages_out;
+};
+
+/*
+ * Binds and listens, opens the device's protection domain and registers the
+ * pool. Returns 0; -ENODEV when there is no RDMA device (err says so); or
+ * another negative errno with the reason in err.
+ */
+int kvs_rdma_create(struct kvs_server *srv, const struct kvs_rdma_config *cfg,
+                    struct kvs_rdma **out, char *err, size_t errlen);
+/* "HOST:PORT" actually bound. */
+int kvs_rdma_local_addr(const struct kvs_rdma *r, char *buf, size_t len);
+/* One pollable fd: readable when kvs_rdma_service() has work. */
+int kvs_rdma_fd(const struct kvs_rdma *r);
+/* Handles every pending connection event, completion and lease expiry; never blocks. */
+void kvs_rdma_service(void *r);
+const struct kvs_rdma_counters *kvs_rdma_counters(const struct kvs_rdma *r);
+/* Closes every connection (dropping their reservations and leases), then the listener. */
+void kvs_rdma_destroy(struct kvs_rdma *r);
+
+#endif /* KVS_SERVER_RDMA_H */
