@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-OUT=${OUT:-$BUILD/bench}
+OUT=$(realpath -m "${OUT:-$BUILD/bench}") # absolute: redis-server changes directory
 PY=/usr/bin/python3
 KVBENCH=$BUILD/bin/kvbench
 KVSTORED=$BUILD/bin/kvstored
@@ -79,6 +79,8 @@ redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
     --protected-mode yes --logfile "$OUT/runs/redis.log" --dir "$OUT/runs" &
 PIDS="$PIDS $!"
 for _ in $(seq 100); do redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 ||
+    { echo "bench-compare.sh: redis-server did not start (see $OUT/runs/redis.log)" >&2; exit 1; }
 
 echo "bench-compare: kvstored $KV_ADDR, redis 127.0.0.1:$REDIS_PORT, sizes: $SIZES, $CLIENTS clients, output $OUT" >&2
 START=$(date +%s)
@@ -93,7 +95,8 @@ kvb() {
     while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     echo "  kvbench $op $name size=$size threads=$threads" >&2
-    timeout -k 5 $((REPEAT * SECS * 3 + 30)) env "${envs[@]}" "$KVBENCH" "$op" --servers "$KV_ADDR" \
+    # bounded: a run that hangs (a shim bug) costs seconds, not the whole comparison
+    timeout -k 5 $((REPEAT * (SECS + 3) + 10)) env "${envs[@]}" "$KVBENCH" "$op" --servers "$KV_ADDR" \
         --size "$size" --threads "$threads" --seconds "$SECS" --ops "$(ops_for "$size")" \
         --keys $(( size >= 262144 ? 1024 : 4096 )) --repeat "$REPEAT" --quiet \
         --csv "$OUT/runs/kv__${name}__${op}__${size}__${threads}.csv" "$@" >>"$OUT/runs/kvbench.log" 2>&1 ||
@@ -117,7 +120,7 @@ for size in $SIZES; do
     for P in 1 32; do
         n=$(( $(ops_for "$size") / (P == 1 ? 4 : 1) ))
         echo "  redis-benchmark -P $P -d $size" >&2
-        timeout -k 5 120 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t set,get -d "$size" \
+        timeout -k 5 60 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t set,get -d "$size" \
             -c "$CLIENTS" -n "$n" -P "$P" -r 4096 --csv >"$OUT/runs/redis__P${P}__$size.csv" 2>/dev/null ||
             echo "    (redis-benchmark failed)" >&2
     done
