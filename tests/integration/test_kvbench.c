@@ -29,6 +29,7 @@
 
 static struct kvt_server server;
 static char tmpdir[64];
+static char out_buf[OUT_CAP]; /* children's stdout; static: a failed assert leaks nothing */
 
 /*
  * Runs argv (NULL-terminated) under timeout with extra "NAME=value" env
@@ -136,8 +137,7 @@ static int teardown(void **state)
 static void bad_arguments_exit_2(void **state)
 {
     (void)state;
-    char *out = malloc(OUT_CAP);
-    assert_non_null(out);
+    char *out = out_buf;
     const char *cases[][6] = {
         {"put", "--threads", "0", NULL},
         {"put", "--size", "4Q", NULL},
@@ -158,14 +158,12 @@ static void bad_arguments_exit_2(void **state)
     }
     const char *none[] = {kvbench(), NULL};
     assert_int_equal(run(none, NULL, out, OUT_CAP), 2);
-    free(out);
 }
 
 static void put_get_exists_write_results(void **state)
 {
     (void)state;
-    char *out = malloc(OUT_CAP), json[128], csv[128];
-    assert_non_null(out);
+    char *out = out_buf, json[128], csv[128];
     snprintf(json, sizeof(json), "%s/put.json", tmpdir);
     snprintf(csv, sizeof(csv), "%s/get.csv", tmpdir);
 
@@ -203,27 +201,23 @@ static void put_get_exists_write_results(void **state)
     const char *stats[] = {kvbench(), "--server-stats", "--servers", server.addr, NULL};
     assert_int_equal(run(stats, NULL, out, OUT_CAP), 0);
     assert_non_null(strstr(out, "# server"));
-    free(out);
 }
 
 static void get_of_missing_server_fails_cleanly(void **state)
 {
     (void)state;
-    char *out = malloc(OUT_CAP);
-    assert_non_null(out);
+    char *out = out_buf;
     /* a port nobody listens on: errors are reported, exit 1, no crash or hang */
     const char *put[] = {kvbench(), "put",       "--servers", "127.0.0.1:1", "--ops",
                          "10",      "--seconds", "20",        "--quiet",     NULL};
     assert_int_equal(run(put, NULL, out, OUT_CAP), 1);
     assert_non_null(strstr(out, "first error"));
-    free(out);
 }
 
 static void layerwise_and_micro_run(void **state)
 {
     (void)state;
-    char *out = malloc(OUT_CAP), csv[128];
-    assert_non_null(out);
+    char *out = out_buf, csv[128];
     snprintf(csv, sizeof(csv), "%s/micro.csv", tmpdir);
     const char *modes[] = {"single", "batch", "async"};
     for (int m = 0; m < 3; m++) {
@@ -248,17 +242,35 @@ static void layerwise_and_micro_run(void **state)
     /* header + sizes(2) x threads(2) x (put 3 paths + get 3 + exists 2) */
     assert_int_equal(rows, 1 + 2 * 2 * 8);
     free(text);
-    free(out);
 }
 
-/* The shim's library, or NULL (and the test is skipped) when it is not built. */
+/* The sanitizer runtime this test runs with (ASan/TSan builds), or "": it must lead LD_PRELOAD. */
+static const char *asan_runtime(void)
+{
+    static char path[512];
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[1024];
+    path[0] = '\0';
+    while (maps && fgets(line, sizeof(line), maps)) {
+        char *p = strchr(line, '/');
+        if (p && (strstr(p, "/libasan.so") || strstr(p, "/libtsan.so"))) {
+            p[strcspn(p, "\n")] = '\0';
+            snprintf(path, sizeof(path), "%s ", p);
+            break;
+        }
+    }
+    if (maps) fclose(maps);
+    return path;
+}
+
+/* "LD_PRELOAD=<shim>" in buf, or NULL (and the test is skipped) when it is not built. */
 static const char *shim_or_skip(char *buf, size_t cap)
 {
     const char *rel = kvt_build_path("lib/libkvbatch.so");
     if (!file_exists(rel)) return NULL;
     char *abs = realpath(rel, NULL);
     if (!abs) return NULL;
-    snprintf(buf, cap, "LD_PRELOAD=%s", abs);
+    snprintf(buf, cap, "LD_PRELOAD=%s%s", asan_runtime(), abs);
     free(abs);
     return buf;
 }
@@ -266,13 +278,12 @@ static const char *shim_or_skip(char *buf, size_t cap)
 static void kvbench_single_path_is_batched_by_shim(void **state)
 {
     (void)state;
-    char preload[1100], statsenv[256], stats[128];
+    char preload[1700], statsenv[256], stats[128];
     if (!shim_or_skip(preload, sizeof(preload))) {
         fprintf(stderr, "libkvbatch.so not built: skipped\n");
         skip();
     }
-    char *out = malloc(OUT_CAP);
-    assert_non_null(out);
+    char *out = out_buf;
     snprintf(stats, sizeof(stats), "%s/kvbench.prom", tmpdir);
     snprintf(statsenv, sizeof(statsenv), "KVBATCH_STATS_FILE=%s", stats);
     const char *env[] = {preload, statsenv, NULL};
@@ -288,7 +299,6 @@ static void kvbench_single_path_is_batched_by_shim(void **state)
     assert_true(ops >= 4000);
     assert_true(batches > 0 && batches < ops);
     free(text);
-    free(out);
 }
 
 /* The Python module, or NULL (skip) when this build has none (sanitizer builds). */
@@ -306,8 +316,7 @@ static void python_engine_same_results_with_shim(void **state)
         fprintf(stderr, "python module not built: skipped\n");
         skip();
     }
-    char *out = malloc(OUT_CAP), pypath[1100], checksum[80] = "";
-    assert_non_null(out);
+    char *out = out_buf, pypath[1100], checksum[80] = "";
     snprintf(pypath, sizeof(pypath), "PYTHONPATH=%s", kvt_build_path("python"));
     const char *engine[] = {"/usr/bin/python3",
                             "examples/engine.py",
@@ -335,10 +344,9 @@ static void python_engine_same_results_with_shim(void **state)
     assert_non_null(cs);
     snprintf(checksum, sizeof(checksum), "%.41s", cs);
 
-    char preload[1100], statsenv[256], stats[128];
+    char preload[1700], statsenv[256], stats[128];
     if (!shim_or_skip(preload, sizeof(preload))) {
         fprintf(stderr, "libkvbatch.so not built: shim half skipped\n");
-        free(out);
         skip();
     }
     snprintf(stats, sizeof(stats), "%s/engine.prom", tmpdir);
@@ -357,7 +365,6 @@ static void python_engine_same_results_with_shim(void **state)
     assert_true(ops >= 2 * 8 * 16 * 4 * 2);
     assert_true(batches > 0 && ops > batches);
     free(text);
-    free(out);
 }
 
 int main(void)
