@@ -1,0 +1,1227 @@
+/*
+ * kvstress - fault-injection stress for kvbatch.
+ *
+ * Many threads put and get self-verifying values (tests/lib/kvtest.h: each
+ * value encodes its key, a version and a checksum) through libkvstore - or
+ * through the shim when run under LD_PRELOAD=libkvbatch.so - with a bounded
+ * op count and time, while kvstored (which kvstress starts itself, on
+ * 127.0.0.1:0 or inside a network namespace) is killed with SIGKILL and
+ * restarted. Every key-op gets an id; its completions are counted, so an op
+ * that never ends or ends twice is seen. Gets are checked: a value that is
+ * not one kvt_fill_value wrote for that key (torn, mixed, another key's) is a
+ * wrong value; an older version than one already acknowledged is stale.
+ * RSS of kvstored and of kvstress itself are sampled. Under the shim the
+ * stats file must agree with the ops issued. docs/stress.md has the details.
+ *
+ * Exit status: 0 all checks passed, 1 a check failed, 2 bad usage or set-up.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvstore.h"
+#include "kvtest.h"
+
+#define BATCH_KEYS   8
+#define SHARED_KEYS  16
+#define MAX_THREADS  256
+#define MAX_RESTARTS 64
+#define NSTATUS      (4096) /* errno values counted per op kind */
+
+enum opkind { OP_PUT, OP_GET, OP_KINDS };
+static const char *const opname[OP_KINDS] = {"put", "get"};
+
+/* Settings from the command line. */
+static struct {
+    int threads;
+    uint64_t max_ops; /* key-ops, all threads */
+    double seconds;
+    int kills;
+    int down_ms; /* how long the server stays dead */
+    int keys;    /* own keys per thread */
+    size_t min_len, max_len;
+    const char *servers; /* external server: no kills */
+    const char *kvstored;
+    const char *listen;
+    const char *netns;
+    const char *memory;
+    const char *json_path;
+    uint64_t client_growth_bound; /* bytes */
+    int writeback_check;
+    int corrupt_one; /* self-test: damage one get result; the run must fail */
+    int quiet;
+} opt = {.threads = 8,
+         .max_ops = 200000,
+         .seconds = 10,
+         .down_ms = 200,
+         .keys = 64,
+         .min_len = 16,
+         .max_len = 16384,
+         .listen = "127.0.0.1:0",
+         .memory = "64M",
+         .client_growth_bound = 64ull << 20};
+
+/* ---- the server kvstress runs ---- */
+
+static struct {
+    pid_t pid;
+    int out_fd; /* its stdout, kept open so a late line never hits EPIPE */
+    char host[64];
+    int port;
+    char addr[96];
+    uint64_t memory_bytes;
+} srv = {.out_fd = -1};
+
+/* Splits "HOST:PORT" ("[v6]:PORT" too) into host and port. */
+static int split_hostport(const char *s, char *host, size_t cap, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s || (size_t)(colon - s) >= cap) return -EINVAL;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p < 0 || p > 65535) return -EINVAL;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+/* Child side of spawn_server: enter the namespace, drop the shim, exec. */
+static void exec_server(int out_fd)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (opt.netns) {
+        char path[256];
+        snprintf(path, sizeof(path), "/var/run/netns/%s", opt.netns);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
+            fprintf(stderr, "kvstress: netns %s: %s\n", opt.netns, strerror(errno));
+            _exit(127);
+        }
+        close(fd);
+    }
+    /* kvstored must not run with the shim or the stress run's settings. */
+    unsetenv("LD_PRELOAD");
+    unsetenv("KVBATCH_STATS_FILE");
+    char listen[128];
+    snprintf(listen, sizeof(listen), "%s:%d", srv.host, srv.port);
+    if (dup2(out_fd, STDOUT_FILENO) < 0) _exit(127);
+    char *argv[] = {(char *)opt.kvstored, "--listen", listen, "--memory", (char *)opt.memory, NULL};
+    execv(argv[0], argv);
+    fprintf(stderr, "kvstress: exec %s: %s\n", opt.kvstored, strerror(errno));
+    _exit(127);
+}
+
+/*
+ * Starts kvstored on srv.host:srv.port and waits (at most 10 s) for its
+ * "listening on HOST:PORT" line; port 0 learns the real port. 0 or -1.
+ */
+static int spawn_server(void)
+{
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(pfd[0]);
+        close(pfd[1]);
+        return -1;
+    }
+    if (pid == 0) exec_server(pfd[1]);
+    close(pfd[1]);
+    char line[256];
+    size_t used = 0;
+    int port = -1;
+    unsigned long long deadline = kvt_now_ns() + 10000000000ull;
+    while (port < 0 && kvt_now_ns() < deadline && used < sizeof(line) - 1) {
+        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0) continue;
+        ssize_t n = read(pfd[0], line + used, sizeof(line) - 1 - used);
+        if (n <= 0) break;
+        used += (size_t)n;
+        line[used] = '\0';
+        char *at = strstr(line, "listening on ");
+        char *nl = at ? strchr(at, '\n') : NULL;
+        if (nl) {
+            *nl = '\0';
+            char *colon = strrchr(at, ':');
+            if (colon) port = atoi(colon + 1);
+        }
+    }
+    if (port <= 0) {
+        fprintf(stderr, "kvstress: kvstored did not start\n");
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(pfd[0]);
+        return -1;
+    }
+    if (srv.out_fd >= 0) close(srv.out_fd);
+    srv.out_fd = pfd[0];
+    srv.pid = pid;
+    srv.port = port;
+    snprintf(srv.addr, sizeof(srv.addr), "%s:%d", srv.host, port);
+    return 0;
+}
+
+/* Restart on the same port; retried briefly while the port is still held. */
+static int restart_server(void)
+{
+    for (int i = 0; i < 50; i++) {
+        if (spawn_server() == 0) return 0;
+        usleep(100000);
+    }
+    return -1;
+}
+
+static void kill_server(int sig)
+{
+    if (srv.pid <= 0) return;
+    kill(srv.pid, sig);
+    /* SIGTERM gets 10 s to exit cleanly; then it is killed. */
+    for (int i = 0; sig != SIGKILL && i < 1000; i++) {
+        if (waitpid(srv.pid, NULL, WNOHANG) == srv.pid) {
+            srv.pid = 0;
+            return;
+        }
+        usleep(10000);
+    }
+    kill(srv.pid, SIGKILL);
+    waitpid(srv.pid, NULL, 0);
+    srv.pid = 0;
+}
+
+/* VmRSS of a process in bytes, 0 if unknown. */
+static uint64_t rss_of(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    uint64_t kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+/* ---- figures ---- */
+
+static struct {
+    atomic_uint_fast64_t issued[OP_KINDS], ok[OP_KINDS];
+    atomic_uint_fast64_t err[OP_KINDS][NSTATUS];  /* by -status */
+    atomic_uint_fast64_t single_issued[OP_KINDS]; /* kvs_put/kvs_get + async singles */
+    atomic_uint_fast64_t single_err[OP_KINDS][NSTATUS];
+    atomic_uint_fast64_t wrong_values, stale_values, missing_after_ok, status_unset;
+    atomic_uint_fast64_t unexpected_status, double_callbacks, abandoned_batches;
+    atomic_uint_fast64_t batches;
+} fig;
+
+static _Atomic(uint8_t) *completions; /* per key-op id */
+static atomic_uint_fast64_t next_id;
+
+/* Restart bookkeeping: when each restart was up, when its first op succeeded after. */
+static struct {
+    int n;
+    unsigned long long up_ns[MAX_RESTARTS];
+    _Atomic unsigned long long first_ok_ns[MAX_RESTARTS];
+} rs;
+static atomic_int current_epoch = -1; /* index of the latest restart, -1 before any */
+static atomic_int kills_done;
+
+static unsigned long long t_start, t_end;
+static atomic_int corrupt_pending;
+static int wb_mode; /* under the shim with KVBATCH_PUT_MODE=writeback */
+
+static int transport_error(int st)
+{
+    return st == -ECONNRESET || st == -ECONNREFUSED || st == -ETIMEDOUT || st == -EIO ||
+           st == -EPIPE || st == -ENOTCONN;
+}
+
+/* Counts a result; an OK after a restart may be that restart's first success. */
+static void count_result(enum opkind k, ssize_t r, int single)
+{
+    /* Recovery = the first op the restarted server answered (a miss counts; a write-behind
+     * put returning 0 does not, it never reached the server). */
+    int answered = r >= 0 || (k == OP_GET && r == -ENOENT);
+    if (answered && !(wb_mode && k == OP_PUT)) {
+        int e = atomic_load(&current_epoch);
+        if (e >= 0) {
+            unsigned long long zero = 0, now = kvt_now_ns();
+            atomic_compare_exchange_strong(&rs.first_ok_ns[e], &zero, now);
+        }
+    }
+    if (r >= 0) {
+        atomic_fetch_add(&fig.ok[k], 1);
+        return;
+    }
+    long code = -r < NSTATUS ? -r : NSTATUS - 1;
+    atomic_fetch_add(&fig.err[k][code], 1);
+    if (single) atomic_fetch_add(&fig.single_err[k][code], 1);
+    int allowed = r == -ENOENT && k == OP_GET;
+    if (!allowed && transport_error((int)r) && (opt.kills > 0 || opt.writeback_check)) allowed = 1;
+    if (!allowed) atomic_fetch_add(&fig.unexpected_status, 1);
+}
+
+static void complete_id(uint64_t id)
+{
+    atomic_fetch_add(&completions[id], 1);
+}
+
+/* ---- worker threads ---- */
+
+struct keystate {
+    unsigned last_ok;    /* highest version acknowledged */
+    unsigned max_issued; /* highest version sent */
+    int ok_since_epoch;  /* epoch of last_ok (restart index + 1) */
+};
+
+struct batch_slot {
+    atomic_int calls;
+    atomic_int done;
+};
+
+struct worker {
+    pthread_t tid;
+    int index;
+    uint64_t quota; /* key-ops this thread may issue */
+    uint64_t rng;
+    struct keystate *ks;
+    char (*names)[64];
+    unsigned char *val, *buf;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    atomic_int finished;
+    void *slots; /* freed after the run: a late second callback still finds its slot */
+};
+
+static struct worker workers[MAX_THREADS];
+static char shared_names[SHARED_KEYS][64];
+static atomic_uint shared_version;
+static kvs_client *client;
+
+static uint64_t rnd(struct worker *w)
+{
+    w->rng ^= w->rng << 13;
+    w->rng ^= w->rng >> 7;
+    w->rng ^= w->rng << 17;
+    return w->rng;
+}
+
+/* Value length for (key, version): varies, so a truncated value fails its checksum. */
+static size_t value_len(const char *key, unsigned version)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = key; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ version) * 1099511628211ull;
+    return opt.min_len + (size_t)(h % (opt.max_len - opt.min_len + 1));
+}
+
+static uint64_t new_ids(uint64_t n)
+{
+    return atomic_fetch_add(&next_id, n);
+}
+
+/* Checks a get result for the worker's own key k; shared keys pass ks NULL. */
+static void check_get(struct worker *w, const char *key, struct keystate *ks, ssize_t r,
+                      const unsigned char *buf)
+{
+    if (r < 0) {
+        if (r == -ENOENT && ks && ks->last_ok &&
+            ks->ok_since_epoch == atomic_load(&current_epoch) + 1 && !wb_mode)
+            atomic_fetch_add(&fig.missing_after_ok, 1);
+        return;
+    }
+    unsigned v = 0;
+    int damaged = 0;
+    if (opt.corrupt_one && r >= 8 && atomic_exchange(&corrupt_pending, 0)) damaged = 1;
+    if (damaged || !kvt_check_value(buf, (size_t)r, key, &v) || (size_t)r < 4) {
+        atomic_fetch_add(&fig.wrong_values, 1);
+        if (!opt.quiet)
+            fprintf(stderr, "kvstress: WRONG value for %s (%zd bytes)%s\n", key, r,
+                    damaged ? " [self-test corruption]" : "");
+        return;
+    }
+    if (ks && (v < ks->last_ok || v > ks->max_issued)) {
+        atomic_fetch_add(&fig.stale_values, 1);
+        if (!opt.quiet && !wb_mode)
+            fprintf(stderr, "kvstress: STALE %s: version %u, acknowledged %u, issued %u\n", key, v,
+                    ks->last_ok, ks->max_issued);
+    }
+    (void)w;
+}
+
+static void note_put(struct keystate *ks, unsigned v, int r)
+{
+    if (!ks) return;
+    if (r == 0) {
+        ks->last_ok = v;
+        ks->ok_since_epoch = atomic_load(&current_epoch) + 1;
+    }
+}
+
+/* One synchronous (or async single + kvs_wait) op on key; ks NULL for a shared key. */
+static void single_op(struct worker *w, const char *key, struct keystate *ks, int do_put, int async)
+{
+    enum opkind k = do_put ? OP_PUT : OP_GET;
+    uint64_t id = new_ids(1);
+    atomic_fetch_add(&fig.issued[k], 1);
+    atomic_fetch_add(&fig.single_issued[k], 1);
+    ssize_t r;
+    if (do_put) {
+        unsigned v = ks ? ++ks->max_issued : atomic_fetch_add(&shared_version, 1) + 1;
+        size_t len = value_len(key, v);
+        kvt_fill_value(w->val, len, key, v);
+        if (async) {
+            kvs_op *op = NULL;
+            r = kvs_put_async(client, key, w->val, len, &op);
+            if (r == 0) r = kvs_wait(op);
+        } else {
+            r = kvs_put(client, key, w->val, len);
+        }
+        note_put(ks, v, (int)r);
+    } else {
+        if (async) {
+            kvs_op *op = NULL;
+            r = kvs_get_async(client, key, w->buf, opt.max_len, &op);
+            if (r == 0) r = kvs_wait(op);
+        } else {
+            r = kvs_get(client, key, w->buf, opt.max_len);
+        }
+        check_get(w, key, ks, r, w->buf);
+    }
+    complete_id(id);
+    count_result(k, r, 1);
+    /* While the server is down, calls fail at once: pace the retries instead of spinning. */
+    if (transport_error((int)r)) usleep(2000);
+}
+
+/* The memory one async batch needs until its callback; freed only if it completes. */
+struct batch_ctx {
+    int do_put;
+    uint64_t base;
+    size_t n;
+    int kidx[BATCH_KEYS];
+    unsigned ver[BATCH_KEYS];
+    const char *keys[BATCH_KEYS];
+    const void *vals[BATCH_KEYS];
+    void *bufs[BATCH_KEYS];
+    size_t lens[BATCH_KEYS];
+    int status[BATCH_KEYS];
+    ssize_t results[BATCH_KEYS];
+    struct batch_slot *slot;
+    struct worker *w;
+    unsigned char data[];
+};
+
+/*
+ * done callback of a batch: counts the call on the slot (never freed during
+ * the run, so a second call is counted, not a use-after-free), then the ids.
+ */
+static void batch_done(void *arg, ssize_t nok)
+{
+    struct batch_ctx *b = arg;
+    (void)nok;
+    /* b itself stays allocated while its slot is not done; slot outlives it. */
+    struct batch_slot *slot = b->slot;
+    if (atomic_fetch_add(&slot->calls, 1) != 0) {
+        atomic_fetch_add(&fig.double_callbacks, 1);
+        return;
+    }
+    struct worker *w = b->w;
+    for (size_t i = 0; i < b->n; i++)
+        complete_id(b->base + i);
+    pthread_mutex_lock(&w->lock);
+    atomic_store(&slot->done, 1);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/*
+ * A batch of BATCH_KEYS distinct own keys through kvs_batch_*_async with a
+ * done callback (never interposed by the shim). Waits for the callback at
+ * most the client timeout + 5 s; a batch that never completes is counted and
+ * its memory abandoned (the library might still write into it).
+ */
+static void batch_op(struct worker *w, struct batch_slot *slot, int do_put)
+{
+    enum opkind k = do_put ? OP_PUT : OP_GET;
+    size_t n = BATCH_KEYS < opt.keys ? BATCH_KEYS : (size_t)opt.keys;
+    struct batch_ctx *b = calloc(1, sizeof(*b) + n * opt.max_len);
+    if (!b) return;
+    b->do_put = do_put;
+    b->n = n;
+    b->slot = slot;
+    b->w = w;
+    int first = (int)(rnd(w) % (uint64_t)opt.keys);
+    for (size_t i = 0; i < n; i++) {
+        int ki = (first + (int)i) % opt.keys;
+        b->kidx[i] = ki;
+        b->keys[i] = w->names[ki];
+        b->status[i] = INT32_MIN; /* must be overwritten */
+        b->results[i] = INT32_MIN;
+        unsigned char *p = b->data + i * opt.max_len;
+        if (do_put) {
+            unsigned v = ++w->ks[ki].max_issued;
+            b->ver[i] = v;
+            b->lens[i] = value_len(b->keys[i], v);
+            kvt_fill_value(p, b->lens[i], b->keys[i], v);
+            b->vals[i] = p;
+        } else {
+            b->bufs[i] = p;
+            b->lens[i] = opt.max_len;
+        }
+    }
+    b->base = new_ids(n);
+    atomic_fetch_add(&fig.issued[k], n);
+    atomic_fetch_add(&fig.batches, 1);
+    int rc = do_put ? kvs_batch_put_async(client, n, b->keys, b->vals, b->lens, b->status,
+                                          batch_done, b, NULL)
+                    : kvs_batch_get_async(client, n, b->keys, b->bufs, b->lens, b->results,
+                                          batch_done, b, NULL);
+    if (rc < 0) {
+        /* Refused as a call: nothing in flight, done will not run. */
+        for (size_t i = 0; i < n; i++) {
+            complete_id(b->base + i);
+            count_result(k, rc, 0);
+        }
+        free(b);
+        return;
+    }
+    unsigned long long limit_ms = 15000;
+    const char *t = getenv("KVSTORE_TIMEOUT_MS");
+    if (t && atoi(t) > 0) limit_ms = (unsigned long long)atoi(t) + 5000;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(limit_ms / 1000);
+    pthread_mutex_lock(&w->lock);
+    while (!atomic_load(&slot->done))
+        if (pthread_cond_timedwait(&w->cv, &w->lock, &ts) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&w->lock);
+    if (!atomic_load(&slot->done)) {
+        atomic_fetch_add(&fig.abandoned_batches, 1);
+        fprintf(stderr, "kvstress: a %s batch did not complete within %llu ms\n", opname[k],
+                limit_ms);
+        return; /* b is leaked on purpose */
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct keystate *ks = &w->ks[b->kidx[i]];
+        ssize_t r = do_put ? b->status[i] : b->results[i];
+        if (r == INT32_MIN) {
+            atomic_fetch_add(&fig.status_unset, 1);
+            continue;
+        }
+        if (do_put)
+            note_put(ks, b->ver[i], (int)r);
+        else
+            check_get(w, b->keys[i], ks, r, b->bufs[i]);
+        count_result(k, r, 0);
+    }
+    free(b);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    /* Batch slots for this thread: one per batch it may issue. */
+    size_t nslots = w->quota / BATCH_KEYS + 1, used = 0;
+    struct batch_slot *slots = calloc(nslots, sizeof(*slots));
+    w->slots = slots;
+    if (!slots) nslots = 0;
+    uint64_t done = 0;
+    while (done < w->quota && kvt_now_ns() < t_end) {
+        uint64_t dice = rnd(w) % 100;
+        int ki = (int)(rnd(w) % (uint64_t)opt.keys);
+        int do_put = rnd(w) % 2 == 0;
+        if (dice < 10) {
+            int s = (int)(rnd(w) % SHARED_KEYS);
+            single_op(w, shared_names[s], NULL, do_put, 0);
+            done++;
+        } else if (dice < 20 && used < nslots && done + BATCH_KEYS <= w->quota) {
+            batch_op(w, &slots[used++], do_put);
+            done += BATCH_KEYS;
+        } else {
+            single_op(w, w->names[ki], &w->ks[ki], do_put, dice < 35);
+            done++;
+        }
+    }
+    atomic_store(&w->finished, 1);
+    return NULL;
+}
+
+/* ---- shim stats file ---- */
+
+static const char *errno_label(int e)
+{
+    switch (e) {
+    case ENOENT:
+        return "ENOENT";
+    case ERANGE:
+        return "ERANGE";
+    case E2BIG:
+        return "E2BIG";
+    case ENOSPC:
+        return "ENOSPC";
+    case EINVAL:
+        return "EINVAL";
+    case ENOMEM:
+        return "ENOMEM";
+    case ECONNREFUSED:
+        return "ECONNREFUSED";
+    case ECONNRESET:
+        return "ECONNRESET";
+    case ETIMEDOUT:
+        return "ETIMEDOUT";
+    case EIO:
+        return "EIO";
+    case EPROTO:
+        return "EPROTO";
+    default:
+        return "other";
+    }
+}
+
+/* Value of the metric line starting with name (labels included) in text, or -1. */
+static double metric(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, name, n) && p[n] == ' ') return strtod(p + n + 1, NULL);
+    return -1;
+}
+
+/* Expands %p in the KVBATCH_STATS_FILE pattern. */
+static void stats_path(char *out, size_t cap)
+{
+    const char *pat = getenv("KVBATCH_STATS_FILE");
+    size_t o = 0;
+    for (const char *p = pat; *p && o + 1 < cap; p++) {
+        if (p[0] == '%' && p[1] == 'p') {
+            o += (size_t)snprintf(out + o, cap - o, "%d", (int)getpid());
+            p++;
+        } else {
+            out[o++] = *p;
+        }
+        if (o >= cap) o = cap - 1;
+    }
+    out[o] = '\0';
+}
+
+/* Reads the stats file once it was written after `after` (Unix s); NULL if never. */
+static char *read_stats_after(double after)
+{
+    char path[PATH_MAX];
+    stats_path(path, sizeof(path));
+    for (int i = 0; i < 300; i++) { /* 3 s */
+        FILE *f = fopen(path, "r");
+        if (f) {
+            char *text = calloc(1, 1 << 20);
+            size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+            fclose(f);
+            if (text && n && metric(text, "kvbatch_write_time_seconds") >= after) return text;
+            free(text);
+        }
+        usleep(10000);
+    }
+    return NULL;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct shim_check {
+    int used, file_read, ok;
+    double ops[OP_KINDS], errors[OP_KINDS], wb_errors;
+};
+
+/* Shim counters must equal what kvstress issued through the interposed calls. */
+static void check_shim_stats(struct shim_check *sc, double closed_at)
+{
+    const char *pre = getenv("LD_PRELOAD");
+    sc->used = pre && strstr(pre, "libkvbatch") && getenv("KVBATCH_STATS_FILE");
+    if (!sc->used) return;
+    char *text = read_stats_after(closed_at);
+    if (!text) {
+        fprintf(stderr, "kvstress: the shim's stats file was not rewritten after kvs_close\n");
+        return;
+    }
+    sc->file_read = 1;
+    sc->ok = 1;
+    sc->wb_errors = metric(text, "kvbatch_writeback_errors_total");
+    for (int k = 0; k < OP_KINDS; k++) {
+        char name[128];
+        snprintf(name, sizeof(name), "kvbatch_ops_total{op=\"%s\"}", opname[k]);
+        sc->ops[k] = metric(text, name);
+        if (sc->ops[k] != (double)atomic_load(&fig.single_issued[k])) {
+            fprintf(stderr, "kvstress: shim counted %.0f %s ops, kvstress issued %" PRIu64 "\n",
+                    sc->ops[k], opname[k], (uint64_t)atomic_load(&fig.single_issued[k]));
+            sc->ok = 0;
+        }
+        /* Per status: the shim's errors = what callers saw (+ write-behind failures). */
+        static const int codes[] = {ENOENT,       ERANGE,     E2BIG,     ENOSPC, EINVAL, ENOMEM,
+                                    ECONNREFUSED, ECONNRESET, ETIMEDOUT, EIO,    EPROTO};
+        double total = 0, mine_total = 0;
+        for (size_t c = 0; c < sizeof(codes) / sizeof(codes[0]); c++) {
+            snprintf(name, sizeof(name), "kvbatch_errors_total{op=\"%s\",status=\"%s\"}", opname[k],
+                     errno_label(codes[c]));
+            double v = metric(text, name);
+            if (v < 0) v = 0;
+            total += v;
+            double mine = (double)atomic_load(&fig.single_err[k][codes[c]]);
+            mine_total += mine;
+            if (!wb_mode && v != mine) {
+                fprintf(stderr, "kvstress: shim counted %.0f %s %s errors, kvstress saw %.0f\n", v,
+                        opname[k], errno_label(codes[c]), mine);
+                sc->ok = 0;
+            }
+        }
+        sc->errors[k] = total;
+        if (wb_mode && k == OP_PUT &&
+            total != mine_total + (sc->wb_errors > 0 ? sc->wb_errors : 0)) {
+            fprintf(stderr,
+                    "kvstress: shim put errors %.0f != caller-seen %.0f + write-behind %.0f\n",
+                    total, mine_total, sc->wb_errors);
+            sc->ok = 0;
+        }
+    }
+    free(text);
+}
+
+/* ---- write-behind crash check ---- */
+
+struct wb_result {
+    int ran, flush_rc, puts, absent, rewritten_ok, wrong, revived, ok;
+};
+
+/*
+ * Under KVBATCH_PUT_MODE=writeback: puts that are still pending when the
+ * server is SIGKILLed must come back as a failure from kvs_flush, never 0.
+ * After the restart, a key is absent or holds the value a later successful
+ * put wrote; the lost version turning up would mean a "failed" put landed.
+ */
+static void writeback_check(struct wb_result *wr)
+{
+    enum { N = 32 };
+    unsigned char *val = malloc(opt.max_len);
+    if (!val) goto out;
+    wr->ran = 1;
+    kvs_client *c = kvs_open(srv.addr);
+    if (!c) goto out;
+    /* Connection up first (a batch call is never interposed), so only the puts wait. */
+    const char *warm[] = {"wb.warmup"};
+    int wres[1];
+    kvs_batch_exists(c, 1, warm, wres);
+    static char keys[N][64];
+    const char *kp[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "wb.%d.%d", (int)getpid(), i);
+        kp[i] = keys[i];
+        size_t len = value_len(keys[i], 1);
+        kvt_fill_value(val, len, keys[i], 1);
+        atomic_fetch_add(&fig.single_issued[OP_PUT], 1); /* interposed: the shim counts it */
+        if (kvs_put(c, keys[i], val, len) == 0) wr->puts++;
+    }
+    kill_server(SIGKILL);
+    wr->flush_rc = kvs_flush(c);
+    if (restart_server() < 0) {
+        kvs_close(c);
+        goto out;
+    }
+    /* A later successful put of the even keys (direct batch call); the odd ones must be absent. */
+    for (int i = 0; i < N; i += 2) {
+        size_t len = value_len(keys[i], 2);
+        kvt_fill_value(val, len, keys[i], 2);
+        const void *vp[1] = {val};
+        size_t lp[1] = {len};
+        int st[1] = {-EIO};
+        for (int tries = 0; tries < 100 && st[0] != 0; tries++)
+            if (kvs_batch_put(c, 1, &kp[i], vp, lp, st) != 1) usleep(20000);
+        if (st[0] == 0) wr->rewritten_ok++;
+    }
+    void *bufs[N];
+    size_t caps[N];
+    ssize_t res[N];
+    unsigned char *all = malloc((size_t)N * opt.max_len);
+    if (!all) {
+        kvs_close(c);
+        goto out;
+    }
+    for (int i = 0; i < N; i++) {
+        bufs[i] = all + (size_t)i * opt.max_len;
+        caps[i] = opt.max_len;
+    }
+    kvs_batch_get(c, N, kp, bufs, caps, res);
+    for (int i = 0; i < N; i++) {
+        unsigned v = 0;
+        if (res[i] == -ENOENT) {
+            wr->absent++;
+            if (i % 2 == 0) wr->wrong++; /* its later put was acknowledged */
+        } else if (res[i] < 0 || !kvt_check_value(bufs[i], (size_t)res[i], keys[i], &v)) {
+            wr->wrong++;
+        } else if (v == 1) {
+            wr->revived++;
+        } else if (v != 2 || i % 2) {
+            wr->wrong++;
+        }
+    }
+    free(all);
+    kvs_close(c);
+    wr->ok = wr->flush_rc < 0 && wr->wrong == 0 && wr->revived == 0 && wr->rewritten_ok == N / 2;
+out:
+    free(val);
+}
+
+/* ---- main ---- */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvstress [options]\n"
+            "  --threads N         worker threads (default 8)\n"
+            "  --ops N             key-ops in all, all threads (default 200000)\n"
+            "  --seconds S         time bound (default 10)\n"
+            "  --kills N           SIGKILL + restart kvstored N times, evenly spaced (default 0)\n"
+            "  --down-ms MS        how long the killed server stays down (default 200)\n"
+            "  --keys N            own keys per thread (default 64)\n"
+            "  --min-len B --max-len B  value sizes (default 16..16384)\n"
+            "  --kvstored PATH     server binary (default: kvstored next to kvstress)\n"
+            "  --listen HOST:PORT  where kvstored listens (default 127.0.0.1:0)\n"
+            "  --netns NAME        run kvstored inside network namespace NAME\n"
+            "  --memory SIZE       kvstored --memory (default 64M)\n"
+            "  --servers LIST      use running servers instead (no kills)\n"
+            "  --client-growth-mb N  bound on kvstress RSS growth after warm-up (default 64)\n"
+            "  --writeback-check   with the shim in writeback mode: pending puts at a crash\n"
+            "  --corrupt-one       self-test: damage one get result (the run must fail)\n"
+            "  --json FILE         also write the JSON figures to FILE\n"
+            "  --quiet             no per-problem lines\n");
+}
+
+static int parse_args(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"threads", 1, 0, 't'},
+                                             {"ops", 1, 0, 'o'},
+                                             {"seconds", 1, 0, 's'},
+                                             {"kills", 1, 0, 'k'},
+                                             {"down-ms", 1, 0, 'd'},
+                                             {"keys", 1, 0, 'K'},
+                                             {"min-len", 1, 0, 'm'},
+                                             {"max-len", 1, 0, 'M'},
+                                             {"kvstored", 1, 0, 'x'},
+                                             {"listen", 1, 0, 'l'},
+                                             {"netns", 1, 0, 'n'},
+                                             {"memory", 1, 0, 'y'},
+                                             {"servers", 1, 0, 'S'},
+                                             {"json", 1, 0, 'j'},
+                                             {"client-growth-mb", 1, 0, 'g'},
+                                             {"writeback-check", 0, 0, 'w'},
+                                             {"corrupt-one", 0, 0, 'c'},
+                                             {"quiet", 0, 0, 'q'},
+                                             {"help", 0, 0, 'h'},
+                                             {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        char *end = NULL;
+        switch (ch) {
+        case 't':
+            opt.threads = (int)strtol(optarg, &end, 10);
+            break;
+        case 'o':
+            opt.max_ops = strtoull(optarg, &end, 10);
+            break;
+        case 's':
+            opt.seconds = strtod(optarg, &end);
+            break;
+        case 'k':
+            opt.kills = (int)strtol(optarg, &end, 10);
+            break;
+        case 'd':
+            opt.down_ms = (int)strtol(optarg, &end, 10);
+            break;
+        case 'K':
+            opt.keys = (int)strtol(optarg, &end, 10);
+            break;
+        case 'm':
+            opt.min_len = strtoul(optarg, &end, 10);
+            break;
+        case 'M':
+            opt.max_len = strtoul(optarg, &end, 10);
+            break;
+        case 'g':
+            opt.client_growth_bound = strtoull(optarg, &end, 10) << 20;
+            break;
+        case 'x':
+            opt.kvstored = optarg;
+            break;
+        case 'l':
+            opt.listen = optarg;
+            break;
+        case 'n':
+            opt.netns = optarg;
+            break;
+        case 'y':
+            opt.memory = optarg;
+            break;
+        case 'S':
+            opt.servers = optarg;
+            break;
+        case 'j':
+            opt.json_path = optarg;
+            break;
+        case 'w':
+            opt.writeback_check = 1;
+            break;
+        case 'c':
+            opt.corrupt_one = 1;
+            break;
+        case 'q':
+            opt.quiet = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -1;
+        }
+        if (end && *end) {
+            fprintf(stderr, "kvstress: bad number '%s'\n", optarg);
+            return -1;
+        }
+    }
+    if (optind != argc || opt.threads < 1 || opt.threads > MAX_THREADS || opt.keys < 1 ||
+        opt.keys > 100000 || opt.seconds <= 0 || opt.seconds > 86400 || opt.kills < 0 ||
+        opt.kills >= MAX_RESTARTS - 1 || opt.down_ms < 0 || opt.max_ops < 1 ||
+        opt.max_ops > (1ull << 32) || opt.min_len < 12 || opt.max_len < opt.min_len ||
+        opt.max_len > (64u << 20) || (opt.servers && (opt.kills || opt.writeback_check))) {
+        fprintf(stderr, "kvstress: bad or conflicting options (see --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* --memory SIZE in bytes (K/M/G suffixes, powers of 1024), for the RSS bound. */
+static uint64_t parse_size(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    switch (*end) {
+    case 'K':
+    case 'k':
+        return v << 10;
+    case 'M':
+    case 'm':
+        return v << 20;
+    case 'G':
+    case 'g':
+        return v << 30;
+    default:
+        return v;
+    }
+}
+
+/* Path of kvstored next to this binary. */
+static const char *default_kvstored(const char *argv0)
+{
+    static char path[PATH_MAX];
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return argv0;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(path, sizeof(path), "%.*s/kvstored", (int)(sizeof(path) - 10), self);
+    return path;
+}
+
+struct memfig {
+    uint64_t server_max, client_warm, client_max, server_bound;
+};
+
+int main(int argc, char **argv)
+{
+    if (parse_args(argc, argv) < 0) return 2;
+    if (!opt.kvstored) opt.kvstored = default_kvstored(argv[0]);
+    signal(SIGPIPE, SIG_IGN);
+    const char *pm = getenv("KVBATCH_PUT_MODE");
+    const char *pre = getenv("LD_PRELOAD");
+    wb_mode = pm && !strcmp(pm, "writeback") && pre && strstr(pre, "libkvbatch");
+    if (opt.writeback_check && !wb_mode) {
+        fprintf(stderr, "kvstress: --writeback-check needs LD_PRELOAD=libkvbatch.so and "
+                        "KVBATCH_PUT_MODE=writeback\n");
+        return 2;
+    }
+    const char *pol = getenv("KVBATCH_POLICY");
+    if (opt.writeback_check && (!pol || strcmp(pol, "fixed") != 0)) {
+        /* Adaptive sends an idle put at once: nothing would be pending at the kill. */
+        fprintf(stderr, "kvstress: --writeback-check needs KVBATCH_POLICY=fixed and a window "
+                        "(KVBATCH_WINDOW_US) well above a millisecond\n");
+        return 2;
+    }
+    atomic_store(&corrupt_pending, opt.corrupt_one);
+
+    const char *addr;
+    if (opt.servers) {
+        addr = opt.servers;
+    } else {
+        if (split_hostport(opt.listen, srv.host, sizeof(srv.host), &srv.port) < 0) {
+            fprintf(stderr, "kvstress: bad --listen '%s'\n", opt.listen);
+            return 2;
+        }
+        srv.memory_bytes = parse_size(opt.memory);
+        if (spawn_server() < 0) return 2;
+        addr = srv.addr;
+    }
+
+    /* All bookkeeping allocated and touched now, so later RSS growth is the library's. */
+    uint64_t max_ids = opt.max_ops + (uint64_t)opt.threads * BATCH_KEYS;
+    completions = calloc(max_ids, 1);
+    if (!completions) return 2;
+    memset((void *)completions, 0, max_ids);
+    for (int s = 0; s < SHARED_KEYS; s++)
+        snprintf(shared_names[s], sizeof(shared_names[s]), "stress.%d.shared.%d", (int)getpid(), s);
+
+    client = kvs_open(addr);
+    if (!client) {
+        fprintf(stderr, "kvstress: kvs_open(%s): %s\n", addr, strerror(errno));
+        kill_server(SIGKILL);
+        return 2;
+    }
+
+    int rc = 0;
+    t_start = kvt_now_ns();
+    t_end = t_start + (unsigned long long)(opt.seconds * 1e9);
+    int started = 0;
+    for (int i = 0; i < opt.threads; i++) {
+        struct worker *w = &workers[i];
+        w->index = i;
+        w->quota = opt.max_ops / (uint64_t)opt.threads;
+        w->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) ^ (uint64_t)getpid();
+        w->ks = calloc((size_t)opt.keys, sizeof(*w->ks));
+        w->names = calloc((size_t)opt.keys, sizeof(*w->names));
+        w->val = malloc(opt.max_len);
+        w->buf = malloc(opt.max_len);
+        if (!w->ks || !w->names || !w->val || !w->buf) {
+            rc = 2;
+            break;
+        }
+        memset(w->val, 0, opt.max_len);
+        memset(w->buf, 0, opt.max_len);
+        for (int k = 0; k < opt.keys; k++)
+            snprintf(w->names[k], sizeof(w->names[k]), "stress.%d.t%d.k%d", (int)getpid(), i, k);
+        pthread_mutex_init(&w->lock, NULL);
+        pthread_cond_init(&w->cv, NULL);
+        if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
+            rc = 2;
+            break;
+        }
+        started++;
+    }
+
+    /* The controller: kill schedule and memory samples, every 20 ms. */
+    struct memfig mem = {0};
+    unsigned long long interval = (t_end - t_start) / (unsigned long long)(opt.kills + 1);
+    unsigned long long next_kill = t_start + interval, warm_at = t_start + 1000000000ull;
+    int threads_running = started;
+    while (threads_running > 0) {
+        unsigned long long now = kvt_now_ns();
+        if (now > t_end + 120000000000ull) break; /* two minutes over: stop waiting */
+        if (opt.kills && atomic_load(&kills_done) < opt.kills && now >= next_kill && now < t_end) {
+            kill_server(SIGKILL);
+            usleep((useconds_t)opt.down_ms * 1000);
+            if (restart_server() < 0) {
+                fprintf(stderr, "kvstress: kvstored did not restart\n");
+                rc = 1;
+                break;
+            }
+            int e = rs.n++;
+            rs.up_ns[e] = kvt_now_ns();
+            atomic_store(&current_epoch, e);
+            atomic_fetch_add(&kills_done, 1);
+            next_kill += interval;
+        }
+        uint64_t s = srv.pid > 0 ? rss_of(srv.pid) : 0, c = rss_of(getpid());
+        if (s > mem.server_max) mem.server_max = s;
+        if (c > mem.client_max) mem.client_max = c;
+        if (!mem.client_warm && now >= warm_at) mem.client_warm = c;
+        usleep(20000);
+        threads_running = 0;
+        for (int i = 0; i < started; i++)
+            if (!atomic_load(&workers[i].finished)) threads_running++;
+    }
+    unsigned long long t_stop = kvt_now_ns();
+    int stuck = 0;
+    for (int i = 0; i < started; i++) {
+        if (atomic_load(&workers[i].finished))
+            pthread_join(workers[i].tid, NULL);
+        else
+            stuck++;
+    }
+    if (stuck) {
+        /* An op that never returns: report and leave without touching the client. */
+        fprintf(stderr, "kvstress: %d threads stuck in a call 2 minutes after the end\n", stuck);
+        printf("{\"pass\":0,\"stuck_threads\":%d}\n", stuck);
+        fflush(stdout);
+        kill_server(SIGKILL);
+        _exit(1);
+    }
+
+    struct wb_result wr = {0};
+    if (opt.writeback_check && rc == 0) writeback_check(&wr);
+
+    kvs_close(client);
+    double closed_at = wall_now();
+    struct shim_check sc = {0};
+    check_shim_stats(&sc, closed_at);
+    if (!opt.servers) kill_server(SIGTERM);
+
+    /* Completions per id. */
+    uint64_t issued_ids = atomic_load(&next_id), never = 0, twice = 0;
+    for (uint64_t i = 0; i < issued_ids; i++) {
+        if (completions[i] == 0) never++;
+        if (completions[i] > 1) twice++;
+    }
+    twice += atomic_load(&fig.double_callbacks);
+    never += atomic_load(&fig.status_unset);
+
+    /* kvstored: pool + item metadata (~200 B + key per item) + per-conn buffers (64 KiB read,
+     * 4 MiB reply back-pressure cap) for 2 conns per restart, + 32 MiB for code, heap, stacks. */
+    uint64_t items = (uint64_t)opt.threads * (uint64_t)opt.keys + SHARED_KEYS + 64;
+    mem.server_bound =
+        srv.memory_bytes + items * (200 + 64) + 4 * ((4u << 20) + (64u << 10)) + (32ull << 20);
+    if (!mem.client_warm) mem.client_warm = mem.client_max;
+    uint64_t client_growth = mem.client_max - mem.client_warm;
+
+    double secs = (double)(t_stop - t_start) / 1e9;
+    uint64_t total_issued = atomic_load(&fig.issued[OP_PUT]) + atomic_load(&fig.issued[OP_GET]);
+    uint64_t total_ok = atomic_load(&fig.ok[OP_PUT]) + atomic_load(&fig.ok[OP_GET]);
+    int restarts_without_ok = 0;
+    double worst_recovery_ms = 0;
+    for (int e = 0; e < rs.n; e++) {
+        unsigned long long f = atomic_load(&rs.first_ok_ns[e]);
+        if (!f)
+            restarts_without_ok++;
+        else if ((double)(f - rs.up_ns[e]) / 1e6 > worst_recovery_ms)
+            worst_recovery_ms = (double)(f - rs.up_ns[e]) / 1e6;
+    }
+
+    int fail = rc != 0;
+    const char *why[16];
+    int nwhy = 0;
+#define CHECK(cond, msg)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fail = 1;                                                                              \
+            if (nwhy < 16) why[nwhy++] = msg;                                                      \
+        }                                                                                          \
+    } while (0)
+    CHECK(fig.wrong_values == 0, "wrong values");
+    CHECK(wb_mode || fig.stale_values == 0, "stale values");
+    CHECK(never == 0, "ops never completed");
+    CHECK(twice == 0, "ops completed twice");
+    CHECK(fig.abandoned_batches == 0, "batches abandoned");
+    CHECK(fig.unexpected_status == 0, "unexpected statuses");
+    CHECK(opt.kills > 0 || wb_mode || fig.missing_after_ok == 0, "acknowledged puts missing");
+    CHECK(restarts_without_ok == 0, "a restart never saw a successful op");
+    CHECK(atomic_load(&kills_done) == opt.kills, "fewer kills than asked");
+    CHECK(total_ok > 0, "no op succeeded");
+    CHECK(opt.servers || mem.server_max <= mem.server_bound, "kvstored RSS over bound");
+    CHECK(client_growth <= opt.client_growth_bound, "kvstress RSS grew over bound");
+    CHECK(!sc.used || (sc.file_read && sc.ok), "shim stats disagree");
+    CHECK(!opt.writeback_check || wr.ok, "write-behind crash check");
+
+    if (!opt.quiet) {
+        printf("kvstress: %d threads, %.1f s, %s%s, %d kills\n", opt.threads, secs,
+               sc.used || wb_mode ? "through the shim" : "direct", wb_mode ? " (writeback)" : "",
+               atomic_load(&kills_done));
+        printf("  %-6s %10s %10s %10s\n", "op", "issued", "ok", "errors");
+        for (int k = 0; k < OP_KINDS; k++) {
+            uint64_t is = atomic_load(&fig.issued[k]), ok = atomic_load(&fig.ok[k]);
+            printf("  %-6s %10" PRIu64 " %10" PRIu64 " %10" PRIu64 "  ", opname[k], is, ok,
+                   is - ok);
+            for (int e = 1; e < NSTATUS; e++)
+                if (fig.err[k][e])
+                    printf(" %s=%" PRIu64, e == NSTATUS - 1 ? "other" : errno_label(e),
+                           (uint64_t)atomic_load(&fig.err[k][e]));
+            printf("\n");
+        }
+        printf("  throughput %.0f key-ops/s, %" PRIu64 " async batches\n",
+               (double)total_issued / secs, (uint64_t)fig.batches);
+        printf("  wrong values %" PRIu64 ", stale %" PRIu64 ", missing after ok %" PRIu64
+               ", never completed %" PRIu64 ", completed twice %" PRIu64 ", unexpected %" PRIu64
+               "\n",
+               (uint64_t)fig.wrong_values, (uint64_t)fig.stale_values,
+               (uint64_t)fig.missing_after_ok, never, twice, (uint64_t)fig.unexpected_status);
+        for (int e = 0; e < rs.n; e++) {
+            unsigned long long f = atomic_load(&rs.first_ok_ns[e]);
+            printf("  restart %d: first op answered after %.1f ms\n", e + 1,
+                   f ? (double)(f - rs.up_ns[e]) / 1e6 : -1.0);
+        }
+        printf("  RSS max: kvstored %.1f MiB (bound %.1f), kvstress %.1f MiB (grew %.1f after "
+               "warm-up, bound %.1f)\n",
+               (double)mem.server_max / 1048576, (double)mem.server_bound / 1048576,
+               (double)mem.client_max / 1048576, (double)client_growth / 1048576,
+               (double)opt.client_growth_bound / 1048576);
+        if (sc.used)
+            printf("  shim stats: ops put %.0f get %.0f, errors put %.0f get %.0f, writeback "
+                   "errors %.0f: %s\n",
+                   sc.ops[OP_PUT], sc.ops[OP_GET], sc.errors[OP_PUT], sc.errors[OP_GET],
+                   sc.wb_errors, sc.ok ? "agree" : "DISAGREE");
+        if (wr.ran)
+            printf("  write-behind crash: %d puts pending, kvs_flush %d (%s), absent %d, "
+                   "rewritten %d, revived %d, wrong %d: %s\n",
+                   wr.puts, wr.flush_rc, kvs_strerror(wr.flush_rc), wr.absent, wr.rewritten_ok,
+                   wr.revived, wr.wrong, wr.ok ? "ok" : "FAILED");
+        for (int i = 0; i < nwhy; i++)
+            printf("  FAILED: %s\n", why[i]);
+        printf("  result: %s\n", fail ? "FAIL" : "PASS");
+    }
+
+    char json[4096];
+    int jn = snprintf(
+        json, sizeof(json),
+        "{\"threads\":%d,\"seconds\":%.3f,\"shim\":%d,\"writeback\":%d,\"kills\":%d,"
+        "\"put_issued\":%" PRIu64 ",\"put_ok\":%" PRIu64 ",\"get_issued\":%" PRIu64
+        ",\"get_ok\":%" PRIu64 ",\"batches\":%" PRIu64 ",\"wrong_values\":%" PRIu64
+        ",\"stale_values\":%" PRIu64 ",\"missing_after_ok\":%" PRIu64
+        ",\"never_completed\":%" PRIu64 ",\"completed_twice\":%" PRIu64
+        ",\"unexpected_status\":%" PRIu64
+        ",\"restarts\":%d,\"restarts_without_ok\":%d,\"worst_recovery_ms\":%.1f"
+        ",\"server_rss_max\":%" PRIu64 ",\"server_rss_bound\":%" PRIu64
+        ",\"client_rss_max\":%" PRIu64 ",\"client_rss_growth\":%" PRIu64
+        ",\"shim_stats_ok\":%d,\"writeback_flush_rc\":%d,\"writeback_ok\":%d,\"pass\":%d}",
+        opt.threads, secs, sc.used, wb_mode, atomic_load(&kills_done), (uint64_t)fig.issued[OP_PUT],
+        (uint64_t)fig.ok[OP_PUT], (uint64_t)fig.issued[OP_GET], (uint64_t)fig.ok[OP_GET],
+        (uint64_t)fig.batches, (uint64_t)fig.wrong_values, (uint64_t)fig.stale_values,
+        (uint64_t)fig.missing_after_ok, never, twice, (uint64_t)fig.unexpected_status, rs.n,
+        restarts_without_ok, worst_recovery_ms, mem.server_max, mem.server_bound, mem.client_max,
+        client_growth, sc.used ? sc.ok && sc.file_read : -1, wr.ran ? wr.flush_rc : 0,
+        wr.ran ? wr.ok : -1, !fail);
+    printf("%s\n", json);
+    if (opt.json_path) {
+        FILE *f = fopen(opt.json_path, "w");
+        if (f) {
+            fprintf(f, "%.*s\n", jn, json);
+            fclose(f);
+        }
+    }
+    return fail ? 1 : 0;
+}
