@@ -22,6 +22,12 @@
  *  - the socket fd is closed only by the reader, holding send_mu, after the
  *    connection is marked down, so no sender writes to a reused fd number.
  *
+ * A reader thread never sends: a callback it runs may submit more work (to
+ * this server or another), and a reader blocked in sendmsg while its server
+ * waits for it to read replies would deadlock. Such submissions are queued
+ * for a per-connection writer thread, started on first need; other threads
+ * send inline (no thread hop on the common path).
+ *
  * Lock order: connect_mu -> send_mu -> mu.
  */
 #include "transport.h"
@@ -53,6 +59,9 @@
 #define TCP_ERRTEXT_MAX 256
 #define KEY_PENDING     INT32_MIN /* a key's status while it is on the wire */
 
+/* True on tcp reader threads (of any connection): they must never block in a send. */
+static __thread bool on_reader_thread;
+
 struct tcp_job;
 
 /* One wire frame in flight: a contiguous range of a request's keys. */
@@ -68,7 +77,9 @@ struct tcp_frame {
 /* One submitted request; frames, iovecs and scratch follow in the same allocation. */
 struct tcp_job {
     struct kvs_req *req;
-    atomic_uint refs; /* one per frame + one for the sender */
+    struct tcp_job *next_send; /* in the writer's queue */
+    uint64_t gen;              /* the connection it was registered on */
+    atomic_uint refs;          /* one per frame + one for the sender */
     atomic_int first_error;
     uint32_t nframes;
     struct tcp_frame *frames;
@@ -85,6 +96,7 @@ struct kvs_conn {
     pthread_mutex_t send_mu;    /* one sender on the socket at a time */
     pthread_mutex_t mu;         /* everything below */
     pthread_cond_t cv;          /* the reader waits here for a connection */
+    pthread_cond_t send_cv;     /* the writer waits here for work */
 
     bool up;
     bool stop;
@@ -99,6 +111,10 @@ struct kvs_conn {
     unsigned backoff_ms;
     bool reader_started;
     pthread_t reader;
+    /* Jobs submitted from a reader thread, sent by the writer thread. */
+    struct tcp_job *sendq_head, *sendq_tail;
+    bool writer_started;
+    pthread_t writer;
 
     /* reader-only state */
     uint8_t *rx;
@@ -601,6 +617,7 @@ static int read_one_reply(struct kvs_conn *c, int fd)
 static void *reader_main(void *arg)
 {
     struct kvs_conn *c = arg;
+    on_reader_thread = true;
     for (;;) {
         pthread_mutex_lock(&c->mu);
         while (!c->up && !c->stop)
@@ -749,6 +766,36 @@ static void plan_frames(struct kvs_req *req, const struct kvs_limits *lim, struc
     *scratch_len = scratch;
 }
 
+/* Writer thread: sends the jobs reader threads queued, in order. */
+static void *writer_main(void *arg)
+{
+    struct kvs_conn *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->sendq_head && !c->stop)
+            pthread_cond_wait(&c->send_cv, &c->mu);
+        struct tcp_job *job = c->sendq_head;
+        if (!job) break; /* stopping, and nothing left */
+        c->sendq_head = job->next_send;
+        if (!c->sendq_head) c->sendq_tail = NULL;
+        pthread_mutex_unlock(&c->mu);
+
+        pthread_mutex_lock(&c->send_mu);
+        pthread_mutex_lock(&c->mu);
+        bool live = c->up && c->gen == job->gen;
+        int fd = c->fd;
+        pthread_mutex_unlock(&c->mu);
+        /* If the connection died meanwhile, its loss already failed the job's frames. */
+        int rc = live ? send_all(c, fd, job->iov, job->niov) : 0;
+        pthread_mutex_unlock(&c->send_mu);
+        if (rc < 0) conn_kill(c, job->gen, rc);
+        job_put(job);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
 static void tcp_submit(struct kvs_conn *c, struct kvs_req *req)
 {
     struct kvs_limits lim;
@@ -784,13 +831,21 @@ static void tcp_submit(struct kvs_conn *c, struct kvs_req *req)
     atomic_init(&job->refs, nframes + 1);
     atomic_init(&job->first_error, 0);
 
-    pthread_mutex_lock(&c->send_mu);
+    bool queue = on_reader_thread;
+    if (!queue) pthread_mutex_lock(&c->send_mu);
     pthread_mutex_lock(&c->mu);
-    if (!c->up || c->gen != gen) {
+    rc = c->up && c->gen == gen ? 0 : -ECONNRESET;
+    if (rc == 0 && queue && !c->writer_started) {
+        if (pthread_create(&c->writer, NULL, writer_main, c) == 0)
+            c->writer_started = true;
+        else
+            rc = -ENOMEM;
+    }
+    if (rc < 0) {
         pthread_mutex_unlock(&c->mu);
-        pthread_mutex_unlock(&c->send_mu);
+        if (!queue) pthread_mutex_unlock(&c->send_mu);
         free(job);
-        fail_req(req, -ECONNRESET);
+        fail_req(req, rc);
         return;
     }
     int fd = c->fd;
@@ -803,10 +858,21 @@ static void tcp_submit(struct kvs_conn *c, struct kvs_req *req)
     plan_frames(req, &lim, job, &nframes, &niov, &scratch_len);
     for (uint32_t i = 0; i < nframes; i++)
         HASH_ADD(hh, c->pending, id, sizeof(job->frames[i].id), &job->frames[i]);
+    atomic_fetch_add_explicit(&c->n_frames, nframes, memory_order_relaxed);
+    if (queue) {
+        job->gen = gen;
+        if (c->sendq_tail)
+            c->sendq_tail->next_send = job;
+        else
+            c->sendq_head = job;
+        c->sendq_tail = job;
+        pthread_cond_signal(&c->send_cv);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
     pthread_mutex_unlock(&c->mu);
 
     rc = send_all(c, fd, job->iov, job->niov);
-    atomic_fetch_add_explicit(&c->n_frames, nframes, memory_order_relaxed);
     pthread_mutex_unlock(&c->send_mu);
     if (rc < 0) conn_kill(c, gen, rc); /* fails our frames too, unless already answered */
     job_put(job);
@@ -832,6 +898,7 @@ static int tcp_create(const struct kvs_endpoint *ep, const struct kvs_transport_
     pthread_mutex_init(&c->send_mu, NULL);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    pthread_cond_init(&c->send_cv, NULL);
     *out = c;
     return 0;
 }
@@ -851,12 +918,15 @@ static void tcp_destroy(struct kvs_conn *c)
     c->stop = true;
     uint64_t gen = c->gen;
     pthread_cond_broadcast(&c->cv);
-    bool started = c->reader_started;
+    pthread_cond_broadcast(&c->send_cv);
+    bool started = c->reader_started, writer = c->writer_started;
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&c->connect_mu);
     conn_kill(c, gen, -ECONNRESET);
     if (started) pthread_join(c->reader, NULL);
+    if (writer) pthread_join(c->writer, NULL); /* it drops what is left in its queue */
     if (!started && c->fd >= 0) close(c->fd);
+    pthread_cond_destroy(&c->send_cv);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->send_mu);
@@ -902,6 +972,8 @@ static void tcp_fork_child(struct kvs_conn *c)
     c->fd = c->reader_fd = -1;
     c->up = false;
     c->reader_started = false;
+    c->writer_started = false;
+    c->sendq_head = c->sendq_tail = NULL; /* the parent's jobs */
     c->last_err = 0;
     c->backoff_ms = 0;
     HASH_CLEAR(hh,
@@ -910,6 +982,7 @@ static void tcp_fork_child(struct kvs_conn *c)
     c->rx_frame = NULL;
     pthread_mutex_init(&c->send_mu, NULL); /* a parent thread may have held it */
     pthread_cond_init(&c->cv, NULL);
+    pthread_cond_init(&c->send_cv, NULL);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&c->connect_mu);
 }

@@ -390,6 +390,75 @@ static void test_close_with_ops_in_flight(void **state)
     (void)buf;
 }
 
+/*
+ * Callbacks run on the connection's reader thread and may submit more async
+ * work. Submitting a big PUT from there while big GET replies are still
+ * coming must not stall: the reader cannot block in a send while the server
+ * waits for it to read.
+ */
+enum { CH_KEYS = 8, CH_LEN = 1024 * 1024, CH_ROUNDS = 6 };
+struct chain {
+    kvs_client *c;
+    const char *keys[CH_KEYS];
+    char names[CH_KEYS][32];
+    const void *vals[CH_KEYS];
+    void *bufs[CH_KEYS];
+    size_t lens[CH_KEYS];
+    int st[CH_ROUNDS][CH_KEYS];
+    ssize_t res[CH_ROUNDS][CH_KEYS];
+    atomic_int rounds, failures, finished;
+};
+
+static void chain_put_done(void *arg, ssize_t nok)
+{
+    struct chain *ch = arg;
+    if (nok != CH_KEYS) atomic_fetch_add(&ch->failures, 1);
+    atomic_fetch_add(&ch->finished, 1);
+}
+
+static void chain_get_done(void *arg, ssize_t nok)
+{
+    struct chain *ch = arg;
+    if (nok != CH_KEYS) atomic_fetch_add(&ch->failures, 1);
+    int r = atomic_fetch_add(&ch->rounds, 1) + 1;
+    atomic_fetch_add(&ch->finished, 1);
+    if (r >= CH_ROUNDS) return;
+    /* From the reader thread: another big get and a big put, while replies are due. */
+    if (kvs_batch_get_async(ch->c, CH_KEYS, ch->keys, ch->bufs, ch->lens, ch->res[r],
+                            chain_get_done, ch, NULL) != 0 ||
+        kvs_batch_put_async(ch->c, CH_KEYS, ch->keys, ch->vals, ch->lens, ch->st[r], chain_put_done,
+                            ch, NULL) != 0)
+        atomic_fetch_add(&ch->failures, 1);
+}
+
+static void test_submit_from_callback(void **state)
+{
+    struct fixture *f = *state;
+    static struct chain ch;
+    static unsigned char vals[CH_KEYS][CH_LEN], outs[CH_KEYS][CH_LEN];
+    memset(&ch, 0, sizeof(ch));
+    ch.c = f->c;
+    for (int k = 0; k < CH_KEYS; k++) {
+        snprintf(ch.names[k], sizeof(ch.names[k]), "chain-%d", k);
+        ch.keys[k] = ch.names[k];
+        ch.vals[k] = vals[k];
+        ch.bufs[k] = outs[k];
+        ch.lens[k] = CH_LEN;
+    }
+    assert_int_equal(kvs_batch_put(f->c, CH_KEYS, ch.keys, ch.vals, ch.lens, ch.st[0]), CH_KEYS);
+    /* Two gets in flight to start with, so a reply is always being received. */
+    assert_int_equal(kvs_batch_get_async(f->c, CH_KEYS, ch.keys, ch.bufs, ch.lens, ch.res[0],
+                                         chain_get_done, &ch, NULL),
+                     0);
+    assert_int_equal(kvs_batch_get_async(f->c, CH_KEYS, ch.keys, ch.bufs, ch.lens, ch.res[0],
+                                         chain_get_done, &ch, NULL),
+                     0);
+    assert_int_equal(kvs_flush(f->c), 0);
+    /* A reader stalled in a send would sit out the send timeout and lose the connection. */
+    assert_int_equal(atomic_load(&ch.failures), 0);
+    assert_true(atomic_load(&ch.rounds) >= CH_ROUNDS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_callback_not_inline),
         cmocka_unit_test(test_flush_waits_for_ops),
         cmocka_unit_test(test_close_with_ops_in_flight),
+        cmocka_unit_test(test_submit_from_callback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
