@@ -109,7 +109,7 @@ static void test_kill_mid_batch_then_restart(void **state)
 
 /* ---- fake servers ---- */
 
-enum fake_mode { FAKE_LATE_REPLY, FAKE_GARBAGE };
+enum fake_mode { FAKE_LATE_REPLY, FAKE_GARBAGE, FAKE_SILENT_HELLO };
 
 struct fake {
     int lfd;
@@ -169,6 +169,13 @@ static void *fake_main(void *arg)
     if (fd < 0) goto fail;
     struct kvs_wire_hdr h;
     if (read_request(fd, &h) < 0 || h.opcode != KVS_OP_HELLO) goto fail;
+    if (f->mode == FAKE_SILENT_HELLO) { /* never answers: the client's connect timeout decides */
+        uint8_t b;
+        while (recv(fd, &b, 1, 0) > 0) {
+        }
+        close(fd);
+        return NULL;
+    }
     uint8_t hello[KVS_WIRE_HDR_LEN + KVS_WIRE_HELLO_LEN];
     struct kvs_wire_hdr rh = {
         .opcode = KVS_OP_HELLO | KVS_OP_REPLY, .body_len = KVS_WIRE_HELLO_LEN, .id = h.id};
@@ -280,6 +287,27 @@ static void test_protocol_violation(void **state)
     fake_stop(&f);
 }
 
+static void test_connect_timeout(void **state)
+{
+    (void)state;
+    struct fake f;
+    fake_start(&f, FAKE_SILENT_HELLO);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", f.port);
+    setenv("KVSTORE_CONNECT_TIMEOUT_MS", "300", 1);
+    kvs_client *c = kvs_open(addr);
+    unsetenv("KVSTORE_CONNECT_TIMEOUT_MS");
+    assert_non_null(c);
+    char buf[4];
+    unsigned long long t0 = kvt_now_ns();
+    assert_int_equal(kvs_get(c, "k", buf, sizeof(buf)), -ETIMEDOUT);
+    assert_in_range((kvt_now_ns() - t0) / 1000000, 250, 5000);
+    /* Within the backoff the next call fails at once, without a new attempt. */
+    assert_int_equal(kvs_put(c, "k", "v", 1), -ETIMEDOUT);
+    kvs_close(c);
+    fake_stop(&f);
+}
+
 /* ---- fork ---- */
 
 static void test_fork_child_uses_client(void **state)
@@ -362,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_kill_mid_batch_then_restart),
         cmocka_unit_test(test_timeout_buffer_never_written_late),
         cmocka_unit_test(test_protocol_violation),
+        cmocka_unit_test(test_connect_timeout),
         cmocka_unit_test(test_fork_child_uses_client),
         cmocka_unit_test(test_fork_after_connection_loss_keeps_fds),
     };
