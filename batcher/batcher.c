@@ -245,6 +245,16 @@ static void nudge_flusher(struct kvb_batcher *b, uint64_t by)
     }
 }
 
+/*
+ * A slot freed: batches left forming without a timer (none could have been
+ * sent when they were created) now need the flusher's window timer. Lock held.
+ */
+static void arm_window_timers(struct kvb_batcher *b)
+{
+    for (int k = 0; k < KVB_OP_KINDS; k++)
+        if (b->open[k]) nudge_flusher(b, b->open[k]->t_first + b->p.window_ns);
+}
+
 static void done_cb(void *arg, ssize_t nok);
 
 /* Sends one batch taken by take_ready (no lock held). Never fails: a refused
@@ -374,6 +384,8 @@ static void done_cb(void *arg, ssize_t nok)
     kvb_gauge(&st->writeback_bytes, -(int64_t)freed);
     if (b->ready_head || (b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0 && any_open(b)))
         nudge_flusher(b, 0);
+    else
+        arm_window_timers(b);
     if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
     pthread_mutex_unlock(&b->lock);
 
@@ -777,6 +789,7 @@ static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0,
             seal(b, k, KVB_FLUSH_IDLE);
     n = take_ready(b, send, 8);
     if (b->ready_head) nudge_flusher(b, 0);
+    arm_window_timers(b);
     if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
     pthread_mutex_unlock(&b->lock);
     submit_all(send, n);
