@@ -752,6 +752,21 @@ static size_t append(char *buf, size_t cap, size_t at, const char *text, size_t 
     return at + len;
 }
 
+/* Where a transport's counters are appended, as "client_NAME VALUE" lines. */
+struct counter_sink {
+    char *buf;
+    size_t cap, at;
+};
+
+static void emit_counter(void *arg, const char *name, uint64_t value)
+{
+    struct counter_sink *k = arg;
+    char line[160];
+    int len = snprintf(line, sizeof(line), "client_%s %llu\n", name, (unsigned long long)value);
+    if (len > 0 && (size_t)len < sizeof(line))
+        k->at = append(k->buf, k->cap, k->at, line, (size_t)len);
+}
+
 /* Counts the STATS parts of a stats call (no per-key results). */
 static void stats_done(struct kvs_req *req)
 {
@@ -798,11 +813,18 @@ ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap)
             at = append(buf, cap, at, line, (size_t)len);
             failed++;
             if (!first_err) first_err = req->status;
-            continue;
+        } else {
+            size_t tlen = req->text_len < req->text_cap ? req->text_len : req->text_cap;
+            at = append(buf, cap, at, req->text, tlen);
+            if (tlen > 0 && req->text[tlen - 1] != '\n') at = append(buf, cap, at, "\n", 1);
         }
-        size_t tlen = req->text_len < req->text_cap ? req->text_len : req->text_cap;
-        at = append(buf, cap, at, req->text, tlen);
-        if (tlen > 0 && req->text[tlen - 1] != '\n') at = append(buf, cap, at, "\n", 1);
+        /* This client's side of the link to that server: frames, syscalls, reconnects... */
+        struct kvs_server *sv = &c->servers[s];
+        if (sv->ops->counters) {
+            struct counter_sink sink = {buf, cap, at};
+            sv->ops->counters(sv->conn, emit_counter, &sink);
+            at = sink.at;
+        }
     }
     if (buf && cap > 0) buf[at < cap - 1 ? at : cap - 1] = '\0';
     free(texts);

@@ -113,8 +113,11 @@ int kvs_unregister_buffer(kvs_client *c, void *ptr);
 
 /*
  * Server counters as "name value\n" lines, one server after another, each
- * block preceded by "# server host:port\n". Returns the text length (the
- * text is truncated to cap-1 and NUL-terminated) or a negative code.
+ * block preceded by "# server host:port\n" and ending with this client's own
+ * transport counters for that server ("client_frames_sent 12"...; a server
+ * that could not answer gets "# error ..." instead of its counters). Returns
+ * the text length (the text is truncated to cap-1 and NUL-terminated) or a
+ * negative code.
  */
 ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap);
 

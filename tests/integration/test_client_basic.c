@@ -214,6 +214,7 @@ static void test_server_stats_text(void **state)
     snprintf(head, sizeof(head), "# server %s\n", f->srv.addr);
     assert_memory_equal(text, head, strlen(head));
     assert_non_null(strstr(text, "\nconnections_current "));
+    assert_non_null(strstr(text, "\nclient_frames_sent ")); /* the transport's own counters */
     /* Truncated to cap - 1 and NUL-terminated; the full length is still returned. */
     char small[16];
     assert_int_equal(kvs_server_stats(f->c, small, sizeof(small)), len);
