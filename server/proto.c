@@ -603,16 +603,31 @@ static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
         fail_conn(c, c->hdr.id, -EBADMSG, "a reply sent as a request");
         return;
     }
-    k->requests[c->hdr.opcode]++;
     switch (c->hdr.opcode) {
     case KVS_OP_HELLO:
+        k->requests[KVS_OP_HELLO]++;
         reply_hello(c);
         return;
     case KVS_OP_STATS:
+        k->requests[KVS_OP_STATS]++;
         reply_stats(c);
         return;
-    default:
+    case KVS_OP_PUT:
+    case KVS_OP_GET:
+    case KVS_OP_EXISTS:
+    case KVS_OP_REMOVE:
+        k->requests[c->hdr.opcode]++;
         break;
+    default:
+        /* Known to the codec but not served over this transport (e.g. RDMA control). */
+        k->errors_unsupported++;
+        if (queue_error(c, c->hdr.id, -ENOTSUP, "opcode not served here") < 0) {
+            fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+            return;
+        }
+        c->skip_left = c->hdr.body_len;
+        c->st = RS_SKIP;
+        return;
     }
     if (begin_frame(c) < 0) {
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");

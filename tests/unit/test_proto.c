@@ -596,6 +596,27 @@ static void test_unknown_opcode_then_good_frame(void **state)
     free(b.p);
 }
 
+/* Opcodes the codec knows but TCP does not serve (RDMA control) are skipped like unknown ones. */
+static void test_rdma_opcode_not_served_over_tcp(void **state)
+{
+    struct fixture *f = *state;
+    struct buf b = {0};
+    req_begin(&b, KVS_OP_RDMA_RESERVE, 30);
+    req_entry(&b, "k", 1, 100, NULL);
+    req_end(&b);
+    req_put(&b, 31, "k", "v", 1);
+    feed(f, &b, 0);
+    struct reply r;
+    next_reply(f, &r);
+    assert_int_equal(r.hdr.id, 30);
+    assert_int_equal(error_status(&r), -ENOTSUP);
+    next_reply(f, &r);
+    assert_int_equal(r.hdr.id, 31);
+    assert_int_equal(r.status[0], 0);
+    assert_false(kvs_proto_closing(f->conn));
+    free(b.p);
+}
+
 /* A large PUT value is read straight into its slot in the pool, not through the buffer. */
 static void test_put_value_read_into_slot(void **state)
 {
@@ -804,6 +825,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_length_on_exists_entry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_half_written_put_aborted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_opcode_then_good_frame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rdma_opcode_not_served_over_tcp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_value_read_into_slot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_get_reply_pinned_until_sent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_back_pressure, setup_small_out, teardown),
