@@ -241,8 +241,11 @@ static int conn_write(struct conn *c)
             return -1;
         }
         kvs_proto_sent(c->proto, (size_t)put);
-        /* Room again: parse input that waited behind the back-pressure. */
-        if (!c->eof) kvs_proto_process(c->proto);
+        /*
+         * Room again: parse input that waited behind the back-pressure (also
+         * after EOF: a client may half-close once its requests are sent).
+         */
+        kvs_proto_process(c->proto);
     }
     return 0;
 }

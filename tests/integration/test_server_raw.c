@@ -491,9 +491,9 @@ static void test_max_conns(void **state)
 }
 
 /*
- * A client that sends many GETs before reading anything: the server stops
- * reading when its queued replies pass its limit, then resumes; every reply
- * arrives, in order, intact.
+ * A client that sends many GETs and half-closes before reading anything: the
+ * server stops reading when its queued replies pass its limit, then resumes;
+ * every reply arrives, in order, intact, then the server closes.
  */
 static void test_slow_reader_back_pressure(void **state)
 {
@@ -507,6 +507,8 @@ static void test_slow_reader_back_pressure(void **state)
     for (int i = 1; i <= n; i++)
         req_get(&b, (uint64_t)i, "bp", sizeof(val));
     send_all(fd, b.p, b.len);
+    /* Half-close: requests still held back by back-pressure must be answered all the same. */
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
     usleep(200000); /* let the server hit its output limit */
     struct reply r;
     assert_int_equal(read_reply(fd, &r), 0);
@@ -521,6 +523,7 @@ static void test_slow_reader_back_pressure(void **state)
         assert_true(kvt_check_value(data, len, "bp", NULL));
         free(r.body);
     }
+    assert_true(closed_by_peer(fd));
     close(fd);
     free(b.p);
 }
