@@ -88,6 +88,11 @@ START=$(date +%s)
 # Ops per bounded run: enough for ~SECS seconds at a few 100k ops/s, fewer for big values.
 ops_for() { local s=$1 n; n=$((2000000000 / s)); [ $n -gt 2000000 ] && n=2000000; [ $n -lt 2000 ] && n=2000; echo $n; }
 
+# Key space per size: at most 128 MiB of values, 64..4096 keys. Every run of a size
+# uses the same keys (--prefix), so the store holds one key space per size and no
+# run's keys are evicted by the runs before it.
+keys_for() { local k=$((134217728 / $1)); [ $k -gt 4096 ] && k=4096; [ $k -lt 64 ] && k=64; echo $k; }
+
 # kvb NAME OP SIZE THREADS [ENV...] -- [KVBENCH ARGS...]: one kvbench measurement (median of REPEAT).
 kvb() {
     local name=$1 op=$2 size=$3 threads=$4; shift 4
@@ -98,7 +103,7 @@ kvb() {
     # bounded: a run that hangs (a shim bug) costs seconds, not the whole comparison
     timeout -k 5 $((REPEAT * (SECS + 3) + 10)) env "${envs[@]}" "$KVBENCH" "$op" --servers "$KV_ADDR" \
         --size "$size" --threads "$threads" --seconds "$SECS" --ops "$(ops_for "$size")" \
-        --keys $(( size >= 262144 ? 1024 : 4096 )) --repeat "$REPEAT" --quiet \
+        --keys "$(keys_for "$size")" --prefix "b$size" --repeat "$REPEAT" --quiet \
         --csv "$OUT/runs/kv__${name}__${op}__${size}__${threads}.csv" "$@" >>"$OUT/runs/kvbench.log" 2>&1 ||
         echo "    (exit $? - see runs/kvbench.log)" >&2
 }
