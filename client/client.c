@@ -50,8 +50,15 @@ struct kvs_client {
     uint64_t *server_hashes; /* route.c's, one per server */
     struct kvs_transport_config cfg;
 
-    /* Ops in flight, for kvs_flush/kvs_close. */
-    atomic_long outstanding;
+    /*
+     * Ops in flight, for kvs_flush/kvs_close, counted per epoch: kvs_flush
+     * flips the epoch and waits for the old one to drain, so ops started
+     * after it (a steady stream from other threads, a callback chaining the
+     * next batch) cannot starve it.
+     */
+    atomic_long outstanding[2];
+    atomic_int epoch;
+    pthread_mutex_t flush_mu; /* one flusher at a time */
     atomic_int flush_waiters;
     atomic_int first_error; /* first transport error since the last kvs_flush */
     pthread_mutex_t mu;
@@ -82,6 +89,7 @@ struct kvs_op {
     kvs_done_fn done;
     void *arg;
     atomic_int state; /* OP_PENDING, OP_SLEEPING (a waiter sleeps on it), OP_DONE */
+    int epoch;        /* the client's epoch when the op started */
     struct kvs_op *defer_next;
     /* A single key needs no allocation: */
     ssize_t single_result;
@@ -160,28 +168,40 @@ static void note_error(kvs_client *c, int status)
     atomic_compare_exchange_strong(&c->first_error, &expected, status);
 }
 
-static void outstanding_inc(kvs_client *c)
+/* Counts an op in; returns the epoch it belongs to. */
+static int outstanding_inc(kvs_client *c)
 {
-    atomic_fetch_add(&c->outstanding, 1);
+    int e = atomic_load(&c->epoch);
+    atomic_fetch_add(&c->outstanding[e], 1);
+    return e;
 }
 
-/* Wakes kvs_flush/kvs_close waiters when the last op ends (lock taken only if someone waits). */
-static void outstanding_dec(kvs_client *c)
+/* Wakes kvs_flush/kvs_close waiters when an epoch's last op ends (lock only if someone waits). */
+static void outstanding_dec(kvs_client *c, int e)
 {
-    if (atomic_fetch_sub(&c->outstanding, 1) != 1) return;
+    if (atomic_fetch_sub(&c->outstanding[e], 1) != 1) return;
     if (atomic_load(&c->flush_waiters) == 0) return;
     pthread_mutex_lock(&c->mu);
     pthread_cond_broadcast(&c->idle);
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Waits until no op is in flight, at most until deadline_ms (0: no limit). 0 or -ETIMEDOUT. */
-static int wait_idle(kvs_client *c, uint64_t deadline_ms)
+static long in_flight(kvs_client *c, int e)
+{
+    if (e >= 0) return atomic_load(&c->outstanding[e]);
+    return atomic_load(&c->outstanding[0]) + atomic_load(&c->outstanding[1]);
+}
+
+/*
+ * Waits until epoch e has no op in flight (e < 0: both epochs), at most until
+ * deadline_ms (0: no limit). 0 or -ETIMEDOUT.
+ */
+static int wait_drained(kvs_client *c, int e, uint64_t deadline_ms)
 {
     int rc = 0;
     pthread_mutex_lock(&c->mu);
     atomic_fetch_add(&c->flush_waiters, 1);
-    while (atomic_load(&c->outstanding) > 0) {
+    while (in_flight(c, e) > 0) {
         if (deadline_ms == 0) {
             pthread_cond_wait(&c->idle, &c->mu);
             continue;
@@ -215,13 +235,14 @@ static void op_free(struct kvs_op *op)
 static void op_complete(struct kvs_op *op)
 {
     kvs_client *c = op->c;
+    int epoch = op->epoch;
     if (op->done) {
         op->done(op->arg, atomic_load(&op->nok));
         op_free(op);
-        outstanding_dec(c);
+        outstanding_dec(c, epoch);
         return;
     }
-    outstanding_dec(c);
+    outstanding_dec(c, epoch);
     /* After this store the waiter may free op: touch nothing but the futex word. */
     if (atomic_exchange_explicit(&op->state, OP_DONE, memory_order_acq_rel) == OP_SLEEPING)
         futex_wake(&op->state);
@@ -507,14 +528,14 @@ static struct kvs_op *op_alloc(kvs_client *c, uint8_t opcode, size_t n)
 /* Starts op; afterwards it completes on its own (callback, or op_wait). */
 static int op_launch(struct kvs_op *op, const struct op_args *a)
 {
-    outstanding_inc(op->c);
+    op->epoch = outstanding_inc(op->c);
     int rc = 0;
     if (a->n == 1 && !op->keys) /* stack or single-key op */
         launch_single(op, a);
     else if (a->n > 0)
         rc = launch_batch(op, a);
     if (rc < 0) {
-        outstanding_dec(op->c);
+        outstanding_dec(op->c, op->epoch);
         return rc;
     }
     op_put(op, true);
@@ -709,7 +730,12 @@ int kvs_batch_exists_async(kvs_client *c, size_t n, const char *const keys[], in
 int kvs_flush(kvs_client *c)
 {
     if (!c) return -EINVAL;
-    wait_idle(c, 0);
+    /* Ops started from now on count in the other epoch; wait for this one's. */
+    pthread_mutex_lock(&c->flush_mu);
+    int e = atomic_load(&c->epoch);
+    atomic_store(&c->epoch, !e);
+    wait_drained(c, e, 0);
+    pthread_mutex_unlock(&c->flush_mu);
     return atomic_exchange(&c->first_error, 0);
 }
 
@@ -786,7 +812,7 @@ ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap)
         free(texts);
         return -ENOMEM;
     }
-    outstanding_inc(c);
+    op->epoch = outstanding_inc(c);
     atomic_fetch_add(&op->parts, ns);
     for (size_t s = 0; s < ns; s++) {
         struct kvs_req *req = &op->reqs[s];
@@ -878,7 +904,10 @@ static void fork_child(void)
     for (kvs_client *c = clients; c; c = c->next_client) {
         for (size_t s = 0; s < c->nservers; s++)
             if (c->servers[s].ops->fork_child) c->servers[s].ops->fork_child(c->servers[s].conn);
-        atomic_store(&c->outstanding, 0);
+        atomic_store(&c->outstanding[0], 0);
+        atomic_store(&c->outstanding[1], 0);
+        atomic_store(&c->epoch, 0);
+        pthread_mutex_init(&c->flush_mu, NULL);
         atomic_store(&c->flush_waiters, 0);
         atomic_store(&c->first_error, 0);
         pthread_mutex_init(&c->mu, NULL);
@@ -981,6 +1010,7 @@ static void client_free(kvs_client *c)
     pthread_cond_destroy(&c->defer_cv);
     pthread_mutex_destroy(&c->defer_mu);
     pthread_cond_destroy(&c->idle);
+    pthread_mutex_destroy(&c->flush_mu);
     pthread_mutex_destroy(&c->mu);
     free(c->server_hashes);
     free(c->servers);
@@ -1032,6 +1062,7 @@ kvs_client *kvs_open(const char *servers)
         return NULL;
     }
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->flush_mu, NULL);
     pthread_cond_init(&c->idle, NULL);
     pthread_mutex_init(&c->defer_mu, NULL);
     pthread_cond_init(&c->defer_cv, NULL);
@@ -1071,9 +1102,8 @@ void kvs_close(kvs_client *c)
 {
     if (!c) return;
     uint64_t deadline = kvs_now_ms() + (uint64_t)c->cfg.timeout_ms + CLOSE_GRACE_MS;
-    if (wait_idle(c, deadline) < 0)
-        kvs_log(KVS_LOG_WARN, "kvs_close: %ld ops still in flight; failing them",
-                atomic_load(&c->outstanding));
+    if (wait_drained(c, -1, deadline) < 0)
+        kvs_log(KVS_LOG_WARN, "kvs_close: %ld ops still in flight; failing them", in_flight(c, -1));
     pthread_mutex_lock(&clients_mu);
     for (kvs_client **pp = &clients; *pp; pp = &(*pp)->next_client) {
         if (*pp == c) {

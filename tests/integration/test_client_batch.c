@@ -453,10 +453,66 @@ static void test_submit_from_callback(void **state)
     assert_int_equal(kvs_batch_get_async(f->c, CH_KEYS, ch.keys, ch.bufs, ch.lens, ch.res[0],
                                          chain_get_done, &ch, NULL),
                      0);
+    /* Gets: 2 + (CH_ROUNDS - 1) chained; puts: CH_ROUNDS - 1. kvs_flush does not wait for
+     * work submitted after it was called, so wait for the chain itself (bounded). */
+    for (int i = 0; i < 30000 && atomic_load(&ch.finished) < 2 * CH_ROUNDS; i++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&ch.finished), 2 * CH_ROUNDS);
     assert_int_equal(kvs_flush(f->c), 0);
     /* A reader stalled in a send would sit out the send timeout and lose the connection. */
     assert_int_equal(atomic_load(&ch.failures), 0);
     assert_true(atomic_load(&ch.rounds) >= CH_ROUNDS);
+}
+
+/*
+ * kvs_flush waits for the ops in flight when it is called, not for a moment
+ * with nothing in flight: a callback chain that always has the next batch
+ * submitted before the previous one retires must not starve it.
+ */
+enum { RELAY_MAX = 3000 };
+struct relay {
+    kvs_client *c;
+    const char *keys[4];
+    const void *vals[4];
+    size_t lens[4];
+    int st[4];
+    atomic_int rounds, stop, done;
+};
+
+static void relay_next(void *arg, ssize_t nok)
+{
+    struct relay *r = arg;
+    (void)nok;
+    int n = atomic_fetch_add(&r->rounds, 1) + 1;
+    if (atomic_load(&r->stop) || n >= RELAY_MAX ||
+        kvs_batch_put_async(r->c, 4, r->keys, r->vals, r->lens, r->st, relay_next, r, NULL) != 0)
+        atomic_store(&r->done, 1);
+}
+
+static void test_flush_not_starved_by_new_ops(void **state)
+{
+    struct fixture *f = *state;
+    static struct relay r;
+    memset(&r, 0, sizeof(r));
+    r.c = f->c;
+    const char *names[4] = {"relay-0", "relay-1", "relay-2", "relay-3"};
+    for (int i = 0; i < 4; i++) {
+        r.keys[i] = names[i];
+        r.vals[i] = "v";
+        r.lens[i] = 1;
+    }
+    assert_int_equal(
+        kvs_batch_put_async(f->c, 4, r.keys, r.vals, r.lens, r.st, relay_next, &r, NULL), 0);
+    while (atomic_load(&r.rounds) < 20 && !atomic_load(&r.done))
+        usleep(1000);
+    assert_int_equal(kvs_flush(f->c), 0);
+    int at_flush = atomic_load(&r.rounds);
+    atomic_store(&r.stop, 1);
+    for (int i = 0; i < 10000 && !atomic_load(&r.done); i++)
+        usleep(1000);
+    assert_true(atomic_load(&r.done));
+    assert_true(at_flush < RELAY_MAX); /* returned while the chain still ran */
+    assert_int_equal(kvs_flush(f->c), 0);
 }
 
 int main(void)
@@ -471,6 +527,7 @@ int main(void)
         cmocka_unit_test(test_flush_waits_for_ops),
         cmocka_unit_test(test_close_with_ops_in_flight),
         cmocka_unit_test(test_submit_from_callback),
+        cmocka_unit_test(test_flush_not_starved_by_new_ops),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
