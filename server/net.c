@@ -7,6 +7,7 @@
 #include "net.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -39,6 +40,7 @@ struct kvs_net {
     int lfd;
     int max_conns;
     int verbose;
+    int spare_fd; /* held in reserve to accept-and-close when out of descriptors */
     struct conn *conns;
     /* epoll tags of the two non-connection fds */
     char listen_tag, stop_tag;
@@ -102,10 +104,15 @@ int kvs_net_create(struct kvs_server *srv, const struct kvs_net_config *cfg, str
     n->srv = srv;
     n->max_conns = cfg->max_conns;
     n->verbose = cfg->verbose;
+    n->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (n->spare_fd < 0) {
+        rc = set_reason(err, errlen, -errno, "open /dev/null");
+        goto fail_net;
+    }
     n->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (n->epfd < 0) {
         rc = set_reason(err, errlen, -errno, "epoll_create1");
-        goto fail_net;
+        goto fail_spare;
     }
     n->lfd = open_listener(cfg, err, errlen);
     if (n->lfd < 0) {
@@ -124,6 +131,8 @@ fail_listen:
     close(n->lfd);
 fail_epoll:
     close(n->epfd);
+fail_spare:
+    close(n->spare_fd);
 fail_net:
     free(n);
 fail:
@@ -160,12 +169,31 @@ static void conn_close(struct kvs_net *n, struct conn *c)
     free(c);
 }
 
+/*
+ * Out of file descriptors: the pending connection would keep the (level-
+ * triggered) listening socket readable and spin the loop. Spend the spare
+ * descriptor to accept it and close it at once. Returns 1 if one was refused.
+ */
+static int refuse_without_fds(struct kvs_net *n)
+{
+    if (n->spare_fd < 0) return 0;
+    close(n->spare_fd);
+    int fd = accept4(n->lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0) {
+        close(fd);
+        n->srv->counters.conns_refused++;
+    }
+    n->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return fd >= 0;
+}
+
 static void accept_all(struct kvs_net *n)
 {
     for (;;) {
         int fd = accept4(n->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
+            if ((errno == EMFILE || errno == ENFILE) && refuse_without_fds(n)) continue;
             if (errno != EAGAIN && n->verbose)
                 fprintf(stderr, "kvstored: accept: %s\n", strerror(errno));
             return;
@@ -348,5 +376,6 @@ void kvs_net_destroy(struct kvs_net *n)
         conn_close(n, n->conns);
     close(n->lfd);
     close(n->epfd);
+    if (n->spare_fd >= 0) close(n->spare_fd);
     free(n);
 }

@@ -491,6 +491,50 @@ static void test_max_conns(void **state)
 }
 
 /*
+ * Out of file descriptors (RLIMIT_NOFILE lowered under the running server):
+ * connections it cannot serve are accepted and closed at once rather than
+ * left hanging in the backlog (which would also spin the event loop), and
+ * it serves again once descriptors are free.
+ */
+static void test_out_of_descriptors(void **state)
+{
+    struct kvt_server *s = *state;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "prlimit --pid %d --nofile=24:", (int)s->pid);
+    if (system(cmd) != 0) skip();
+    enum { N = 40 };
+    int fds[N], served = 0, refused = 0;
+    struct buf q = {0};
+    req_begin(&q, KVS_OP_HELLO, 1);
+    req_end(&q);
+    for (int i = 0; i < N; i++) {
+        fds[i] = connect_to(s->port);
+        send(fds[i], q.p, q.len, MSG_NOSIGNAL);
+    }
+    for (int i = 0; i < N; i++) {
+        uint8_t h[KVS_WIRE_HDR_LEN];
+        ssize_t n = recv(fds[i], h, sizeof(h), MSG_WAITALL);
+        if (n == (ssize_t)sizeof(h))
+            served++;
+        else if (n == 0 || (n < 0 && errno == ECONNRESET))
+            refused++;
+        else
+            fail_msg("connection %d: neither served nor refused (recv %zd, %s)", i, n,
+                     strerror(errno));
+    }
+    assert_true(served > 0);
+    assert_true(refused > 0);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    snprintf(cmd, sizeof(cmd), "prlimit --pid %d --nofile=1024:", (int)s->pid);
+    assert_int_equal(system(cmd), 0);
+    int fd = connect_to(s->port);
+    assert_true(stat_value(fd, "connections_refused") >= refused);
+    close(fd);
+    free(q.p);
+}
+
+/*
  * A client that sends many GETs and half-closes before reading anything: the
  * server stops reading when its queued replies pass its limit, then resumes;
  * every reply arrives, in order, intact, then the server closes.
@@ -607,6 +651,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stats_counters_move, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_conns, setup_two_conns, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_descriptors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_reader_back_pressure, setup, teardown),
         cmocka_unit_test(test_sigterm_with_clients),
         cmocka_unit_test(test_bad_options_exit_2),
