@@ -77,8 +77,7 @@ struct kvs_client {
 struct kvs_op {
     kvs_client *c;
     uint8_t opcode;
-    bool heap;  /* allocated: freed by kvs_wait or after the callback */
-    bool probe; /* single GET with (NULL, 0): -ERANGE's length is the answer */
+    bool heap; /* allocated: freed by kvs_wait or after the callback */
     size_t n;
     int *out_int;     /* PUT, EXISTS (and REMOVE): per-key results */
     ssize_t *out_ssz; /* GET: per-key results */
