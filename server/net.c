@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #define MAX_EVENTS     64
-#define READS_PER_WAKE 16 /* fairness: one busy client does not starve the others */
-#define IOV_PER_WRITE  64
+#define READS_PER_WAKE 16           /* fairness: one busy client does not starve the others */
+#define IOV_PER_WRITE  512          /* a 64-key GET reply is about 130 iovecs: one sendmsg */
 #define DRAIN_LIMIT    (256 * 1024) /* input discarded after a fatal error before a hard close */
 
 struct conn {
@@ -231,14 +231,14 @@ static void accept_all(struct kvs_net *n)
     }
 }
 
-/* Reads what proto wants; 0, or -1 if the connection broke. */
+/* Reads what proto wants, where it wants it; 0, or -1 if the connection broke. */
 static int conn_read(struct conn *c)
 {
     for (int i = 0; i < READS_PER_WAKE; i++) {
-        struct iovec iov;
-        kvs_proto_recv_buf(c->proto, &iov);
-        if (iov.iov_len == 0) return 0;
-        ssize_t got = read(c->fd, iov.iov_base, iov.iov_len);
+        struct iovec iov[2];
+        int cnt = kvs_proto_recv_iov(c->proto, iov);
+        if (cnt == 0) return 0;
+        ssize_t got = readv(c->fd, iov, cnt);
         if (got < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN) return 0;
@@ -248,8 +248,11 @@ static int conn_read(struct conn *c)
             c->eof = 1;
             return 0;
         }
+        size_t want = 0;
+        for (int k = 0; k < cnt; k++)
+            want += iov[k].iov_len;
         kvs_proto_received(c->proto, (size_t)got);
-        if ((size_t)got < iov.iov_len) return 0; /* the socket is empty for now */
+        if ((size_t)got < want) return 0; /* the socket is empty for now */
     }
     return 0;
 }

@@ -19,8 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-/* A PUT value with at least this much left is read straight into its slot. */
-#define DIRECT_READ_MIN 4096
 /* Below this much free tail, the read buffer is compacted before reading. */
 #define RBUF_MIN_ROOM (KVS_WIRE_ENTRY_LEN + KVS_WIRE_MAX_KEY + KVS_WIRE_HDR_LEN)
 
@@ -46,7 +44,7 @@ struct kvs_proto_conn {
     uint8_t *rbuf;
     size_t rcap, rpos, rend; /* unparsed input is rbuf[rpos..rend) */
     enum rstate st;
-    int recv_direct; /* the last kvs_proto_recv_buf pointed into a PUT slot */
+    int recv_direct; /* the last kvs_proto_recv_iov pointed into a PUT slot first */
 
     /* The request frame being read. */
     struct kvs_wire_hdr hdr;
@@ -734,19 +732,19 @@ void kvs_proto_process(struct kvs_proto_conn *c)
     }
 }
 
-void kvs_proto_recv_buf(struct kvs_proto_conn *c, struct iovec *iov)
+int kvs_proto_recv_iov(struct kvs_proto_conn *c, struct iovec iov[2])
 {
-    iov->iov_base = NULL;
-    iov->iov_len = 0;
     c->recv_direct = 0;
-    if (!kvs_proto_want_input(c)) return;
+    if (!kvs_proto_want_input(c)) return 0;
 
+    int n = 0;
     size_t avail = c->rend - c->rpos;
-    if (c->st == RS_VALUE && c->put_dst && avail == 0 && c->value_left >= DIRECT_READ_MIN) {
-        iov->iov_base = c->put_dst;
-        iov->iov_len = c->value_left;
+    if (c->st == RS_VALUE && c->put_dst && avail == 0) {
+        /* The rest of the value straight into its slot, whatever follows into the buffer. */
+        iov[n].iov_base = c->put_dst;
+        iov[n].iov_len = c->value_left;
+        n++;
         c->recv_direct = 1;
-        return;
     }
     if (avail == 0) {
         c->rpos = c->rend = 0;
@@ -755,8 +753,9 @@ void kvs_proto_recv_buf(struct kvs_proto_conn *c, struct iovec *iov)
         c->rpos = 0;
         c->rend = avail;
     }
-    iov->iov_base = c->rbuf + c->rend;
-    iov->iov_len = c->rcap - c->rend;
+    iov[n].iov_base = c->rbuf + c->rend;
+    iov[n].iov_len = c->rcap - c->rend;
+    return n + 1;
 }
 
 void kvs_proto_received(struct kvs_proto_conn *c, size_t n)
@@ -764,12 +763,13 @@ void kvs_proto_received(struct kvs_proto_conn *c, size_t n)
     c->srv->counters.bytes_in += n;
     if (c->recv_direct) {
         c->recv_direct = 0;
-        c->put_dst += n;
-        c->value_left -= n;
-        c->body_left -= n;
-    } else {
-        c->rend += n;
+        size_t k = n < c->value_left ? n : (size_t)c->value_left;
+        c->put_dst += k;
+        c->value_left -= k;
+        c->body_left -= k;
+        n -= k;
     }
+    c->rend += n;
     kvs_proto_process(c);
 }
 
@@ -778,11 +778,15 @@ size_t kvs_proto_feed(struct kvs_proto_conn *c, const void *data, size_t len)
     const uint8_t *p = data;
     size_t done = 0;
     while (done < len) {
-        struct iovec iov;
-        kvs_proto_recv_buf(c, &iov);
-        if (iov.iov_len == 0) break;
-        size_t n = len - done < iov.iov_len ? len - done : iov.iov_len;
-        memcpy(iov.iov_base, p + done, n);
+        struct iovec iov[2];
+        int cnt = kvs_proto_recv_iov(c, iov);
+        if (cnt == 0) break;
+        size_t n = 0;
+        for (int i = 0; i < cnt && done + n < len; i++) {
+            size_t k = len - done - n < iov[i].iov_len ? len - done - n : iov[i].iov_len;
+            memcpy(iov[i].iov_base, p + done + n, k);
+            n += k;
+        }
         kvs_proto_received(c, n);
         done += n;
     }

@@ -4,7 +4,7 @@
  * so tests and the fuzzer drive it without sockets.
  *
  * Input streams through a bounded read buffer; a PUT's value goes straight
- * into the slot reserved for it (kvs_proto_recv_buf may point the caller's
+ * into the slot reserved for it (kvs_proto_recv_iov may point the caller's
  * next read right at that slot), never buffered whole. A GET reply refers to
  * the pool memory of the (pinned) item, which stays pinned until those bytes
  * have been handed to kvs_proto_sent. Requests may be pipelined; replies go
@@ -70,11 +70,13 @@ struct kvs_proto_conn *kvs_proto_conn_new(struct kvs_server *srv);
 void kvs_proto_conn_free(struct kvs_proto_conn *c);
 
 /*
- * Where the next received bytes should go (the read buffer's free space or a
- * PUT's slot). iov_len 0: take no input now (back-pressure or closing).
+ * Where the next received bytes should go, in order (a readv): the rest of
+ * the PUT value being read, straight into its slot, when no bytes are
+ * buffered; then the read buffer's free space. Returns the number of iovecs
+ * (1 or 2), or 0: take no input now (back-pressure or closing).
  */
-void kvs_proto_recv_buf(struct kvs_proto_conn *c, struct iovec *iov);
-/* n bytes were stored where kvs_proto_recv_buf said: parse and answer them. */
+int kvs_proto_recv_iov(struct kvs_proto_conn *c, struct iovec iov[2]);
+/* n bytes were stored where kvs_proto_recv_iov said: parse and answer them. */
 void kvs_proto_received(struct kvs_proto_conn *c, size_t n);
 /* Resumes parsing buffered input after back-pressure eased. */
 void kvs_proto_process(struct kvs_proto_conn *c);
