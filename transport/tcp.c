@@ -105,7 +105,7 @@ struct kvs_conn {
     uint64_t gen;  /* bumped at every new connection */
     struct kvs_limits lim;
     struct tcp_frame *pending; /* uthash by id */
-    uint64_t next_id;
+    atomic_ullong next_id;
     int last_err;         /* of the last failed connection attempt */
     uint64_t retry_after; /* ms: no new attempt before, fail with last_err */
     unsigned backoff_ms;
@@ -830,6 +830,15 @@ static void tcp_submit(struct kvs_conn *c, struct kvs_req *req)
     job->niov = niov;
     atomic_init(&job->refs, nframes + 1);
     atomic_init(&job->first_error, 0);
+    /* Frames, headers and iovecs are built before taking any lock. */
+    uint64_t deadline = kvs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+    uint64_t first_id = atomic_fetch_add_explicit(&c->next_id, nframes, memory_order_relaxed) + 1;
+    for (uint32_t i = 0; i < nframes; i++) {
+        job->frames[i].id = first_id + i;
+        job->frames[i].job = job;
+        job->frames[i].deadline_ms = deadline;
+    }
+    plan_frames(req, &lim, job, &nframes, &niov, &scratch_len);
 
     bool queue = on_reader_thread;
     if (!queue) pthread_mutex_lock(&c->send_mu);
@@ -849,13 +858,6 @@ static void tcp_submit(struct kvs_conn *c, struct kvs_req *req)
         return;
     }
     int fd = c->fd;
-    uint64_t deadline = kvs_now_ms() + (uint64_t)c->cfg.timeout_ms;
-    for (uint32_t i = 0; i < nframes; i++) {
-        job->frames[i].id = ++c->next_id;
-        job->frames[i].job = job;
-        job->frames[i].deadline_ms = deadline;
-    }
-    plan_frames(req, &lim, job, &nframes, &niov, &scratch_len);
     for (uint32_t i = 0; i < nframes; i++)
         HASH_ADD(hh, c->pending, id, sizeof(job->frames[i].id), &job->frames[i]);
     atomic_fetch_add_explicit(&c->n_frames, nframes, memory_order_relaxed);
