@@ -26,6 +26,7 @@ struct options {
     uint64_t max_object;
     uint64_t max_frame;
     long max_conns;
+    long stall_timeout_s;
     int verbose;
     int rdma; /* --rdma-listen given */
     char rdma_host[256];
@@ -37,8 +38,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: kvstored [--listen HOST:PORT] [--memory SIZE] [--max-object SIZE]\n"
-            "                [--max-frame SIZE] [--max-conns N] [--rdma-listen HOST:PORT]\n"
-            "                [--rdma-lease-ms N] [--verbose] [--help]\n"
+            "                [--max-frame SIZE] [--max-conns N] [--stall-timeout S]\n"
+            "                [--rdma-listen HOST:PORT] [--rdma-lease-ms N] [--verbose] [--help]\n"
             "\n"
             "  --listen HOST:PORT  address to bind, nothing else (default 127.0.0.1:7070;\n"
             "                      port 0 picks a free port; [v6addr]:PORT for IPv6)\n"
@@ -46,6 +47,8 @@ static void usage(FILE *out)
             "  --max-object SIZE   largest value (default 64MiB, or --memory if smaller)\n"
             "  --max-frame SIZE    largest request body (default 256MiB, below 4GiB)\n"
             "  --max-conns N       connections served at once (default 1024)\n"
+            "  --stall-timeout S   close a connection stuck S seconds mid-request or with\n"
+            "                      unsent replies (default 60; 0: never)\n"
             "  --rdma-listen HOST:PORT  also serve RDMA on an RDMA device's address\n"
             "                      (off, with one line on stderr, when there is no device)\n"
             "  --rdma-lease-ms N   cut a client holding an RDMA slot longer (default 10000)\n"
@@ -128,6 +131,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
         {"max-object", required_argument, NULL, 'o'},
         {"max-frame", required_argument, NULL, 'f'},
         {"max-conns", required_argument, NULL, 'c'},
+        {"stall-timeout", required_argument, NULL, 's'},
         {"rdma-listen", required_argument, NULL, 'r'},
         {"rdma-lease-ms", required_argument, NULL, 'L'},
         {"verbose", no_argument, NULL, 'v'},
@@ -140,6 +144,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
                             .max_object = 64ull << 20,
                             .max_frame = 256ull << 20,
                             .max_conns = 1024,
+                            .stall_timeout_s = 60,
                             .rdma_lease_ms = 10000};
     opterr = 0;
     int ch, max_object_set = 0;
@@ -187,6 +192,13 @@ static int parse_options(int argc, char **argv, struct options *opt)
             if (errno || *end || end == optarg || opt->rdma_lease_ms < 10 ||
                 opt->rdma_lease_ms > 3600000)
                 return bad_option("--rdma-lease-ms", optarg, "a number from 10 to 3600000");
+            break;
+        case 's':
+            errno = 0;
+            opt->stall_timeout_s = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || opt->stall_timeout_s < 0 ||
+                opt->stall_timeout_s > 86400)
+                return bad_option("--stall-timeout", optarg, "seconds from 0 (never) to 86400");
             break;
         case 'v':
             opt->verbose = 1;
@@ -259,6 +271,7 @@ int main(int argc, char **argv)
     struct kvs_net_config ncfg = {.host = opt.host,
                                   .port = opt.port,
                                   .max_conns = (int)opt.max_conns,
+                                  .stall_timeout_ms = (unsigned)opt.stall_timeout_s * 1000u,
                                   .verbose = opt.verbose};
     rc = kvs_net_create(&srv, &ncfg, &net, err, sizeof(err));
     if (rc < 0) {

@@ -17,18 +17,21 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_EVENTS     64
 #define READS_PER_WAKE 16           /* fairness: one busy client does not starve the others */
 #define IOV_PER_WRITE  512          /* a 64-key GET reply is about 130 iovecs: one sendmsg */
 #define DRAIN_LIMIT    (256 * 1024) /* input discarded after a fatal error before a hard close */
+#define SWEEP_EVERY_MS 250          /* how often stalled connections are looked for */
 
 struct conn {
     int fd;
-    uint32_t events; /* what epoll watches now */
-    int eof;         /* the peer closed its side */
-    int draining;    /* replies are out, write side shut: discarding input until EOF */
+    uint32_t events;           /* what epoll watches now */
+    int eof;                   /* the peer closed its side */
+    int draining;              /* replies are out, write side shut: discarding input until EOF */
+    uint64_t last_progress_ms; /* last time bytes moved either way */
     size_t drained;
     struct kvs_proto_conn *proto;
     struct conn *prev, *next;
@@ -41,6 +44,8 @@ struct kvs_net {
     int max_conns;
     int verbose;
     int spare_fd; /* held in reserve to accept-and-close when out of descriptors */
+    unsigned stall_timeout_ms;
+    uint64_t next_sweep_ms;
     struct conn *conns;
     /* epoll tags of the two non-connection fds */
     char listen_tag, stop_tag;
@@ -49,6 +54,13 @@ struct kvs_net {
     void (*extra_fn)(void *arg);
     void *extra_arg;
 };
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 static int set_reason(char *err, size_t errlen, int rc, const char *what)
 {
@@ -104,6 +116,7 @@ int kvs_net_create(struct kvs_server *srv, const struct kvs_net_config *cfg, str
     n->srv = srv;
     n->max_conns = cfg->max_conns;
     n->verbose = cfg->verbose;
+    n->stall_timeout_ms = cfg->stall_timeout_ms;
     n->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (n->spare_fd < 0) {
         rc = set_reason(err, errlen, -errno, "open /dev/null");
@@ -214,6 +227,7 @@ static void accept_all(struct kvs_net *n)
         }
         c->fd = fd;
         c->events = EPOLLIN;
+        c->last_progress_ms = now_ms();
         struct epoll_event ev = {.events = c->events, .data.ptr = c};
         if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
             kvs_proto_conn_free(c->proto);
@@ -251,6 +265,7 @@ static int conn_read(struct conn *c)
         size_t want = 0;
         for (int k = 0; k < cnt; k++)
             want += iov[k].iov_len;
+        c->last_progress_ms = now_ms();
         kvs_proto_received(c->proto, (size_t)got);
         if ((size_t)got < want) return 0; /* the socket is empty for now */
     }
@@ -271,6 +286,7 @@ static int conn_write(struct conn *c)
             if (errno == EAGAIN) return 0;
             return -1;
         }
+        c->last_progress_ms = now_ms();
         kvs_proto_sent(c->proto, (size_t)put);
         /*
          * Room again: parse input that waited behind the back-pressure (also
@@ -330,6 +346,22 @@ close:
     conn_close(n, c);
 }
 
+/* Closes connections stalled mid-request or with replies the peer does not take. */
+static void sweep_stalled(struct kvs_net *n)
+{
+    uint64_t now = now_ms();
+    if (!n->stall_timeout_ms || now < n->next_sweep_ms) return;
+    n->next_sweep_ms = now + SWEEP_EVERY_MS;
+    for (struct conn *c = n->conns, *next; c; c = next) {
+        next = c->next;
+        int holding = kvs_proto_mid_frame(c->proto) || kvs_proto_out_pending(c->proto) > 0;
+        if (!holding || now - c->last_progress_ms < n->stall_timeout_ms) continue;
+        n->srv->counters.conns_stalled++;
+        if (n->verbose) fprintf(stderr, "kvstored: connection %d stalled, closing\n", c->fd);
+        conn_close(n, c);
+    }
+}
+
 int kvs_net_run(struct kvs_net *n, int stop_fd)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &n->stop_tag};
@@ -338,7 +370,8 @@ int kvs_net_run(struct kvs_net *n, int stop_fd)
     int rc = 0;
     for (;;) {
         struct epoll_event events[MAX_EVENTS];
-        int cnt = epoll_wait(n->epfd, events, MAX_EVENTS, -1);
+        int timeout = n->stall_timeout_ms && n->conns ? SWEEP_EVERY_MS : -1;
+        int cnt = epoll_wait(n->epfd, events, MAX_EVENTS, timeout);
         if (cnt < 0) {
             if (errno == EINTR) continue;
             rc = -errno;
@@ -357,6 +390,7 @@ int kvs_net_run(struct kvs_net *n, int stop_fd)
                 conn_event(n, tag, events[i].events);
         }
         if (stop) break;
+        sweep_stalled(n);
     }
     epoll_ctl(n->epfd, EPOLL_CTL_DEL, stop_fd, NULL);
     return rc;

@@ -16,6 +16,12 @@ struct kvs_net_config {
     const char *port;
     int max_conns; /* more are accepted and closed at once (and counted) */
     int verbose;   /* log connections and protocol errors on stderr */
+    /*
+     * A connection stuck this long in the middle of a request (holding a
+     * reserved slot) or with unsent replies (holding pins) is closed, so a
+     * stalled peer cannot hold memory forever. 0: never.
+     */
+    unsigned stall_timeout_ms;
 };
 
 /*

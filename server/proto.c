@@ -145,6 +145,7 @@ int kvs_server_stats_text(struct kvs_server *srv, char **out, size_t *out_len)
     appendf(&t, "connections_current %llu\n", (unsigned long long)k->conns_current);
     appendf(&t, "connections_total %llu\n", (unsigned long long)k->conns_total);
     appendf(&t, "connections_refused %llu\n", (unsigned long long)k->conns_refused);
+    appendf(&t, "connections_stalled %llu\n", (unsigned long long)k->conns_stalled);
     for (uint8_t op = KVS_OP_PUT; op <= KVS_OP_HELLO; op++)
         appendf(&t, "requests_%s %llu\n", kvs_wire_opcode_name(op),
                 (unsigned long long)k->requests[op]);
@@ -386,6 +387,11 @@ int kvs_proto_want_input(const struct kvs_proto_conn *c)
 {
     if (c->closing) return 0;
     return !(c->st == RS_HDR && c->out_pending > c->srv->limits.out_limit);
+}
+
+int kvs_proto_mid_frame(const struct kvs_proto_conn *c)
+{
+    return c->st != RS_HDR || c->rend > c->rpos;
 }
 
 int kvs_proto_closing(const struct kvs_proto_conn *c)

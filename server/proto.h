@@ -43,7 +43,7 @@ struct kvs_server_counters {
     uint64_t get_hits, get_misses, get_range;
     uint64_t put_too_big, put_no_space, key_invalid;
     uint64_t errors_protocol, errors_unsupported, errors_nomem;
-    uint64_t conns_current, conns_total, conns_refused;
+    uint64_t conns_current, conns_total, conns_refused, conns_stalled;
 };
 
 /* What every connection of one kvstored shares. */
@@ -91,6 +91,8 @@ void kvs_proto_sent(struct kvs_proto_conn *c, size_t n);
 size_t kvs_proto_out_pending(const struct kvs_proto_conn *c);
 /* True if the connection takes input now (no back-pressure, not closing). */
 int kvs_proto_want_input(const struct kvs_proto_conn *c);
+/* True while a request frame has been partly read (a PUT slot may be reserved). */
+int kvs_proto_mid_frame(const struct kvs_proto_conn *c);
 /* True once the connection must close (after kvs_proto_out_pending drains). */
 int kvs_proto_closing(const struct kvs_proto_conn *c);
 

@@ -535,6 +535,34 @@ static void test_out_of_descriptors(void **state)
 }
 
 /*
+ * A peer that stops in the middle of a PUT (its slot reserved) is cut after
+ * --stall-timeout, and the slot is freed; an idle peer between requests is not.
+ */
+static void test_stalled_peer_cut(void **state)
+{
+    (void)state;
+    struct kvt_server s;
+    assert_int_equal(kvt_server_start(&s, 0, "--memory 16M --stall-timeout 1"), 0);
+    int idle = connect_to(s.port);
+    int stuck = connect_to(s.port);
+    static uint8_t val[MIB];
+    struct buf b = {0};
+    req_put(&b, 1, "k", val, sizeof(val));
+    send_all(stuck, b.p, b.len / 2);
+    assert_true(closed_by_peer(stuck)); /* bounded by the 10 s socket timeout */
+    close(stuck);
+    assert_int_equal(stat_value(idle, "pinned_items"), 0);
+    assert_int_equal(stat_value(idle, "connections_stalled"), 1);
+    assert_int_equal(stat_value(idle, "items"), 0);
+    usleep(1500000); /* idle between requests for longer than the timeout: kept */
+    assert_int_equal(stat_value(idle, "connections_current"), 1);
+    close(idle);
+    free(b.p);
+    int status = kvt_server_stop(&s);
+    assert_true(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/*
  * A client that sends many GETs and half-closes before reading anything: the
  * server stops reading when its queued replies pass its limit, then resumes;
  * every reply arrives, in order, intact, then the server closes.
@@ -618,6 +646,7 @@ static void test_bad_options_exit_2(void **state)
     assert_int_equal(run_kvstored("--memory 4M --max-object 8M"), 2);
     assert_int_equal(run_kvstored("--max-frame 5G"), 2);
     assert_int_equal(run_kvstored("--max-conns 0"), 2);
+    assert_int_equal(run_kvstored("--stall-timeout -1"), 2);
     assert_int_equal(run_kvstored("--bogus"), 2);
     assert_int_equal(run_kvstored("extra"), 2);
     assert_int_equal(run_kvstored("--memory"), 2);
@@ -654,6 +683,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_out_of_descriptors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_reader_back_pressure, setup, teardown),
         cmocka_unit_test(test_sigterm_with_clients),
+        cmocka_unit_test(test_stalled_peer_cut),
         cmocka_unit_test(test_bad_options_exit_2),
         cmocka_unit_test(test_options_accepted),
     };
