@@ -159,7 +159,7 @@ static int spawn_server(void)
         if (nl) {
             *nl = '\0';
             char *colon = strrchr(at, ':');
-            if (colon) port = atoi(colon + 1);
+            if (colon) port = (int)strtol(colon + 1, NULL, 10);
         }
     }
     if (port <= 0) {
@@ -213,7 +213,10 @@ static uint64_t rss_of(pid_t pid)
     if (!f) return 0;
     uint64_t kb = 0;
     while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmRSS: %" SCNu64, &kb) == 1) break;
+        if (!strncmp(line, "VmRSS:", 6)) {
+            kb = strtoull(line + 6, NULL, 10);
+            break;
+        }
     fclose(f);
     return kb * 1024;
 }
@@ -505,7 +508,8 @@ static void batch_op(struct worker *w, struct batch_slot *slot, int do_put)
     }
     unsigned long long limit_ms = 15000;
     const char *t = getenv("KVSTORE_TIMEOUT_MS");
-    if (t && atoi(t) > 0) limit_ms = (unsigned long long)atoi(t) + 5000;
+    long tmo = t ? strtol(t, NULL, 10) : 0;
+    if (tmo > 0) limit_ms = (unsigned long long)tmo + 5000;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += (time_t)(limit_ms / 1000);
@@ -610,6 +614,7 @@ static void stats_path(char *out, size_t cap)
 {
     const char *pat = getenv("KVBATCH_STATS_FILE");
     size_t o = 0;
+    if (!pat) pat = "";
     for (const char *p = pat; *p && o + 1 < cap; p++) {
         if (p[0] == '%' && p[1] == 'p') {
             o += (size_t)snprintf(out + o, cap - o, "%d", (int)getpid());
@@ -775,12 +780,10 @@ static void writeback_check(struct wb_result *wr)
         if (res[i] == -ENOENT) {
             wr->absent++;
             if (i % 2 == 0) wr->wrong++; /* its later put was acknowledged */
-        } else if (res[i] < 0 || !kvt_check_value(bufs[i], (size_t)res[i], keys[i], &v)) {
-            wr->wrong++;
-        } else if (v == 1) {
+        } else if (res[i] >= 0 && kvt_check_value(bufs[i], (size_t)res[i], keys[i], &v) && v == 1) {
             wr->revived++;
-        } else if (v != 2 || i % 2) {
-            wr->wrong++;
+        } else if (res[i] < 0 || v != 2 || i % 2) {
+            wr->wrong++; /* an error, a damaged value, or a version no put wrote */
         }
     }
     free(all);

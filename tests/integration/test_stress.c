@@ -84,7 +84,10 @@ static long long field(const char *out, const char *name)
     char pat[96];
     snprintf(pat, sizeof(pat), "\"%s\":", name);
     const char *p = strstr(out, pat);
-    if (!p) fail_msg("kvstress output has no %s", name);
+    if (!p) {
+        fail_msg("kvstress output has no %s", name);
+        return -1;
+    }
     return strtoll(p + strlen(pat), NULL, 10);
 }
 
