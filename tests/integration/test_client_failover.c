@@ -109,7 +109,7 @@ static void test_kill_mid_batch_then_restart(void **state)
 
 /* ---- fake servers ---- */
 
-enum fake_mode { FAKE_LATE_REPLY, FAKE_GARBAGE, FAKE_SILENT_HELLO };
+enum fake_mode { FAKE_LATE_REPLY, FAKE_GARBAGE, FAKE_SILENT_HELLO, FAKE_SMALL_FRAMES };
 
 struct fake {
     int lfd;
@@ -117,8 +117,11 @@ struct fake {
     enum fake_mode mode;
     atomic_int release; /* FAKE_LATE_REPLY: the test lets the late reply go */
     atomic_int failed;
+    atomic_int frames, max_count; /* FAKE_SMALL_FRAMES: what arrived */
     pthread_t th;
 };
+
+#define FAKE_MAX_KEYS 3 /* FAKE_SMALL_FRAMES advertises this many keys per frame */
 
 static int read_full(int fd, void *buf, size_t n)
 {
@@ -184,10 +187,31 @@ static void *fake_main(void *arg)
                                  .max_object = 1 << 20,
                                  .max_frame = 1 << 22,
                                  .max_keys = 1024};
+    if (f->mode == FAKE_SMALL_FRAMES) lim.max_keys = FAKE_MAX_KEYS;
     kvs_wire_hdr_encode(hello, &rh);
     kvs_wire_hello_encode(hello + KVS_WIRE_HDR_LEN, &lim);
     if (write_full(fd, hello, sizeof(hello)) < 0) goto fail;
 
+    if (f->mode == FAKE_SMALL_FRAMES) { /* every PUT frame: status 0 per key, until EOF */
+        while (read_request(fd, &h) >= 0) {
+            if (h.opcode != KVS_OP_PUT || h.count > 64) goto fail;
+            atomic_fetch_add(&f->frames, 1);
+            if ((int)h.count > atomic_load(&f->max_count))
+                atomic_store(&f->max_count, (int)h.count);
+            uint8_t out[KVS_WIRE_HDR_LEN + 64 * KVS_WIRE_STATUS_LEN];
+            struct kvs_wire_hdr r = {.opcode = KVS_OP_PUT | KVS_OP_REPLY,
+                                     .count = h.count,
+                                     .body_len = h.count * KVS_WIRE_STATUS_LEN,
+                                     .id = h.id};
+            kvs_wire_hdr_encode(out, &r);
+            for (uint32_t i = 0; i < h.count; i++)
+                kvs_wire_status_encode(out + KVS_WIRE_HDR_LEN + i * KVS_WIRE_STATUS_LEN, 0, 0);
+            if (write_full(fd, out, KVS_WIRE_HDR_LEN + h.count * KVS_WIRE_STATUS_LEN) < 0)
+                goto fail;
+        }
+        close(fd);
+        return NULL;
+    }
     long long id = read_request(fd, &h);
     if (id < 0) goto fail;
     if (f->mode == FAKE_GARBAGE) {
@@ -308,6 +332,34 @@ static void test_connect_timeout(void **state)
     fake_stop(&f);
 }
 
+/* A server advertising max_keys 3 gets a batch of 10 as 4 frames, all answered. */
+static void test_batch_split_by_max_keys(void **state)
+{
+    (void)state;
+    struct fake f;
+    fake_start(&f, FAKE_SMALL_FRAMES);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", f.port);
+    kvs_client *c = kvs_open(addr);
+    assert_non_null(c);
+    const char *keys[10] = {"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8", "k9"};
+    const void *vals[10];
+    size_t lens[10];
+    int st[10];
+    for (int i = 0; i < 10; i++) {
+        vals[i] = "value";
+        lens[i] = 5;
+        st[i] = 99;
+    }
+    assert_int_equal(kvs_batch_put(c, 10, keys, vals, lens, st), 10);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(st[i], 0);
+    assert_int_equal(atomic_load(&f.frames), 4);
+    assert_int_equal(atomic_load(&f.max_count), FAKE_MAX_KEYS);
+    kvs_close(c);
+    fake_stop(&f);
+}
+
 /* ---- fork ---- */
 
 static void test_fork_child_uses_client(void **state)
@@ -391,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_timeout_buffer_never_written_late),
         cmocka_unit_test(test_protocol_violation),
         cmocka_unit_test(test_connect_timeout),
+        cmocka_unit_test(test_batch_split_by_max_keys),
         cmocka_unit_test(test_fork_child_uses_client),
         cmocka_unit_test(test_fork_after_connection_loss_keeps_fds),
     };
