@@ -267,6 +267,65 @@ static void test_put_get_roundtrip(void **state)
     free(b.p);
 }
 
+/* GET one key on fd and check it is a whole value of key; returns its version. */
+static unsigned get_version(int fd, const char *key, uint32_t cap)
+{
+    struct buf b = {0};
+    req_get(&b, 7, key, cap);
+    send_all(fd, b.p, b.len);
+    free(b.p);
+    struct reply r;
+    const uint8_t *data;
+    uint32_t len;
+    unsigned version = 0;
+    assert_int_equal(read_reply(fd, &r), 0);
+    assert_int_equal(status0(&r, &data, &len), 0);
+    assert_true(kvt_check_value(data, len, key, &version));
+    free(r.body);
+    return version;
+}
+
+/*
+ * A PUT becomes visible only once its whole value has arrived: while a new
+ * value is still streaming in on one connection, GETs on another return the
+ * old value, whole; once the last byte is in, the new one, whole.
+ */
+static void test_put_visible_only_when_complete(void **state)
+{
+    struct kvt_server *s = *state;
+    int writer = connect_to(s->port);
+    int reader = connect_to(s->port);
+    static uint8_t v1[2 * MIB], v2[2 * MIB];
+    kvt_fill_value(v1, sizeof(v1), "torn", 1);
+    kvt_fill_value(v2, sizeof(v2), "torn", 2);
+    struct buf b = {0};
+    req_put(&b, 1, "torn", v1, sizeof(v1));
+    send_all(writer, b.p, b.len);
+    struct reply r;
+    assert_int_equal(read_reply(writer, &r), 0);
+    free(r.body);
+    assert_int_equal(get_version(reader, "torn", sizeof(v1)), 1);
+
+    b.len = 0;
+    req_put(&b, 2, "torn", v2, sizeof(v2));
+    size_t cuts[] = {b.len / 4, b.len / 2, b.len - 1};
+    size_t sent = 0;
+    for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+        send_all(writer, b.p + sent, cuts[i] - sent);
+        sent = cuts[i];
+        usleep(20000); /* let the server take those bytes into the new slot */
+        assert_int_equal(get_version(reader, "torn", sizeof(v1)), 1);
+    }
+    send_all(writer, b.p + sent, b.len - sent);
+    assert_int_equal(read_reply(writer, &r), 0);
+    assert_int_equal(status0(&r, NULL, NULL), 0);
+    free(r.body);
+    assert_int_equal(get_version(reader, "torn", sizeof(v2)), 2);
+    close(writer);
+    close(reader);
+    free(b.p);
+}
+
 /* Many frames in one write; replies come back in order with their ids. */
 static void test_pipelined(void **state)
 {
@@ -674,6 +733,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_get_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_visible_only_when_complete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_closes_only_its_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_opcode_keeps_connection, setup, teardown),
