@@ -192,9 +192,13 @@ static int run_async(struct worker *w, void *bufs)
             issued[s] = kvb_now_ns();
             int rc = b->op == KVB_PUT ? kvs_put_async(b->client, keys[s], buf, b->size, &ops[s])
                                       : kvs_get_async(b->client, keys[s], buf, b->size, &ops[s]);
-            if (rc < 0) ops[s] = NULL, note_status(w, rc, 0);
+            if (rc < 0) {
+                /* counted now; its empty slot is skipped when its turn to be waited comes */
+                ops[s] = NULL;
+                note_status(w, rc, 0);
+                atomic_fetch_add_explicit(w->done, 1, memory_order_relaxed);
+            }
             next++;
-            if (rc < 0) waited++, atomic_fetch_add_explicit(w->done, 1, memory_order_relaxed);
             continue;
         }
         if (waited == next) break; /* nothing in flight and nothing more to issue */
