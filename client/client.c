@@ -968,6 +968,13 @@ static int parse_endpoint(const char *s, size_t len, struct kvs_endpoint *ep,
         }
         len -= slen + 3;
         s = sep + 3;
+    } else if (&kvs_rdma_transport != NULL) {
+        /* A bare host:port follows KVSTORE_TRANSPORT=tcp|rdma|auto (default tcp). */
+        const char *t = getenv("KVSTORE_TRANSPORT");
+        if (t && (strcmp(t, "rdma") == 0 || strcmp(t, "auto") == 0)) {
+            *ops = &kvs_rdma_transport;
+            snprintf(ep->scheme, sizeof(ep->scheme), "%s", t);
+        }
     }
     const char *colon = NULL;
     for (size_t i = 0; i < len; i++)

@@ -261,12 +261,11 @@ static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
     c->max_inline = qa.cap.max_inline_data;
     for (uint32_t i = 0; i < NRECV; i++)
         if ((rc = post_recv(c, i)) < 0) goto fail;
-    struct rdma_conn_param p = {.responder_resources =
-                                    (uint8_t)(req->initiator_depth < r->max_rd_atom
-                                                  ? req->initiator_depth
-                                                  : r->max_rd_atom),
-                                .initiator_depth = 0,
-                                .rnr_retry_count = 7};
+    /* The CM event reports the client's initiator depth as our responder_resources. */
+    uint8_t rd = req->responder_resources < r->max_rd_atom ? req->responder_resources
+                                                           : (uint8_t)r->max_rd_atom;
+    struct rdma_conn_param p = {
+        .responder_resources = rd, .initiator_depth = 0, .rnr_retry_count = 7};
     cid->context = c;
     c->next = r->conns;
     if (r->conns) r->conns->prev = c;

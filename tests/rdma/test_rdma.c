@@ -1,0 +1,546 @@
+/*
+ * test_rdma.c - the rdma transport against a real kvstored over real verbs.
+ * Runs only inside the soft-RoCE VM (scripts/rxe-vm.sh, make test-rdma):
+ * KVS_RDMA_ADDR_A names the address kvstored's RDMA side binds.
+ *
+ * Through the public API (rdma://): round trips, mixed per-key statuses,
+ * exists/remove/stats, a server killed mid-batch. Through the transport
+ * directly (its counters): one doorbell per chain, chain splitting at the
+ * send queue depth, bounce vs registered buffers, lease expiry, a client
+ * that dies between RESERVE and COMMIT.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kvstore.h"
+#include "kvtest.h"
+#include "transport.h"
+
+static struct kvt_server srv;
+static char rdma_url[128]; /* rdma://A:PORT */
+static char rdma_port[8];
+static const char *rdma_host;
+
+/* kvstored with RDMA on $KVS_RDMA_ADDR_A and the given lease. */
+static int start_server(const char *lease_ms)
+{
+    rdma_host = getenv("KVS_RDMA_ADDR_A");
+    if (!rdma_host) {
+        fprintf(stderr, "test_rdma: KVS_RDMA_ADDR_A not set: run inside scripts/rxe-vm.sh\n");
+        return -1;
+    }
+    snprintf(rdma_port, sizeof(rdma_port), "%d", 20000 + (int)(getpid() % 20000));
+    char args[256];
+    snprintf(args, sizeof(args), "--memory 64M --rdma-listen %s:%s --rdma-lease-ms %s", rdma_host,
+             rdma_port, lease_ms);
+    if (kvt_server_start(&srv, 0, args) < 0) return -1;
+    snprintf(rdma_url, sizeof(rdma_url), "rdma://%s:%s", rdma_host, rdma_port);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return start_server("1500");
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    kvt_server_stop(&srv);
+    return 0;
+}
+
+/* ---- through the public API ---- */
+
+static void test_round_trip_sizes(void **state)
+{
+    (void)state;
+    kvs_client *c = kvs_open(rdma_url);
+    assert_non_null(c);
+    static const size_t sizes[] = {0, 1, 100, 4096, 16384, 65536, 1 << 20, 3 << 20};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "rt-%zu", sizes[i]);
+        uint8_t *v = malloc(sizes[i] + 1), *back = malloc(sizes[i] + 1);
+        assert_non_null(v);
+        assert_non_null(back);
+        kvt_fill_value(v, sizes[i], key, 1);
+        assert_int_equal(kvs_put(c, key, v, sizes[i]), 0);
+        assert_int_equal(kvs_get(c, key, back, sizes[i]), (ssize_t)sizes[i]);
+        assert_memory_equal(v, back, sizes[i]);
+        free(v);
+        free(back);
+    }
+    char small[8];
+    assert_int_equal(kvs_get(c, "rt-4096", small, sizeof(small)), -ERANGE);
+    assert_int_equal(kvs_get(c, "rt-4096", NULL, 0), 4096); /* a length probe */
+    assert_int_equal(kvs_get(c, "never-put", small, sizeof(small)), -ENOENT);
+    assert_int_equal(kvs_exists(c, "rt-100"), 1);
+    assert_int_equal(kvs_remove(c, "rt-100"), 0);
+    assert_int_equal(kvs_exists(c, "rt-100"), 0);
+    assert_int_equal(kvs_remove(c, "rt-100"), -ENOENT);
+    char text[8192];
+    ssize_t n = kvs_server_stats(c, text, sizeof(text));
+    assert_true(n > 0);
+    assert_non_null(strstr(text, "items "));
+    kvs_close(c);
+}
+
+/* One batch, every outcome at once; no key's failure leaks into another. */
+static void test_mixed_batch(void **state)
+{
+    (void)state;
+    kvs_client *c = kvs_open(rdma_url);
+    assert_non_null(c);
+    enum { N = 40 };
+    const char *keys[N];
+    const void *vals[N];
+    size_t lens[N];
+    int st[N];
+    char names[N][32];
+    static uint8_t data[N][5000];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "mixed-%d", i);
+        keys[i] = names[i];
+        lens[i] = (size_t)(i * 120);
+        kvt_fill_value(data[i], lens[i], names[i], 7);
+        vals[i] = data[i];
+    }
+    keys[5] = ""; /* invalid key */
+    assert_int_equal(kvs_batch_put(c, N, keys, vals, lens, st), N - 1);
+    assert_int_equal(st[5], -EINVAL);
+    for (int i = 0; i < N; i++)
+        if (i != 5) assert_int_equal(st[i], 0);
+
+    void *bufs[N];
+    size_t caps[N];
+    ssize_t res[N];
+    static uint8_t out[N][5000];
+    for (int i = 0; i < N; i++) {
+        bufs[i] = out[i];
+        caps[i] = sizeof(out[i]);
+    }
+    keys[5] = "mixed-missing";
+    caps[7] = 10; /* too small */
+    assert_int_equal(kvs_batch_get(c, N, keys, bufs, caps, res), N - 2);
+    assert_int_equal(res[5], -ENOENT);
+    assert_int_equal(res[7], -ERANGE);
+    for (int i = 0; i < N; i++) {
+        if (i == 5 || i == 7) continue;
+        assert_int_equal(res[i], (ssize_t)lens[i]);
+        unsigned ver = 7; /* values under 4 bytes carry no version */
+        assert_true(kvt_check_value(out[i], lens[i], names[i], &ver));
+        assert_int_equal(ver, 7);
+    }
+    kvs_close(c);
+}
+
+/* SIGKILL the server between batches: per-key connection errors, then recovery. */
+static void test_server_killed(void **state)
+{
+    (void)state;
+    kvs_client *c = kvs_open(rdma_url);
+    assert_non_null(c);
+    uint8_t v[2048];
+    kvt_fill_value(v, sizeof(v), "killed", 1);
+    assert_int_equal(kvs_put(c, "killed", v, sizeof(v)), 0);
+    kvt_server_kill(&srv);
+    const char *keys[4] = {"k0", "k1", "k2", "k3"};
+    const void *vals[4] = {v, v, v, v};
+    size_t lens[4] = {sizeof(v), sizeof(v), sizeof(v), sizeof(v)};
+    int st[4];
+    assert_true(kvs_batch_put(c, 4, keys, vals, lens, st) <= 0);
+    for (int i = 0; i < 4; i++)
+        assert_true(st[i] < 0);
+    assert_int_equal(kvt_server_restart(&srv), 0);
+    int ok = -1;
+    for (int tries = 0; tries < 50 && ok != 0; tries++) {
+        ok = kvs_put(c, "after-restart", v, sizeof(v));
+        if (ok != 0) usleep(100 * 1000);
+    }
+    assert_int_equal(ok, 0);
+    uint8_t back[2048];
+    assert_int_equal(kvs_get(c, "after-restart", back, sizeof(back)), (ssize_t)sizeof(back));
+    assert_memory_equal(v, back, sizeof(v));
+    kvs_close(c);
+}
+
+/* ---- through the transport, with its counters ---- */
+
+struct counters {
+    uint64_t doorbells, wrs, round_trips, bounce, zero_copy, split, completions;
+};
+
+static void take_counter(void *arg, const char *name, uint64_t v)
+{
+    struct counters *k = arg;
+    if (!strcmp(name, "doorbells")) k->doorbells = v;
+    if (!strcmp(name, "work_requests")) k->wrs = v;
+    if (!strcmp(name, "round_trips")) k->round_trips = v;
+    if (!strcmp(name, "bounce_bytes")) k->bounce = v;
+    if (!strcmp(name, "zero_copy_bytes")) k->zero_copy = v;
+    if (!strcmp(name, "split_chains")) k->split = v;
+    if (!strcmp(name, "completions")) k->completions = v;
+}
+
+static struct counters read_counters(struct kvs_conn *conn)
+{
+    struct counters k = {0};
+    kvs_rdma_transport.counters(conn, take_counter, &k);
+    return k;
+}
+
+static struct kvs_conn *open_conn(void)
+{
+    struct kvs_endpoint ep = {0};
+    snprintf(ep.scheme, sizeof(ep.scheme), "rdma");
+    snprintf(ep.host, sizeof(ep.host), "%s", rdma_host);
+    snprintf(ep.port, sizeof(ep.port), "%s", rdma_port);
+    snprintf(ep.name, sizeof(ep.name), "%s:%s", rdma_host, rdma_port);
+    struct kvs_transport_config cfg = {.timeout_ms = 30000, .connect_timeout_ms = 10000};
+    struct kvs_conn *conn = NULL;
+    assert_int_equal(kvs_rdma_transport.create(&ep, &cfg, &conn), 0);
+    struct kvs_limits lim;
+    assert_int_equal(kvs_rdma_transport.connect(conn, &lim), 0);
+    return conn;
+}
+
+static void req_done(struct kvs_req *req)
+{
+    *(int *)req->arg = 1;
+}
+
+/* A synchronous batch of n keys "prefix-i" through the transport. */
+static void run_batch(struct kvs_conn *conn, uint8_t opcode, const char *prefix, uint32_t n,
+                      uint8_t *const bufs[], size_t len, int32_t status[])
+{
+    struct kvs_key_io *k = calloc(n, sizeof(*k));
+    char(*names)[40] = calloc(n, sizeof(*names));
+    assert_non_null(k);
+    assert_non_null(names);
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "%s-%u", prefix, i);
+        k[i] = (struct kvs_key_io){.key = names[i],
+                                   .klen = (uint32_t)strlen(names[i]),
+                                   .index = i,
+                                   .val = opcode == KVS_OP_PUT ? bufs[i] : NULL,
+                                   .buf = opcode == KVS_OP_GET ? bufs[i] : NULL,
+                                   .len = len};
+    }
+    int done = 0;
+    struct kvs_req req = {.opcode = opcode, .n = n, .keys = k, .done = req_done, .arg = &done};
+    kvs_rdma_transport.submit(conn, &req);
+    assert_int_equal(done, 1);
+    for (uint32_t i = 0; i < n; i++)
+        status[i] = k[i].status;
+    free(k);
+    free(names);
+}
+
+/* Fills n buffers of len bytes, carved stride bytes apart from one region. */
+static uint8_t *carve(uint8_t *bufs[], uint32_t n, size_t len, size_t stride, const char *prefix,
+                      unsigned ver)
+{
+    uint8_t *region = calloc(n, stride);
+    assert_non_null(region);
+    for (uint32_t i = 0; i < n; i++) {
+        char key[40];
+        snprintf(key, sizeof(key), "%s-%u", prefix, i);
+        bufs[i] = region + (size_t)i * stride;
+        kvt_fill_value(bufs[i], len, key, ver);
+    }
+    return region;
+}
+
+static void check_values(uint8_t *const bufs[], uint32_t n, size_t len, const char *prefix,
+                         unsigned ver)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        char key[40];
+        unsigned got = 0;
+        snprintf(key, sizeof(key), "%s-%u", prefix, i);
+        assert_true(kvt_check_value(bufs[i], len, key, &got));
+        assert_int_equal(got, ver);
+    }
+}
+
+/* Batch 32: RESERVE + one chain (WRITEs + COMMIT) = 2 doorbells; the same for gets. */
+static void test_doorbells_per_batch(void **state)
+{
+    (void)state;
+    struct kvs_conn *conn = open_conn();
+    enum { N = 32 };
+    const size_t len = 4096;
+    uint8_t *bufs[N];
+    int32_t st[N];
+    uint8_t *region = carve(bufs, N, len, len, "bell", 3);
+    struct counters a = read_counters(conn);
+    run_batch(conn, KVS_OP_PUT, "bell", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    struct counters b = read_counters(conn);
+    memset(region, 0, (size_t)N * len);
+    run_batch(conn, KVS_OP_GET, "bell", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, N, len, "bell", 3);
+    struct counters d = read_counters(conn);
+    assert_int_equal(b.doorbells - a.doorbells, 2);
+    assert_int_equal(b.round_trips - a.round_trips, 2);
+    assert_int_equal(d.doorbells - b.doorbells, 2);
+    printf("# batch %d x %zu B: put %llu doorbells %llu WRs, get %llu doorbells %llu WRs "
+           "(post_send per op %.4f)\n",
+           N, len, (unsigned long long)(b.doorbells - a.doorbells),
+           (unsigned long long)(b.wrs - a.wrs), (unsigned long long)(d.doorbells - b.doorbells),
+           (unsigned long long)(d.wrs - b.wrs), (double)(d.doorbells - a.doorbells) / (2.0 * N));
+    free(region);
+    kvs_rdma_transport.destroy(conn);
+}
+
+/*
+ * A send queue of 8 and one SGE per WR: 64 gets into scattered buffers need
+ * 64 READs, so the chain is posted in pieces, and every value still arrives.
+ */
+static void test_chain_split(void **state)
+{
+    (void)state;
+    setenv("KVS_RDMA_MAX_WR", "8", 1);
+    setenv("KVS_RDMA_MAX_SGE", "1", 1);
+    struct kvs_conn *conn = open_conn();
+    unsetenv("KVS_RDMA_MAX_WR");
+    unsetenv("KVS_RDMA_MAX_SGE");
+    enum { N = 64 };
+    const size_t len = 1000;
+    uint8_t *bufs[N];
+    int32_t st[N];
+    uint8_t *region = carve(bufs, N, len, 4096, "split", 5);
+    run_batch(conn, KVS_OP_PUT, "split", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    assert_int_equal(kvs_rdma_transport.reg_mem(conn, region, (size_t)N * 4096), 0);
+    memset(region, 0, (size_t)N * 4096);
+    struct counters a = read_counters(conn);
+    run_batch(conn, KVS_OP_GET, "split", N, bufs, len, st);
+    struct counters b = read_counters(conn);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, N, len, "split", 5);
+    assert_true(b.split > a.split);
+    assert_true(b.doorbells - a.doorbells >= 1 + N / 7);
+    assert_true(b.wrs - a.wrs >= N + 2);
+    assert_int_equal(kvs_rdma_transport.unreg_mem(conn, region), 0);
+    free(region);
+    kvs_rdma_transport.destroy(conn);
+}
+
+/* Registered buffers move zero-copy; others go through the bounce buffer. */
+static void test_bounce_vs_registered(void **state)
+{
+    (void)state;
+    struct kvs_conn *conn = open_conn();
+    enum { N = 16 };
+    const size_t len = 16384;
+    uint8_t *bufs[N];
+    int32_t st[N];
+    uint8_t *region = carve(bufs, N, len, len, "reg", 9);
+
+    struct counters a = read_counters(conn);
+    run_batch(conn, KVS_OP_PUT, "reg", N, bufs, len, st);
+    struct counters b = read_counters(conn);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    assert_int_equal(b.bounce - a.bounce, (uint64_t)N * len);
+    assert_int_equal(b.zero_copy - a.zero_copy, 0);
+
+    assert_int_equal(kvs_rdma_transport.reg_mem(conn, region, (size_t)N * len), 0);
+    memset(region, 0, (size_t)N * len);
+    run_batch(conn, KVS_OP_GET, "reg", N, bufs, len, st);
+    struct counters d = read_counters(conn);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, N, len, "reg", 9);
+    assert_int_equal(d.zero_copy - b.zero_copy, (uint64_t)N * len);
+    assert_int_equal(d.bounce - b.bounce, 0);
+    assert_true(d.wrs - b.wrs <= N + 2);
+
+    assert_int_equal(kvs_rdma_transport.unreg_mem(conn, region), 0);
+    assert_int_equal(kvs_rdma_transport.unreg_mem(conn, region), -ENOENT);
+    free(region);
+    kvs_rdma_transport.destroy(conn);
+}
+
+/*
+ * 64-byte values fill 64-byte chunks: slots reserved together are adjacent,
+ * and so are their bounce copies, so the WRITEs and READs merge.
+ */
+static void test_adjacent_slices_merge(void **state)
+{
+    (void)state;
+    struct kvs_conn *conn = open_conn();
+    enum { N = 32 };
+    const size_t len = 64;
+    uint8_t *bufs[N];
+    int32_t st[N];
+    uint8_t *region = carve(bufs, N, len, len, "merge", 2);
+    struct counters a = read_counters(conn);
+    run_batch(conn, KVS_OP_PUT, "merge", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    memset(region, 0, (size_t)N * len);
+    run_batch(conn, KVS_OP_GET, "merge", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, N, len, "merge", 2);
+    struct counters b = read_counters(conn);
+    /* 4 control messages; far fewer than N data WRs each way. */
+    printf("# %d x %zu B put+get: %llu WRs\n", N, len, (unsigned long long)(b.wrs - a.wrs));
+    assert_true(b.wrs - a.wrs < 4 + N / 2);
+    free(region);
+    kvs_rdma_transport.destroy(conn);
+}
+
+/* The value of STATS line name, or -1. */
+static long long server_stat(const char *name)
+{
+    kvs_client *c = kvs_open(rdma_url);
+    assert_non_null(c);
+    char text[8192];
+    ssize_t n = kvs_server_stats(c, text, sizeof(text));
+    kvs_close(c);
+    if (n <= 0) return -1;
+    char pat[64];
+    snprintf(pat, sizeof(pat), "\n%s ", name);
+    const char *p = strstr(text, pat);
+    return p ? atoll(p + strlen(pat)) : -1;
+}
+
+/*
+ * A client that holds its reservations past --rdma-lease-ms (1500) is cut
+ * off: its keys fail, nothing it reserved stays pinned, the key never
+ * appears, and a well-behaved connection works at once.
+ */
+static void test_lease_expiry(void **state)
+{
+    (void)state;
+    setenv("KVS_RDMA_TEST_STALL_MS", "3000", 1);
+    struct kvs_conn *slow = open_conn();
+    unsetenv("KVS_RDMA_TEST_STALL_MS");
+    uint8_t *bufs[4];
+    int32_t st[4];
+    uint8_t *region = carve(bufs, 4, 512, 512, "lease", 1);
+    run_batch(slow, KVS_OP_PUT, "lease", 4, bufs, 512, st);
+    for (int i = 0; i < 4; i++)
+        assert_true(st[i] < 0);
+    kvs_rdma_transport.destroy(slow);
+
+    assert_int_equal(server_stat("pinned_items"), 0);
+    struct kvs_conn *conn = open_conn();
+    uint8_t *out[4];
+    uint8_t *oregion = carve(out, 4, 512, 512, "other", 1);
+    run_batch(conn, KVS_OP_GET, "lease", 4, out, 512, st);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(st[i], -ENOENT);
+    run_batch(conn, KVS_OP_PUT, "lease", 4, bufs, 512, st);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(st[i], 0);
+    kvs_rdma_transport.destroy(conn);
+    free(region);
+    free(oregion);
+}
+
+/* A client killed between RESERVE and COMMIT: the server drops what it held. */
+static void test_client_dies_mid_transfer(void **state)
+{
+    (void)state;
+    long long pinned_before = server_stat("pinned_items");
+    /* A fresh process (exec): librdmacm state does not survive fork. */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("KVS_RDMA_TEST_STALL_MS", "20000", 1);
+        execl("/proc/self/exe", "test_rdma", "--dying-client", rdma_host, rdma_port, (char *)NULL);
+        _exit(127);
+    }
+    /* Wait (bounded) until the child's 8 reservations are pinned on the server. */
+    long long pinned = 0;
+    for (int i = 0; i < 100 && pinned < pinned_before + 8; i++) {
+        usleep(100 * 1000);
+        pinned = server_stat("pinned_items");
+    }
+    if (pinned < pinned_before + 8)
+        fprintf(stderr, "pinned before %lld, now %lld\n", pinned_before, pinned);
+    assert_true(pinned >= pinned_before + 8);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    for (int i = 0; i < 100 && pinned > pinned_before; i++) {
+        usleep(100 * 1000);
+        pinned = server_stat("pinned_items");
+    }
+    assert_int_equal(pinned, pinned_before);
+    kvs_client *c = kvs_open(rdma_url);
+    char tmp[16];
+    assert_int_equal(kvs_get(c, "dying-0", tmp, sizeof(tmp)), -ENOENT);
+    kvs_close(c);
+}
+
+/* test_rdma --dying-client HOST PORT: reserves 8 slots, then stalls until killed. */
+static int dying_client(const char *host, const char *port)
+{
+    rdma_host = host;
+    snprintf(rdma_port, sizeof(rdma_port), "%s", port);
+    struct kvs_endpoint ep = {0};
+    snprintf(ep.scheme, sizeof(ep.scheme), "rdma");
+    snprintf(ep.host, sizeof(ep.host), "%s", host);
+    snprintf(ep.port, sizeof(ep.port), "%s", port);
+    snprintf(ep.name, sizeof(ep.name), "%s:%s", host, port);
+    struct kvs_transport_config cfg = {.timeout_ms = 30000, .connect_timeout_ms = 10000};
+    struct kvs_conn *conn = NULL;
+    struct kvs_limits lim;
+    if (kvs_rdma_transport.create(&ep, &cfg, &conn) < 0 ||
+        kvs_rdma_transport.connect(conn, &lim) < 0)
+        return 1;
+    static uint8_t region[8][4096];
+    struct kvs_key_io k[8];
+    char names[8][16];
+    for (int i = 0; i < 8; i++) {
+        snprintf(names[i], sizeof(names[i]), "dying-%d", i);
+        k[i] = (struct kvs_key_io){.key = names[i],
+                                   .klen = (uint32_t)strlen(names[i]),
+                                   .val = region[i],
+                                   .len = sizeof(region[i])};
+    }
+    int done = 0;
+    struct kvs_req req = {.opcode = KVS_OP_PUT, .n = 8, .keys = k, .done = req_done, .arg = &done};
+    kvs_rdma_transport.submit(conn, &req); /* stalls between RESERVE and COMMIT */
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && strcmp(argv[1], "--dying-client") == 0) return dying_client(argv[2], argv[3]);
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_sizes),
+        cmocka_unit_test(test_mixed_batch),
+        cmocka_unit_test(test_doorbells_per_batch),
+        cmocka_unit_test(test_chain_split),
+        cmocka_unit_test(test_bounce_vs_registered),
+        cmocka_unit_test(test_adjacent_slices_merge),
+        cmocka_unit_test(test_lease_expiry),
+        cmocka_unit_test(test_client_dies_mid_transfer),
+        cmocka_unit_test(test_server_killed),
+    };
+    return cmocka_run_group_tests_name("rdma", tests, setup, teardown);
+}

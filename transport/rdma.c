@@ -1,0 +1,960 @@
+/*
+ * rdma.c - the RDMA transport (librdmacm + libibverbs): one RC queue pair
+ * per (client, server); values move one-sided (docs/rdma.md).
+ *
+ *   put batch: RESERVE (control round trip: the server reserves a slot per
+ *              key and answers addr/rkey/token), then ONE ibv_post_send of
+ *              the chain  WRITE ... WRITE, SEND(COMMIT). RC delivers the
+ *              SEND after the WRITEs before it, so when the server sees
+ *              COMMIT every value has landed; it links the items and
+ *              answers a status per key. 2 round trips per batch.
+ *   get batch: LEASE (the server pins each key's item, answers addr/rkey/
+ *              len/token), then ONE ibv_post_send of  READ ... READ,
+ *              SEND(RELEASE) with IBV_SEND_FENCE on the SEND so that the
+ *              server unpins only after every READ has executed. 2 round
+ *              trips per batch.
+ *
+ * Explicit COMMIT, not WRITE_WITH_IMM: one message commits the whole
+ * batch (an immediate carries 32 bits, one per key would cost one receive
+ * and one completion per key on the server), and it carries the tokens the
+ * server checks. Only the last WR of a chain is signaled; WRITEs/READs whose
+ * slices are adjacent on both sides are merged into one SGE, slices adjacent
+ * only remotely share one WR (up to max_sge); a chain longer than the send
+ * queue is posted in pieces (each ending in a signaled WR). Control
+ * messages that fit max_inline_data are sent inline.
+ *
+ * Values in memory registered with kvs_register_buffer (cached per
+ * connection, registered again after a reconnect) move zero-copy; others go
+ * through one registered bounce buffer per connection (grown, and
+ * registered again, only when a larger batch needs it).
+ *
+ * Threads: one request at a time per connection (conn->mu held for the
+ * whole exchange); req->done runs on the submitting thread before submit
+ * returns. No transport thread.
+ */
+#include "transport.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CTRL_MAX     (128u * 1024) /* one control message (as server/rdma.c) */
+#define NRECV        4
+#define SQ_DEPTH     1024
+#define MAX_SGE      16
+#define INLINE_WANT  256
+#define RD_ATOM_MAX  16
+#define CHUNK_KEYS   2048        /* keys per RESERVE/LEASE message */
+#define BOUNCE_CHUNK (16u << 20) /* bounce bytes per chunk (one value may exceed it) */
+#define BACKOFF_MS   200
+#define TOKEN_NONE   UINT32_MAX
+
+struct ureg {
+    void *ptr;
+    size_t len;
+    struct ibv_mr *mr; /* NULL while disconnected */
+    struct ureg *next;
+};
+
+/* Where one key's slice comes from / goes to, for the chain builder. */
+struct slice {
+    uint64_t laddr;
+    uint32_t lkey;
+    uint64_t raddr;
+    uint32_t rkey;
+    uint32_t len;
+};
+
+struct kvs_conn {
+    struct kvs_endpoint ep;
+    struct kvs_transport_config cfg;
+    pthread_mutex_t mu;
+    int autosel;          /* scheme "auto": rdma when possible, else tcp */
+    atomic_int use_tcp;   /* auto decided for tcp */
+    struct kvs_conn *tcp; /* auto: the tcp transport's conn (its own type) */
+    int up;
+    int last_err;
+    uint64_t retry_at_ms;
+    struct kvs_limits lim;
+    struct rdma_event_channel *ec;
+    struct rdma_cm_id *id;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *comp;
+    struct ibv_cq *cq;
+    uint8_t *ctrl; /* NRECV receive buffers, then the send buffer */
+    struct ibv_mr *ctrl_mr;
+    uint8_t *bounce;
+    size_t bounce_size;
+    struct ibv_mr *bounce_mr;
+    struct ureg *regs;
+    uint32_t sq_depth, max_sge, max_inline;
+    uint64_t next_id;
+    uint64_t sig_posted, sig_done; /* signaled WRs (wr_id = sequence) */
+    int reply_idx;                 /* receive buffer holding the reply, or -1 */
+    uint32_t reply_len;
+    uint32_t stall_ms; /* KVS_RDMA_TEST_STALL_MS: test hook, sleep between the two round trips */
+    atomic_uint_fast64_t doorbells, wrs, cqes, round_trips, bounce_bytes, zero_copy_bytes,
+        reconnects, split_chains;
+};
+
+/* ---- small helpers ---- */
+
+static uint8_t *send_buf(struct kvs_conn *c)
+{
+    return c->ctrl + (size_t)NRECV * CTRL_MAX;
+}
+
+static int post_recv(struct kvs_conn *c, int idx)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)(c->ctrl + (size_t)idx * CTRL_MAX),
+                          .length = CTRL_MAX,
+                          .lkey = c->ctrl_mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = (uint64_t)idx, .sg_list = &sge, .num_sge = 1}, *bad;
+    return ibv_post_recv(c->id->qp, &wr, &bad) ? -EIO : 0;
+}
+
+static int remaining_ms(uint64_t deadline)
+{
+    uint64_t now = kvs_now_ms();
+    return now >= deadline ? 0 : (int)(deadline - now);
+}
+
+/* Waits for the next CM event, which must be `want`. 0 or a negative code. */
+static int wait_cm(struct kvs_conn *c, enum rdma_cm_event_type want, uint64_t deadline)
+{
+    struct pollfd p = {.fd = c->ec->fd, .events = POLLIN};
+    int n = poll(&p, 1, remaining_ms(deadline));
+    if (n == 0) return -ETIMEDOUT;
+    if (n < 0) return -errno;
+    struct rdma_cm_event *ev;
+    if (rdma_get_cm_event(c->ec, &ev) != 0) return -EIO;
+    enum rdma_cm_event_type got = ev->event;
+    rdma_ack_cm_event(ev);
+    if (got == want) return 0;
+    if (got == RDMA_CM_EVENT_REJECTED || got == RDMA_CM_EVENT_UNREACHABLE ||
+        got == RDMA_CM_EVENT_ADDR_ERROR || got == RDMA_CM_EVENT_ROUTE_ERROR)
+        return -ECONNREFUSED;
+    return -EIO;
+}
+
+/* Tears the connection down; registrations are kept, to be registered again. */
+static void conn_down(struct kvs_conn *c)
+{
+    for (struct ureg *u = c->regs; u; u = u->next) {
+        if (u->mr) ibv_dereg_mr(u->mr);
+        u->mr = NULL;
+    }
+    if (c->id && c->up) rdma_disconnect(c->id);
+    if (c->id && c->id->qp) rdma_destroy_qp(c->id);
+    if (c->bounce_mr) ibv_dereg_mr(c->bounce_mr);
+    if (c->ctrl_mr) ibv_dereg_mr(c->ctrl_mr);
+    if (c->cq) ibv_destroy_cq(c->cq);
+    if (c->comp) ibv_destroy_comp_channel(c->comp);
+    if (c->pd) ibv_dealloc_pd(c->pd);
+    if (c->id) rdma_destroy_id(c->id);
+    if (c->ec) rdma_destroy_event_channel(c->ec);
+    free(c->ctrl);
+    free(c->bounce);
+    c->bounce_mr = c->ctrl_mr = NULL;
+    c->cq = NULL;
+    c->comp = NULL;
+    c->pd = NULL;
+    c->id = NULL;
+    c->ec = NULL;
+    c->ctrl = c->bounce = NULL;
+    c->bounce_size = 0;
+    c->up = 0;
+}
+
+/* Makes the bounce buffer at least need bytes (registered again when it grows). */
+static int bounce_reserve(struct kvs_conn *c, size_t need)
+{
+    if (c->bounce_size >= need) return 0;
+    size_t size = c->bounce_size ? c->bounce_size : (1u << 20);
+    while (size < need)
+        size *= 2;
+    uint8_t *b;
+    if (posix_memalign((void **)&b, 4096, size) != 0) return -ENOMEM;
+    struct ibv_mr *mr = ibv_reg_mr(c->pd, b, size, IBV_ACCESS_LOCAL_WRITE);
+    if (!mr) {
+        free(b);
+        return -ENOMEM;
+    }
+    if (c->bounce_mr) ibv_dereg_mr(c->bounce_mr);
+    free(c->bounce);
+    c->bounce = b;
+    c->bounce_mr = mr;
+    c->bounce_size = size;
+    return 0;
+}
+
+/* The registration covering [p, p+len), if any. */
+static struct ibv_mr *find_reg(struct kvs_conn *c, const void *p, size_t len)
+{
+    uintptr_t a = (uintptr_t)p;
+    for (struct ureg *u = c->regs; u; u = u->next)
+        if (u->mr && a >= (uintptr_t)u->ptr && a + len <= (uintptr_t)u->ptr + u->len) return u->mr;
+    return NULL;
+}
+
+/* ---- completions ---- */
+
+/*
+ * Polls the CQ until the signaled WR with sequence number sig has completed
+ * and (want_reply) a control reply has arrived. Sleeps on the completion
+ * channel between polls. 0, -ETIMEDOUT or -ECONNRESET (a failed WR).
+ */
+static int wait_done(struct kvs_conn *c, uint64_t sig, int want_reply, uint64_t deadline)
+{
+    for (;;) {
+        struct ibv_wc wc[16];
+        int n;
+        while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
+            atomic_fetch_add(&c->cqes, (uint64_t)n);
+            for (int i = 0; i < n; i++) {
+                if (wc[i].status != IBV_WC_SUCCESS) {
+                    kvs_log(KVS_LOG_WARN, "rdma %s: %s", c->ep.name,
+                            ibv_wc_status_str(wc[i].status));
+                    return -ECONNRESET;
+                }
+                if (wc[i].opcode == IBV_WC_RECV) {
+                    c->reply_idx = (int)wc[i].wr_id;
+                    c->reply_len = wc[i].byte_len;
+                } else if (wc[i].wr_id > c->sig_done) {
+                    c->sig_done = wc[i].wr_id;
+                }
+            }
+        }
+        if (n < 0) return -EIO;
+        if (c->sig_done >= sig && (!want_reply || c->reply_idx >= 0)) return 0;
+        if (ibv_req_notify_cq(c->cq, 0) != 0) return -EIO;
+        /* A completion may have arrived before notification was armed. */
+        n = ibv_poll_cq(c->cq, 1, wc);
+        if (n > 0) {
+            atomic_fetch_add(&c->cqes, 1);
+            if (wc[0].status != IBV_WC_SUCCESS) return -ECONNRESET;
+            if (wc[0].opcode == IBV_WC_RECV) {
+                c->reply_idx = (int)wc[0].wr_id;
+                c->reply_len = wc[0].byte_len;
+            } else if (wc[0].wr_id > c->sig_done) {
+                c->sig_done = wc[0].wr_id;
+            }
+            continue;
+        }
+        int ms = remaining_ms(deadline);
+        if (ms == 0) return -ETIMEDOUT;
+        /* The CM channel too: a server that cuts us off says DISCONNECTED at once. */
+        struct pollfd p[2] = {{.fd = c->comp->fd, .events = POLLIN},
+                              {.fd = c->ec->fd, .events = POLLIN}};
+        int r = poll(p, 2, ms < 100 ? ms : 100);
+        if (r < 0 && errno != EINTR) return -errno;
+        if (r > 0 && (p[0].revents & POLLIN)) {
+            struct ibv_cq *cq;
+            void *ctx;
+            if (ibv_get_cq_event(c->comp, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+        }
+        if (r > 0 && (p[1].revents & POLLIN)) {
+            struct rdma_cm_event *ev;
+            if (rdma_get_cm_event(c->ec, &ev) == 0) {
+                enum rdma_cm_event_type t = ev->event;
+                rdma_ack_cm_event(ev);
+                if (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_DEVICE_REMOVAL)
+                    return -ECONNRESET;
+            }
+        }
+    }
+}
+
+/*
+ * Posts wrs[0..nwr) (data WRs; may be 0) followed by the control SEND of
+ * msg_len bytes from the send buffer, with as few ibv_post_send calls as the
+ * send queue allows (one when the chain fits), and waits for the reply.
+ * fence: the SEND waits for the READs before it. Returns 0 and leaves the
+ * reply in c->ctrl[c->reply_idx], or a negative code.
+ */
+static int post_chain_and_call(struct kvs_conn *c, struct ibv_send_wr *wrs, uint32_t nwr,
+                               size_t msg_len, int fence, uint64_t deadline)
+{
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)send_buf(c), .length = (uint32_t)msg_len, .lkey = c->ctrl_mr->lkey};
+    struct ibv_send_wr ctl = {
+        .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED};
+    if (msg_len <= c->max_inline) ctl.send_flags |= IBV_SEND_INLINE;
+    if (fence && nwr) ctl.send_flags |= IBV_SEND_FENCE;
+    uint32_t room = c->sq_depth - 1; /* WRs per post besides the control SEND */
+    uint32_t i = 0;
+    int rc;
+    c->reply_idx = -1;
+    if (nwr > room) atomic_fetch_add(&c->split_chains, 1);
+    while (nwr - i > room) {
+        /* A piece of a chain longer than the send queue: ends signaled. */
+        struct ibv_send_wr *last = &wrs[i + room - 1], *bad;
+        struct ibv_send_wr *saved = last->next;
+        last->next = NULL;
+        last->send_flags |= IBV_SEND_SIGNALED;
+        last->wr_id = ++c->sig_posted;
+        rc = ibv_post_send(c->id->qp, &wrs[i], &bad);
+        last->next = saved;
+        if (rc) return -EIO;
+        atomic_fetch_add(&c->doorbells, 1);
+        atomic_fetch_add(&c->wrs, room);
+        if ((rc = wait_done(c, c->sig_posted, 0, deadline)) < 0) return rc;
+        i += room;
+    }
+    ctl.wr_id = ++c->sig_posted;
+    struct ibv_send_wr *head = &ctl, *bad;
+    if (nwr > i) {
+        wrs[nwr - 1].next = &ctl;
+        head = &wrs[i];
+    }
+    if (ibv_post_send(c->id->qp, head, &bad) != 0) return -EIO;
+    atomic_fetch_add(&c->doorbells, 1);
+    atomic_fetch_add(&c->wrs, nwr - i + 1);
+    atomic_fetch_add(&c->round_trips, 1);
+    return wait_done(c, c->sig_posted, 1, deadline);
+}
+
+static size_t put_hdr(uint8_t *out, uint8_t opcode, uint32_t count, uint32_t body_len, uint64_t id)
+{
+    struct kvs_wire_hdr h = {.magic = KVS_WIRE_MAGIC,
+                             .version = KVS_WIRE_VERSION,
+                             .opcode = opcode,
+                             .count = count,
+                             .body_len = body_len,
+                             .id = id};
+    kvs_wire_hdr_encode(out, &h);
+    return KVS_WIRE_HDR_LEN;
+}
+
+/*
+ * Checks the reply in c->ctrl[reply_idx] against the request: magic,
+ * version, opcode, id, count, body length. Returns its body, or NULL with
+ * *err set (-EPROTO, or the server's status for an ERROR reply).
+ */
+static const uint8_t *take_reply(struct kvs_conn *c, uint8_t opcode, uint64_t id, uint32_t count,
+                                 uint32_t entry_len, uint32_t *body_len, int *err)
+{
+    const uint8_t *m = c->ctrl + (size_t)c->reply_idx * CTRL_MAX;
+    uint32_t len = c->reply_len;
+    int idx = c->reply_idx;
+    *err = -EPROTO;
+    if (post_recv(c, idx) < 0) return NULL;
+    if (len < KVS_WIRE_HDR_LEN || kvs_get_u32(m) != KVS_WIRE_MAGIC || m[4] != KVS_WIRE_VERSION)
+        return NULL;
+    uint32_t blen = kvs_get_u32(m + 12);
+    if (blen != len - KVS_WIRE_HDR_LEN || kvs_get_u64(m + 16) != id) return NULL;
+    if (m[5] == (KVS_OP_ERROR | KVS_OP_REPLY)) {
+        if (blen >= 4) {
+            int32_t st = (int32_t)kvs_get_u32(m + KVS_WIRE_HDR_LEN);
+            kvs_log(KVS_LOG_WARN, "rdma %s: server error %d: %.*s", c->ep.name, st, (int)(blen - 4),
+                    (const char *)m + KVS_WIRE_HDR_LEN + 4);
+        }
+        return NULL;
+    }
+    if (m[5] != (opcode | KVS_OP_REPLY) || kvs_get_u32(m + 8) != count) return NULL;
+    if (entry_len && (uint64_t)count * entry_len != blen) return NULL;
+    *body_len = blen;
+    *err = 0;
+    return m + KVS_WIRE_HDR_LEN;
+}
+
+/* ---- connection set-up ---- */
+
+static int say_hello(struct kvs_conn *c, uint64_t deadline)
+{
+    uint64_t id = ++c->next_id;
+    size_t len = put_hdr(send_buf(c), KVS_OP_HELLO, 0, 0, id);
+    int rc = post_chain_and_call(c, NULL, 0, len, 0, deadline);
+    if (rc < 0) return rc;
+    uint32_t blen;
+    const uint8_t *body = take_reply(c, KVS_OP_HELLO, id, 0, 0, &blen, &rc);
+    if (!body) return rc;
+    struct kvs_wire_hello h;
+    if (kvs_wire_hello_decode(body, blen, &h) < 0) return -EPROTO;
+    c->lim = (struct kvs_limits){.max_key = h.max_key,
+                                 .max_object = h.max_object,
+                                 .max_frame = h.max_frame < CTRL_MAX ? h.max_frame : CTRL_MAX,
+                                 .max_keys = h.max_keys,
+                                 .features = h.features};
+    return 0;
+}
+
+static uint32_t env_u32(const char *name, uint32_t dflt, uint32_t min, uint32_t max)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || *end || v < min || v > max) {
+        kvs_log(KVS_LOG_WARN, "%s='%s' ignored: expected %u..%u", name, s, min, max);
+        return dflt;
+    }
+    return (uint32_t)v;
+}
+
+/* Resolves, creates the QP and its buffers, connects, says HELLO. */
+static int open_connection(struct kvs_conn *c)
+{
+    uint64_t deadline = kvs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms;
+    int rc;
+    struct addrinfo hints = {
+        .ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(c->ep.host, c->ep.port, &hints, &res) != 0) return -ECONNREFUSED;
+    c->ec = rdma_create_event_channel();
+    if (!c->ec) {
+        rc = -ECONNREFUSED;
+        goto out;
+    }
+    if (rdma_create_id(c->ec, &c->id, c, RDMA_PS_TCP) != 0) {
+        rc = -ECONNREFUSED;
+        goto out;
+    }
+    if (rdma_resolve_addr(c->id, NULL, res->ai_addr, remaining_ms(deadline)) != 0 ||
+        (rc = wait_cm(c, RDMA_CM_EVENT_ADDR_RESOLVED, deadline)) < 0) {
+        rc = -ECONNREFUSED;
+        goto out;
+    }
+    if (rdma_resolve_route(c->id, remaining_ms(deadline)) != 0 ||
+        (rc = wait_cm(c, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline)) < 0) {
+        rc = -ECONNREFUSED;
+        goto out;
+    }
+    struct ibv_device_attr da;
+    rc = -EIO;
+    if (ibv_query_device(c->id->verbs, &da) != 0) goto out;
+    c->sq_depth = env_u32("KVS_RDMA_MAX_WR", SQ_DEPTH, 4, 1u << 20);
+    if ((int)c->sq_depth > da.max_qp_wr) c->sq_depth = (uint32_t)da.max_qp_wr;
+    c->max_sge = da.max_sge < MAX_SGE ? (uint32_t)da.max_sge : MAX_SGE;
+    c->max_sge = env_u32("KVS_RDMA_MAX_SGE", c->max_sge, 1, c->max_sge);
+    c->pd = ibv_alloc_pd(c->id->verbs);
+    if (!c->pd) goto out;
+    c->comp = ibv_create_comp_channel(c->id->verbs);
+    if (!c->comp) goto out;
+    c->cq = ibv_create_cq(c->id->verbs, (int)(c->sq_depth + NRECV + 8), NULL, c->comp, 0);
+    if (!c->cq) goto out;
+    struct ibv_qp_init_attr qa = {.send_cq = c->cq,
+                                  .recv_cq = c->cq,
+                                  .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = c->sq_depth,
+                                          .max_recv_wr = NRECV,
+                                          .max_send_sge = c->max_sge,
+                                          .max_recv_sge = 1,
+                                          .max_inline_data = INLINE_WANT}};
+    if (rdma_create_qp(c->id, c->pd, &qa) != 0) {
+        qa.cap.max_inline_data = 0;
+        if (rdma_create_qp(c->id, c->pd, &qa) != 0) goto out;
+    }
+    c->max_inline = qa.cap.max_inline_data;
+    size_t bytes = (size_t)(NRECV + 1) * CTRL_MAX;
+    if (posix_memalign((void **)&c->ctrl, 4096, bytes) != 0) {
+        c->ctrl = NULL;
+        rc = -ENOMEM;
+        goto out;
+    }
+    c->ctrl_mr = ibv_reg_mr(c->pd, c->ctrl, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (!c->ctrl_mr) goto out;
+    for (int i = 0; i < NRECV; i++)
+        if ((rc = post_recv(c, i)) < 0) goto out;
+    for (struct ureg *u = c->regs; u; u = u->next)
+        u->mr = ibv_reg_mr(c->pd, u->ptr, u->len, IBV_ACCESS_LOCAL_WRITE);
+    struct rdma_conn_param p = {
+        .initiator_depth =
+            (uint8_t)(da.max_qp_init_rd_atom < RD_ATOM_MAX ? da.max_qp_init_rd_atom : RD_ATOM_MAX),
+        .responder_resources = 0,
+        .retry_count = 7,
+        .rnr_retry_count = 7};
+    if (rdma_connect(c->id, &p) != 0) {
+        rc = -ECONNREFUSED;
+        goto out;
+    }
+    if ((rc = wait_cm(c, RDMA_CM_EVENT_ESTABLISHED, deadline)) < 0) goto out;
+    c->up = 1;
+    c->sig_posted = c->sig_done = 0;
+    if ((rc = say_hello(c, deadline)) < 0) goto out;
+    freeaddrinfo(res);
+    return 0;
+out:
+    freeaddrinfo(res);
+    conn_down(c);
+    return rc;
+}
+
+/* Connects if needed, with a backoff after a failure. Holds c->mu. */
+static int ensure_up(struct kvs_conn *c)
+{
+    if (c->up) return 0;
+    if (c->last_err && kvs_now_ms() < c->retry_at_ms) return c->last_err;
+    if (c->last_err || c->next_id) atomic_fetch_add(&c->reconnects, 1);
+    int rc = open_connection(c);
+    c->last_err = rc;
+    if (rc < 0) c->retry_at_ms = kvs_now_ms() + BACKOFF_MS;
+    return rc;
+}
+
+/* ---- the chain builder ---- */
+
+/*
+ * Appends one slice to the chain: extends the last SGE when the slice is
+ * adjacent to it on both sides, adds an SGE to the last WR when only the
+ * remote side is adjacent (up to max_sge), else starts a new WR.
+ */
+static void chain_add(struct kvs_conn *c, struct ibv_send_wr *wrs, struct ibv_sge *sges,
+                      uint32_t *nwr, uint32_t *nsge, uint64_t *rnext, enum ibv_wr_opcode op,
+                      const struct slice *s)
+{
+    if (*nwr > 0) {
+        struct ibv_send_wr *w = &wrs[*nwr - 1];
+        struct ibv_sge *last = &w->sg_list[w->num_sge - 1];
+        if (w->wr.rdma.rkey == s->rkey && *rnext == s->raddr) {
+            if (last->lkey == s->lkey && last->addr + last->length == s->laddr) {
+                last->length += s->len;
+                *rnext += s->len;
+                return;
+            }
+            if ((uint32_t)w->num_sge < c->max_sge) {
+                sges[*nsge] = (struct ibv_sge){.addr = s->laddr, .length = s->len, .lkey = s->lkey};
+                (*nsge)++;
+                w->num_sge++;
+                *rnext += s->len;
+                return;
+            }
+        }
+        w->next = &wrs[*nwr];
+    }
+    sges[*nsge] = (struct ibv_sge){.addr = s->laddr, .length = s->len, .lkey = s->lkey};
+    wrs[*nwr] = (struct ibv_send_wr){.sg_list = &sges[*nsge],
+                                     .num_sge = 1,
+                                     .opcode = op,
+                                     .wr.rdma = {.remote_addr = s->raddr, .rkey = s->rkey}};
+    (*nsge)++;
+    (*nwr)++;
+    *rnext = s->raddr + s->len;
+}
+
+static void fail_keys(struct kvs_key_io *k, uint32_t n, int status)
+{
+    for (uint32_t i = 0; i < n; i++)
+        k[i].status = status;
+}
+
+/* How many keys from k[0..n) go in one RESERVE/LEASE message (at least one). */
+static uint32_t chunk_size(struct kvs_conn *c, const struct kvs_key_io *k, uint32_t n, int put)
+{
+    size_t bytes = KVS_WIRE_HDR_LEN, bounce = 0;
+    uint32_t i = 0;
+    for (; i < n && i < CHUNK_KEYS; i++) {
+        size_t e = KVS_WIRE_ENTRY_LEN + k[i].klen;
+        size_t b = find_reg(c, put ? k[i].val : k[i].buf, k[i].len) ? 0 : k[i].len;
+        if (i > 0 && (bytes + e > CTRL_MAX || bounce + b > BOUNCE_CHUNK)) break;
+        bytes += e;
+        bounce += b;
+    }
+    return i;
+}
+
+/*
+ * One chunk of a put or get batch: the slot round trip, then the data chain
+ * and COMMIT/RELEASE in one post. Fills the keys' statuses; returns 0, or
+ * a transport error (the connection is then unusable).
+ */
+static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int put,
+                    uint64_t deadline)
+{
+    uint8_t *out = send_buf(c);
+    uint64_t id = ++c->next_id;
+    size_t len = KVS_WIRE_HDR_LEN;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t cap = k[i].len > UINT32_MAX ? UINT32_MAX : (uint32_t)k[i].len;
+        kvs_wire_entry_encode(out + len, (uint16_t)k[i].klen, cap);
+        memcpy(out + len + KVS_WIRE_ENTRY_LEN, k[i].key, k[i].klen);
+        len += KVS_WIRE_ENTRY_LEN + k[i].klen;
+    }
+    uint8_t op = put ? KVS_OP_RDMA_RESERVE : KVS_OP_RDMA_LEASE;
+    put_hdr(out, op, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
+    int rc = post_chain_and_call(c, NULL, 0, len, 0, deadline);
+    if (rc < 0) return rc;
+    uint32_t blen;
+    const uint8_t *body = take_reply(c, op, id, n, KVS_WIRE_SLOT_LEN, &blen, &rc);
+    if (!body) return rc;
+
+    struct ibv_send_wr *wrs = calloc(n ? n : 1, sizeof(*wrs));
+    struct ibv_sge *sges = calloc(n ? n : 1, sizeof(*sges));
+    uint32_t *tokens = calloc(n ? n : 1, sizeof(*tokens));
+    uint64_t *bounce_off = calloc(n ? n : 1, sizeof(*bounce_off));
+    if (!wrs || !sges || !tokens || !bounce_off) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    /* Bounce space first: growing re-registers, so sizes are known before any SGE. */
+    size_t need = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *s = body + (size_t)i * KVS_WIRE_SLOT_LEN;
+        if ((int32_t)kvs_get_u32(s) == 0 && !find_reg(c, put ? k[i].val : k[i].buf, k[i].len))
+            need += kvs_get_u32(s + 20);
+    }
+    if ((rc = bounce_reserve(c, need)) < 0) goto out;
+
+    uint32_t nwr = 0, nsge = 0, ntok = 0;
+    uint64_t rnext = 0, boff = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *s = body + (size_t)i * KVS_WIRE_SLOT_LEN;
+        struct kvs_wire_slot slot = {.status = (int32_t)kvs_get_u32(s),
+                                     .token = kvs_get_u32(s + 4),
+                                     .addr = kvs_get_u64(s + 8),
+                                     .rkey = kvs_get_u32(s + 16),
+                                     .len = kvs_get_u32(s + 20)};
+        bounce_off[i] = UINT64_MAX;
+        tokens[i] = TOKEN_NONE;
+        k[i].status = slot.status;
+        if (slot.status < 0) {
+            if (slot.status == -ERANGE) k[i].vlen = slot.len;
+            continue;
+        }
+        if ((put && slot.len != k[i].len) || (!put && slot.len > k[i].len)) {
+            rc = -EPROTO; /* the server answered a slot that does not fit */
+            goto out;
+        }
+        tokens[i] = slot.token;
+        ntok++;
+        k[i].vlen = slot.len;
+        if (slot.len == 0) continue;
+        void *user = put ? (void *)k[i].val : k[i].buf;
+        struct ibv_mr *mr = find_reg(c, user, slot.len);
+        struct slice sl = {.raddr = slot.addr, .rkey = slot.rkey, .len = slot.len};
+        if (mr) {
+            sl.laddr = (uintptr_t)user;
+            sl.lkey = mr->lkey;
+            atomic_fetch_add(&c->zero_copy_bytes, slot.len);
+        } else {
+            if (put) memcpy(c->bounce + boff, user, slot.len);
+            bounce_off[i] = boff;
+            sl.laddr = (uintptr_t)(c->bounce + boff);
+            sl.lkey = c->bounce_mr->lkey;
+            boff += slot.len;
+            atomic_fetch_add(&c->bounce_bytes, slot.len);
+        }
+        chain_add(c, wrs, sges, &nwr, &nsge, &rnext, put ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+                  &sl);
+    }
+    if (ntok == 0) goto out; /* nothing reserved or leased: no second round trip */
+    if (c->stall_ms) usleep(c->stall_ms * 1000u);
+
+    /* COMMIT / RELEASE for every token, chained behind the data WRs. */
+    id = ++c->next_id;
+    len = KVS_WIRE_HDR_LEN;
+    for (uint32_t i = 0; i < n; i++) {
+        if (tokens[i] == TOKEN_NONE) continue;
+        kvs_put_u32(out + len, tokens[i]);
+        kvs_put_u32(out + len + 4, put ? 1 : 0);
+        len += KVS_WIRE_TOKEN_LEN;
+    }
+    op = put ? KVS_OP_RDMA_COMMIT : KVS_OP_RDMA_RELEASE;
+    put_hdr(out, op, ntok, ntok * KVS_WIRE_TOKEN_LEN, id);
+    if ((rc = post_chain_and_call(c, wrs, nwr, len, !put, deadline)) < 0) goto out;
+    body = take_reply(c, op, id, ntok, KVS_WIRE_STATUS_LEN, &blen, &rc);
+    if (!body) goto out;
+    uint32_t t = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (tokens[i] == TOKEN_NONE) continue;
+        int32_t st = (int32_t)kvs_get_u32(body + (size_t)t++ * KVS_WIRE_STATUS_LEN);
+        k[i].status = st;
+        if (st == 0 && !put && bounce_off[i] != UINT64_MAX)
+            memcpy(k[i].buf, c->bounce + bounce_off[i], k[i].vlen);
+    }
+out:
+    free(wrs);
+    free(sges);
+    free(tokens);
+    free(bounce_off);
+    return rc;
+}
+
+/* EXISTS / REMOVE / STATS: an ordinary wire frame as one control message. */
+static int do_plain(struct kvs_conn *c, struct kvs_req *req, struct kvs_key_io *k, uint32_t n,
+                    uint64_t deadline)
+{
+    uint8_t *out = send_buf(c);
+    uint64_t id = ++c->next_id;
+    size_t len = KVS_WIRE_HDR_LEN;
+    for (uint32_t i = 0; i < n; i++) {
+        kvs_wire_entry_encode(out + len, (uint16_t)k[i].klen, 0);
+        memcpy(out + len + KVS_WIRE_ENTRY_LEN, k[i].key, k[i].klen);
+        len += KVS_WIRE_ENTRY_LEN + k[i].klen;
+    }
+    put_hdr(out, req->opcode, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
+    int rc = post_chain_and_call(c, NULL, 0, len, 0, deadline);
+    if (rc < 0) return rc;
+    uint32_t blen;
+    const uint8_t *body = take_reply(
+        c, req->opcode, id, n, req->opcode == KVS_OP_STATS ? 0 : KVS_WIRE_STATUS_LEN, &blen, &rc);
+    if (!body) return rc;
+    if (req->opcode == KVS_OP_STATS) {
+        req->text_len = blen;
+        memcpy(req->text, body, blen < req->text_cap ? blen : req->text_cap);
+        req->status = 0;
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        k[i].status = (int32_t)kvs_get_u32(body + (size_t)i * 8);
+    return 0;
+}
+
+/* ---- the ops ---- */
+
+static int rdma_create(const struct kvs_endpoint *ep, const struct kvs_transport_config *cfg,
+                       struct kvs_conn **out)
+{
+    struct kvs_conn *c = calloc(1, sizeof(*c));
+    if (!c) return -ENOMEM;
+    c->ep = *ep;
+    c->cfg = *cfg;
+    c->autosel = strcmp(ep->scheme, "auto") == 0;
+    c->reply_idx = -1;
+    c->stall_ms = env_u32("KVS_RDMA_TEST_STALL_MS", 0, 0, 600000);
+    pthread_mutex_init(&c->mu, NULL);
+    if (c->autosel) {
+        int rc = kvs_tcp_transport.create(ep, cfg, &c->tcp);
+        if (rc < 0) {
+            pthread_mutex_destroy(&c->mu);
+            free(c);
+            return rc;
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+static int device_present(void)
+{
+    int n = 0;
+    struct ibv_device **d = ibv_get_device_list(&n);
+    if (d) ibv_free_device_list(d);
+    return d && n > 0;
+}
+
+/*
+ * auto: TCP first (HELLO says whether the server offers RDMA), then RDMA at
+ * the same host:port when a local device exists and the server offers it.
+ * The choice is made once per connection object and logged at info level.
+ */
+static int auto_choose(struct kvs_conn *c, struct kvs_limits *lim)
+{
+    int rc = kvs_tcp_transport.connect(c->tcp, lim);
+    if (rc < 0) return rc;
+    const char *why = NULL;
+    if (!device_present())
+        why = "no local RDMA device";
+    else if (!(lim->features & KVS_FEAT_RDMA))
+        why = "the server does not offer RDMA";
+    else if ((rc = ensure_up(c)) < 0)
+        why = "the RDMA connection failed";
+    if (why) {
+        c->use_tcp = 1;
+        kvs_log(KVS_LOG_INFO, "kvstore %s: transport tcp (%s)", c->ep.name, why);
+        return 0;
+    }
+    kvs_tcp_transport.disconnect(c->tcp);
+    kvs_log(KVS_LOG_INFO, "kvstore %s: transport rdma", c->ep.name);
+    *lim = c->lim;
+    c->autosel = 0;
+    return 0;
+}
+
+static int rdma_connect_op(struct kvs_conn *c, struct kvs_limits *lim)
+{
+    if (c->use_tcp) return kvs_tcp_transport.connect(c->tcp, lim);
+    pthread_mutex_lock(&c->mu);
+    int rc = c->autosel ? auto_choose(c, lim) : ensure_up(c);
+    if (rc == 0 && !c->use_tcp) *lim = c->lim;
+    pthread_mutex_unlock(&c->mu);
+    if (rc == 0 && c->use_tcp) return kvs_tcp_transport.connect(c->tcp, lim);
+    return rc;
+}
+
+static void rdma_submit(struct kvs_conn *c, struct kvs_req *req)
+{
+    if (c->use_tcp) {
+        kvs_tcp_transport.submit(c->tcp, req);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    uint64_t deadline = kvs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+    struct kvs_limits lim;
+    int rc = c->autosel ? auto_choose(c, &lim) : ensure_up(c);
+    if (rc == 0 && c->use_tcp) {
+        pthread_mutex_unlock(&c->mu);
+        kvs_tcp_transport.submit(c->tcp, req);
+        return;
+    }
+    req->status = 0;
+    uint32_t done = 0;
+    if (rc == 0 && req->opcode == KVS_OP_STATS) {
+        rc = do_plain(c, req, NULL, 0, deadline);
+    } else if (rc == 0) {
+        int put = req->opcode == KVS_OP_PUT;
+        int sided = put || req->opcode == KVS_OP_GET;
+        while (done < req->n) {
+            struct kvs_key_io *k = req->keys + done;
+            uint32_t m = chunk_size(c, k, req->n - done, put);
+            if (!sided) {
+                uint32_t cap = (CTRL_MAX - KVS_WIRE_HDR_LEN) / KVS_WIRE_STATUS_LEN;
+                if (m > cap) m = cap;
+            }
+            rc = sided ? do_chunk(c, k, m, put, deadline) : do_plain(c, req, k, m, deadline);
+            if (rc < 0) break;
+            done += m;
+        }
+    }
+    if (rc < 0) {
+        int st = rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -EPROTO ? rc : -ECONNRESET;
+        if (c->up) {
+            kvs_log(KVS_LOG_WARN, "rdma %s: connection lost: %s", c->ep.name, strerror(-rc));
+            conn_down(c);
+            c->last_err = st;
+            c->retry_at_ms = 0;
+        }
+        if (req->opcode == KVS_OP_STATS)
+            req->status = st;
+        else
+            fail_keys(req->keys + done, req->n - done, st);
+        req->status = st;
+    }
+    pthread_mutex_unlock(&c->mu);
+    req->done(req);
+}
+
+static void rdma_disconnect_op(struct kvs_conn *c)
+{
+    if (c->tcp) kvs_tcp_transport.disconnect(c->tcp);
+    pthread_mutex_lock(&c->mu);
+    conn_down(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void rdma_destroy(struct kvs_conn *c)
+{
+    if (!c) return;
+    rdma_disconnect_op(c);
+    if (c->tcp) kvs_tcp_transport.destroy(c->tcp);
+    while (c->regs) {
+        struct ureg *u = c->regs;
+        c->regs = u->next;
+        free(u);
+    }
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static int rdma_reg_mem(struct kvs_conn *c, void *ptr, size_t len)
+{
+    if (c->use_tcp) return 0;
+    struct ureg *u = calloc(1, sizeof(*u));
+    if (!u) return -ENOMEM;
+    u->ptr = ptr;
+    u->len = len;
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    if (c->up) {
+        u->mr = ibv_reg_mr(c->pd, ptr, len, IBV_ACCESS_LOCAL_WRITE);
+        if (!u->mr) rc = errno ? -errno : -ENOMEM;
+    }
+    if (rc == 0) {
+        u->next = c->regs;
+        c->regs = u;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc < 0) free(u);
+    return rc;
+}
+
+static int rdma_unreg_mem(struct kvs_conn *c, void *ptr)
+{
+    if (c->use_tcp) return 0;
+    pthread_mutex_lock(&c->mu);
+    int rc = -ENOENT;
+    for (struct ureg **pp = &c->regs; *pp; pp = &(*pp)->next) {
+        if ((*pp)->ptr != ptr) continue;
+        struct ureg *u = *pp;
+        *pp = u->next;
+        if (u->mr) ibv_dereg_mr(u->mr);
+        free(u);
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static void rdma_counters(struct kvs_conn *c, kvs_counter_fn emit, void *arg)
+{
+    if (c->use_tcp) {
+        if (kvs_tcp_transport.counters) kvs_tcp_transport.counters(c->tcp, emit, arg);
+        return;
+    }
+    emit(arg, "doorbells", atomic_load(&c->doorbells));
+    emit(arg, "work_requests", atomic_load(&c->wrs));
+    emit(arg, "completions", atomic_load(&c->cqes));
+    emit(arg, "round_trips", atomic_load(&c->round_trips));
+    emit(arg, "bounce_bytes", atomic_load(&c->bounce_bytes));
+    emit(arg, "zero_copy_bytes", atomic_load(&c->zero_copy_bytes));
+    emit(arg, "split_chains", atomic_load(&c->split_chains));
+    emit(arg, "reconnects", atomic_load(&c->reconnects));
+}
+
+static void rdma_fork_prepare(struct kvs_conn *c)
+{
+    if (c->tcp && kvs_tcp_transport.fork_prepare) kvs_tcp_transport.fork_prepare(c->tcp);
+    pthread_mutex_lock(&c->mu);
+}
+
+static void rdma_fork_parent(struct kvs_conn *c)
+{
+    pthread_mutex_unlock(&c->mu);
+    if (c->tcp && kvs_tcp_transport.fork_parent) kvs_tcp_transport.fork_parent(c->tcp);
+}
+
+/*
+ * The child cannot use the parent's verbs objects: forget them (without
+ * destroying anything the parent still uses) and reconnect on first use.
+ */
+static void rdma_fork_child(struct kvs_conn *c)
+{
+    c->ec = NULL;
+    c->id = NULL;
+    c->pd = NULL;
+    c->comp = NULL;
+    c->cq = NULL;
+    c->ctrl = c->bounce = NULL;
+    c->ctrl_mr = c->bounce_mr = NULL;
+    c->bounce_size = 0;
+    for (struct ureg *u = c->regs; u; u = u->next)
+        u->mr = NULL;
+    c->up = 0;
+    c->last_err = 0;
+    pthread_mutex_unlock(&c->mu);
+    if (c->tcp && kvs_tcp_transport.fork_child) kvs_tcp_transport.fork_child(c->tcp);
+}
+
+const struct kvs_transport_ops kvs_rdma_transport = {
+    .name = "rdma",
+    .create = rdma_create,
+    .connect = rdma_connect_op,
+    .submit = rdma_submit,
+    .disconnect = rdma_disconnect_op,
+    .destroy = rdma_destroy,
+    .reg_mem = rdma_reg_mem,
+    .unreg_mem = rdma_unreg_mem,
+    .counters = rdma_counters,
+    .fork_prepare = rdma_fork_prepare,
+    .fork_parent = rdma_fork_parent,
+    .fork_child = rdma_fork_child,
+};
