@@ -63,12 +63,28 @@ static void drain(struct kvs_proto_conn *c, struct reply_check *rc)
     }
 }
 
+/* Feeds all of data to c as socket reads would (replies drained when it pauses or eagerly). */
+static void feed_all(struct kvs_proto_conn *c, const uint8_t *data, size_t n,
+                     struct reply_check *rc, int lazy_drain)
+{
+    size_t done = 0;
+    for (int guard = 0; done < n && guard < 100000; guard++) {
+        size_t took = kvs_proto_feed(c, data + done, n - done);
+        done += took;
+        if (kvs_proto_closing(c)) return;
+        if (done < n || !lazy_drain) drain(c, rc);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
     static const size_t chunks[] = {1, 3, 8, 24, 100, 4096, 65536, 1 << 20};
     size_t chunk = chunks[data[0] & 7];
     int lazy_drain = (data[0] >> 3) & 1; /* let replies pile up to reach back-pressure */
+    /* Two connections on one store: pins held by one while the other replaces and evicts. */
+    int nconn = (data[0] >> 4) & 1 ? 2 : 1;
+    int second_freed_first = (data[0] >> 5) & 1;
     data++;
     size--;
 
@@ -76,23 +92,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct kvs_server_limits lim = {
         .max_object = 256 * 1024, .max_frame = 512 * 1024, .out_limit = 8192, .rbuf_size = 4096};
     if (kvs_server_init(&srv, 4u << 20, &lim) < 0) return 0;
-    struct kvs_proto_conn *c = kvs_proto_conn_new(&srv);
-    if (!c) {
-        kvs_server_fini(&srv);
-        return 0;
-    }
-    struct reply_check rc = {0};
-    size_t off = 0;
-    for (int guard = 0; off < size && guard < 1000000; guard++) {
+    struct kvs_proto_conn *c[2] = {kvs_proto_conn_new(&srv), kvs_proto_conn_new(&srv)};
+    if (!c[0] || !c[1]) goto out;
+    struct reply_check rc[2] = {{0}, {0}};
+    /* Chunks go to the connections in turn; each sees its own byte stream. */
+    for (size_t off = 0, i = 0; off < size; i++) {
         size_t n = size - off < chunk ? size - off : chunk;
-        size_t took = kvs_proto_feed(c, data + off, n);
-        off += took;
-        if (kvs_proto_closing(c)) break;
-        if (took < n || !lazy_drain) drain(c, &rc);
+        int k = (int)(i % (size_t)nconn);
+        if (!kvs_proto_closing(c[k])) feed_all(c[k], data + off, n, &rc[k], lazy_drain);
+        off += n;
     }
-    drain(c, &rc);
-    kvs_proto_conn_free(c);
+    drain(c[0], &rc[0]);
+    drain(c[1], &rc[1]);
 
+out:
+    if (second_freed_first) {
+        kvs_proto_conn_free(c[1]);
+        c[1] = NULL;
+    }
+    kvs_proto_conn_free(c[0]);
+    kvs_proto_conn_free(c[1]);
     struct kvs_store_stats st;
     kvs_store_stats(srv.store, &st);
     if (st.pinned != 0) abort();
