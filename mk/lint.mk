@@ -31,11 +31,13 @@ $(LINT_DIR)/cppcheck.txt: $(LINT_SRCS) $(wildcard */*.h)
 	    -Itests/lib -j2 --template='{file}:{line}:{column}: {severity}: {message} [{id}]' \
 	    $(LINT_SRCS) > $@.tmp 2>&1; mv $@.tmp $@
 
-.PHONY: lint valgrind
+.PHONY: lint lint-reports valgrind
+lint-reports: $(LINT_DIR)/cppcheck.txt $(LINT_TIDY)
+
 lint:
 	@for t in $(CLANG_TIDY) $(CPPCHECK); do command -v $$t >/dev/null || \
 	    { echo "make lint needs $$t (Debian: apt-get install clang-tidy cppcheck)"; exit 2; }; done
-	@$(MAKE) --no-print-directory -j2 $(LINT_DIR)/cppcheck.txt $(LINT_TIDY)
+	@$(MAKE) --no-print-directory -j2 lint-reports
 	@scripts/lint-filter.py .lint-suppressions $(LINT_DIR)/cppcheck.txt $(LINT_TIDY)
 
 valgrind: all
