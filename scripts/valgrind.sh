@@ -54,8 +54,20 @@ exec 3<>"/dev/tcp/127.0.0.1/$port"
 # GETs of a stored key, replies never read: pinned items in queued replies.
 exec 4<>"/dev/tcp/127.0.0.1/$port"
 { hdr 1 1 $((8 + 6 + 65536)); printf '\x06\x00\x00\x00'; le32 65536; printf 'vg.big'; head -c 65536 /dev/zero; } >&4
-for _ in $(seq 64); do hdr 2 1 $((8 + 6)); printf '\x06\x00\x00\x00'; le32 65536; printf 'vg.big'; done >&4
+for _ in $(seq 256); do hdr 2 1 $((8 + 6)); printf '\x06\x00\x00\x00'; le32 65536; printf 'vg.big'; done >&4
 sleep 2
+# STATS over a third connection: those two must hold pinned items now, or the
+# clean-up paths this script is meant to exercise were not reached.
+exec 5<>"/dev/tcp/127.0.0.1/$port"
+hdr 5 0 0 >&5
+timeout 3 cat <&5 > "$work/stats" 2>/dev/null
+exec 5>&-
+pinned=$(tr -c '[:print:]\n' '\n' < "$work/stats" | sed -n 's/^pinned_items \([0-9]*\)$/\1/p')
+echo "valgrind.sh: pinned_items at SIGTERM: ${pinned:-unknown}"
+if [ "${pinned:-0}" -lt 2 ]; then
+    echo "valgrind.sh: expected pinned items (half-written put, unsent replies) at SIGTERM"
+    fail=1
+fi
 
 kill -TERM "$vpid"
 wait "$vpid"

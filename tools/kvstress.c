@@ -1178,9 +1178,12 @@ int main(int argc, char **argv)
             printf("  restart %d: first op answered after %.1f ms\n", e + 1,
                    f ? (double)(f - rs.up_ns[e]) / 1e6 : -1.0);
         }
-        printf("  RSS max: kvstored %.1f MiB (bound %.1f), kvstress %.1f MiB (grew %.1f after "
-               "warm-up, bound %.1f)\n",
-               (double)mem.server_max / 1048576, (double)mem.server_bound / 1048576,
+        if (opt.servers)
+            printf("  RSS max: kvstored not measured (--servers)");
+        else
+            printf("  RSS max: kvstored %.1f MiB (bound %.1f)", (double)mem.server_max / 1048576,
+                   (double)mem.server_bound / 1048576);
+        printf(", kvstress %.1f MiB (grew %.1f after warm-up, bound %.1f)\n",
                (double)mem.client_max / 1048576, (double)client_growth / 1048576,
                (double)opt.client_growth_bound / 1048576);
         if (sc.used)
