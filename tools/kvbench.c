@@ -625,17 +625,26 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "exists") == 0) return basic_main(KVB_EXISTS, argc - 1, argv + 1);
     if (strcmp(cmd, "layerwise") == 0) return kvb_layerwise_main(argc - 1, argv + 1);
     if (strcmp(cmd, "micro") == 0) return kvb_micro_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "--server-stats") == 0 || strcmp(cmd, "server-stats") == 0) {
+    if (strcmp(cmd, "server-stats") == 0 || strncmp(cmd, "--server", 8) == 0) {
+        /* --server-stats [--servers S], in either order */
         const char *servers = NULL;
-        if (argc == 4 && strcmp(argv[2], "--servers") == 0)
-            servers = argv[3];
-        else if (argc == 3 && strncmp(argv[2], "--servers=", 10) == 0)
-            servers = argv[2] + 10;
-        else if (argc != 2) {
-            fprintf(stderr, "kvbench: --server-stats takes only --servers S\n");
-            return KVB_EXIT_USAGE;
+        int stats = strcmp(cmd, "server-stats") == 0;
+        for (int i = stats ? 2 : 1; i < argc; i++) {
+            if (strcmp(argv[i], "--server-stats") == 0)
+                stats = 1;
+            else if (strcmp(argv[i], "--servers") == 0 && i + 1 < argc)
+                servers = argv[++i];
+            else if (strncmp(argv[i], "--servers=", 10) == 0)
+                servers = argv[i] + 10;
+            else {
+                fprintf(stderr, "kvbench: --server-stats takes only --servers S, not '%s'\n",
+                        argv[i]);
+                return KVB_EXIT_USAGE;
+            }
         }
-        return server_stats(servers);
+        if (stats) return server_stats(servers);
+        fprintf(stderr, "kvbench: a command (put, get, exists, layerwise, micro) comes first\n");
+        return KVB_EXIT_USAGE;
     }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         usage(stdout);
