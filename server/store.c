@@ -25,7 +25,8 @@ static __thread int index_oom;
 
 struct kvs_item {
     UT_hash_handle hh;
-    struct kvs_item *prev, *next; /* LRU (linked) or limbo list */
+    struct kvs_item *prev, *next;       /* LRU (linked) or limbo list */
+    struct kvs_item *pg_prev, *pg_next; /* items whose slot starts on the same page */
     uint64_t off;
     uint64_t atime; /* store clock at the last commit or pinned read */
     uint32_t len;
@@ -48,6 +49,7 @@ struct kvs_store {
     struct kvs_item *limbo;
     struct lru *lrus; /* one per slab class, then one for large runs */
     int nlrus;
+    struct kvs_item **page_items; /* per pool page: reclaiming a page visits only its items */
     uint64_t clock;
     uint64_t evictions, reclaims, pinned, nospace, value_bytes;
 };
@@ -63,9 +65,15 @@ int kvs_store_create(size_t memory_bytes, struct kvs_store **out)
     s->nlrus = kvs_pool_nclasses(s->pool) + 1;
     s->lrus = calloc((size_t)s->nlrus, sizeof(*s->lrus));
     if (!s->lrus) goto fail_pool;
+    struct kvs_pool_stats ps;
+    kvs_pool_stats(s->pool, &ps);
+    s->page_items = calloc(ps.pages_total, sizeof(*s->page_items));
+    if (!s->page_items) goto fail_lrus;
     *out = s;
     return 0;
 
+fail_lrus:
+    free(s->lrus);
 fail_pool:
     kvs_pool_destroy(s->pool);
 fail_store:
@@ -74,8 +82,27 @@ fail:
     return rc;
 }
 
+static void page_link(struct kvs_store *s, struct kvs_item *it)
+{
+    struct kvs_item **head = &s->page_items[kvs_pool_page_of(it->off)];
+    it->pg_prev = NULL;
+    it->pg_next = *head;
+    if (*head) (*head)->pg_prev = it;
+    *head = it;
+}
+
+static void page_unlink(struct kvs_store *s, struct kvs_item *it)
+{
+    if (it->pg_prev)
+        it->pg_prev->pg_next = it->pg_next;
+    else
+        s->page_items[kvs_pool_page_of(it->off)] = it->pg_next;
+    if (it->pg_next) it->pg_next->pg_prev = it->pg_prev;
+}
+
 static void free_item(struct kvs_store *s, struct kvs_item *it)
 {
+    page_unlink(s, it);
     kvs_pool_free(s->pool, it->off, it->len);
     free(it);
 }
@@ -94,6 +121,7 @@ void kvs_store_destroy(struct kvs_store *s)
         s->limbo = it->next;
         free_item(s, it);
     }
+    free(s->page_items);
     free(s->lrus);
     kvs_pool_destroy(s->pool);
     free(s);
@@ -203,12 +231,11 @@ static int reclaim(struct kvs_store *s)
     }
 
     s->reclaims++;
-    uint32_t page = kvs_pool_page_of(victim->off);
-    struct kvs_item *it = s->lrus[best].tail;
+    struct kvs_item *it = s->page_items[kvs_pool_page_of(victim->off)];
     while (it) {
-        struct kvs_item *prev = it->prev;
-        if (!it->pins && kvs_pool_page_of(it->off) == page) evict(s, it);
-        it = prev;
+        struct kvs_item *next = it->pg_next;
+        if (it->linked && !it->pins) evict(s, it);
+        it = next;
     }
     return 0;
 }
@@ -261,6 +288,7 @@ int kvs_store_reserve(struct kvs_store *s, const uint8_t *key, uint16_t klen, ui
     memcpy(it->key, key, klen);
     pin(s, it);
     limbo_push(s, it);
+    page_link(s, it);
     *out = it;
     return 0;
 }

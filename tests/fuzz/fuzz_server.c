@@ -1,6 +1,7 @@
 /*
  * fuzz_server.c - libFuzzer target: arbitrary bytes through kvstored's
- * protocol state machine against a real in-process store (small pool).
+ * protocol state machine against a real in-process store (a pool of one or
+ * two pages, so that eviction and page reclaim happen).
  *
  * The first input byte picks how the rest is cut into reads (as a socket
  * would deliver it) and how often replies are drained. Checked beyond
@@ -85,13 +86,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Two connections on one store: pins held by one while the other replaces and evicts. */
     int nconn = (data[0] >> 4) & 1 ? 2 : 1;
     int second_freed_first = (data[0] >> 5) & 1;
+    /* One or two 1 MiB pages: small enough for an input to fill, so eviction and reclaim run. */
+    size_t pool = (data[0] >> 6) & 1 ? 2u << 20 : 1u << 20;
     data++;
     size--;
 
     struct kvs_server srv;
     struct kvs_server_limits lim = {
         .max_object = 256 * 1024, .max_frame = 512 * 1024, .out_limit = 8192, .rbuf_size = 4096};
-    if (kvs_server_init(&srv, 4u << 20, &lim) < 0) return 0;
+    if (kvs_server_init(&srv, pool, &lim) < 0) return 0;
     struct kvs_proto_conn *c[2] = {kvs_proto_conn_new(&srv), kvs_proto_conn_new(&srv)};
     if (!c[0] || !c[1]) goto out;
     struct reply_check rc[2] = {{0}, {0}};
