@@ -1106,7 +1106,8 @@ int main(int argc, char **argv)
     never += atomic_load(&fig.status_unset);
 
     /* kvstored: pool + item metadata (~200 B + key per item) + per-conn buffers (64 KiB read,
-     * 4 MiB reply back-pressure cap) for 2 conns per restart, + 32 MiB for code, heap, stacks. */
+     * 4 MiB reply back-pressure cap) for up to 4 connections (stress client, write-behind
+     * check, slack), + 32 MiB for code, heap, stacks. */
     uint64_t items = (uint64_t)opt.threads * (uint64_t)opt.keys + SHARED_KEYS + 64;
     mem.server_bound =
         srv.memory_bytes + items * (200 + 64) + 4 * ((4u << 20) + (64u << 10)) + (32ull << 20);
