@@ -2,7 +2,7 @@
  * test_bad_inputs.c - rows of docs/bad-inputs.md that no other test covered,
  * against a real kvstored on 127.0.0.1:
  *   - bad KVSTORE_* variables: one warning naming the variable, defaults used,
- *     calls still correct;
+ *     calls still correct; a bad KVSTORE_SERVERS fails kvs_open with EINVAL;
  *   - a client process killed in the middle of a large batch put: other
  *     clients unaffected, nothing stays pinned, no torn value readable;
  *   - a stalled server (SIGSTOP): calls fail with -ETIMEDOUT within the
@@ -103,6 +103,25 @@ static void test_bad_client_variables_warn_and_use_defaults(void **state)
     assert_non_null(strstr(err, "soon"));
     assert_non_null(strstr(err, "loud"));
     kvt_server_stop(&s);
+}
+
+/* A bad KVSTORE_SERVERS: kvs_open(NULL) fails with EINVAL instead of guessing. */
+static void test_bad_servers_variable(void **state)
+{
+    (void)state;
+    const char *bad[] = {"no-port-here", "127.0.0.1:notaport", "127.0.0.1:99999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("KVSTORE_SERVERS", bad[i], 1);
+        errno = 0;
+        kvs_client *c = kvs_open(NULL);
+        unsetenv("KVSTORE_SERVERS");
+        if (c) {
+            kvs_close(c);
+            fail_msg("kvs_open accepted KVSTORE_SERVERS=%s", bad[i]);
+            return;
+        }
+        assert_int_equal(errno, EINVAL);
+    }
 }
 
 enum { VANISH_KEYS = 64, VANISH_LEN = 256 << 10 };
@@ -290,6 +309,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_client_variables_warn_and_use_defaults),
+        cmocka_unit_test(test_bad_servers_variable),
         cmocka_unit_test(test_client_vanishing_mid_batch),
         cmocka_unit_test(test_stalled_server_times_out_then_recovers),
         cmocka_unit_test(test_too_many_connections),
