@@ -107,13 +107,35 @@ static void assert_clean(const char *out, int kills)
     assert_int_equal(field(out, "pass"), 1);
 }
 
-static char shim_env[PATH_MAX + 16], stats_env[128];
+static char shim_env[2 * PATH_MAX + 16], stats_env[128];
+
+/*
+ * Path of the sanitizer runtime this test runs with, plus ":" ("" if none):
+ * under ASan/TSan it must come first in LD_PRELOAD, before the shim.
+ */
+static void sanitizer_runtime(char *out, size_t cap)
+{
+    char line[PATH_MAX + 128];
+    out[0] = '\0';
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return;
+    while (fgets(line, sizeof(line), f)) {
+        char *p = strchr(line, '/');
+        if (p && (strstr(p, "/libasan.so") || strstr(p, "/libtsan.so"))) {
+            p[strcspn(p, "\n")] = '\0';
+            snprintf(out, cap, "%s:", p);
+            break;
+        }
+    }
+    fclose(f);
+}
 
 static void shim_paths(void)
 {
-    char lib[PATH_MAX];
+    char lib[PATH_MAX], rt[PATH_MAX + 1];
     abs_build("lib/libkvbatch.so", lib, sizeof(lib));
-    snprintf(shim_env, sizeof(shim_env), "LD_PRELOAD=%s", lib);
+    sanitizer_runtime(rt, sizeof(rt));
+    snprintf(shim_env, sizeof(shim_env), "LD_PRELOAD=%s%s", rt, lib);
     snprintf(stats_env, sizeof(stats_env), "KVBATCH_STATS_FILE=%s/stats-%%p.prom", tmpdir);
 }
 
