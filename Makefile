@@ -28,6 +28,7 @@ OPT            := $(if $(SAN),-O1,-O2)
 VERBS_CFLAGS := $(shell $(PKG_CONFIG) --cflags libibverbs librdmacm 2>/dev/null)
 VERBS_LIBS   := $(shell $(PKG_CONFIG) --libs libibverbs librdmacm 2>/dev/null || echo -libverbs -lrdmacm)
 CMOCKA_LIBS  := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null || echo -lcmocka)
+SODIUM_LIBS  := $(shell $(PKG_CONFIG) --libs libsodium 2>/dev/null || echo -lsodium)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
 CPPFLAGS += -Iinclude -Itransport -D_GNU_SOURCE
@@ -38,7 +39,7 @@ LDFLAGS  += -pthread $(SAN_FLAGS)
 SONAME   := libkvstore.so.1
 
 # ---- sources, by module (one folder, one job) ----
-WIRE_SRCS   := transport/wire.c
+WIRE_SRCS   := transport/wire.c transport/auth.c
 LIB_SRCS    := $(wildcard client/*.c) $(wildcard transport/*.c)
 SERVER_SRCS := $(filter-out server/main.c,$(wildcard server/*.c))
 BATCH_SRCS  := $(wildcard batcher/*.c)
@@ -93,7 +94,7 @@ $(LIBKVSTORE): $(call obj,$(LIB_SRCS)) client/libkvstore.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -o $(BUILD)/lib/$(SONAME) $(call obj,$(LIB_SRCS)) $(LDFLAGS) \
 	    -Wl,-soname,$(SONAME) -Wl,--version-script=client/libkvstore.map \
-	    -Wl,-Bsymbolic-functions -Wl,-z,defs $(VERBS_LIBS)
+	    -Wl,-Bsymbolic-functions -Wl,-z,defs $(VERBS_LIBS) $(SODIUM_LIBS)
 	ln -sf $(SONAME) $@
 
 # The shim needs libkvstore loaded in the global scope (DT_NEEDED) so that
@@ -107,7 +108,7 @@ $(LIBKVBATCH): $(call obj,$(SHIM_SRCS) $(BATCH_SRCS)) shim/libkvbatch.map $(LIBK
 
 $(KVSTORED): $(call obj,server/main.c) $(AR_SERVER) $(AR_WIRE)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDFLAGS) $(VERBS_LIBS) -lm
+	$(CC) -o $@ $^ $(LDFLAGS) $(VERBS_LIBS) $(SODIUM_LIBS) -lm
 
 $(KVBENCH): $(call obj,$(KVBENCH_SRCS)) $(LIBKVSTORE)
 	@mkdir -p $(dir $@)
@@ -138,12 +139,12 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) \
-	    -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) -ldl -lm
+	    -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) $(SODIUM_LIBS) -ldl -lm
 
 $(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(call obj,$(TLIB_SRCS)) $(AR_WIRE) $(LIBKVSTORE)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) $(AR_WIRE) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
-	    -Wl,-rpath,'$$ORIGIN/../../lib' $(CMOCKA_LIBS) -lm
+	    -Wl,-rpath,'$$ORIGIN/../../lib' $(CMOCKA_LIBS) $(SODIUM_LIBS) -lm
 
 $(BUILD)/tests/preload/%: $(BUILD)/obj/tests/preload/%.o $(call obj,$(TLIB_SRCS)) $(LIBKVSTORE)
 	@mkdir -p $(dir $@)
@@ -183,7 +184,7 @@ FUZZ_DEPS_fuzz_env    := $(filter shim/config.c,$(SHIM_SRCS))
 .SECONDEXPANSION:
 build-fuzz/%: tests/fuzz/%.c $$(FUZZ_DEPS_%)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ $^ -lm $(VERBS_LIBS)
+	clang $(FUZZ_CFLAGS) -o $@ $^ -lm $(VERBS_LIBS) $(SODIUM_LIBS)
 
 .PHONY: fuzz fuzz-long
 fuzz: $(FUZZ_BINS)

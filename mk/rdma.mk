@@ -21,7 +21,7 @@ RDMA_OBJ := $(call obj,transport/rdma.c)
 $(BUILD)/rdma-tests/%: $(BUILD)/obj/tests/rdma/%.o $(call obj,$(TLIB_SRCS)) $(RDMA_OBJ) $(AR_SERVER) $(AR_CLIENT) $(AR_WIRE) $(KVSTORED)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) $(RDMA_OBJ) -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) \
-	    $(AR_WIRE) -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) -ldl -lm
+	    $(AR_WIRE) -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) $(SODIUM_LIBS) -ldl -lm
 
 .PHONY: rxe-image test-rdma rdma-tests
 rdma-tests: all $(RDMA_TEST_BINS)

@@ -4,7 +4,7 @@
 # one apt-get line to run and fails. SET: build, test, bench, rdma.
 set -eu
 
-build="gcc make pkg-config libibverbs-dev librdmacm-dev uthash-dev libcmocka-dev python3-dev"
+build="gcc make pkg-config libibverbs-dev librdmacm-dev uthash-dev libcmocka-dev python3-dev libsodium-dev"
 test="$build clang libclang-rt-14-dev valgrind iproute2 prometheus procps"
 bench="$build redis-server redis-tools iperf3 gnuplot-nox"
 rdma="$build qemu-system-x86 debootstrap e2fsprogs"

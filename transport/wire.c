@@ -7,6 +7,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <string.h>
 
 int kvs_wire_opcode_known(uint8_t opcode)
 {
@@ -17,6 +18,7 @@ int kvs_wire_opcode_known(uint8_t opcode)
     case KVS_OP_REMOVE:
     case KVS_OP_STATS:
     case KVS_OP_HELLO:
+    case KVS_OP_AUTH:
         return 1;
     default:
         return 0;
@@ -38,6 +40,8 @@ const char *kvs_wire_opcode_name(uint8_t opcode)
         return "stats";
     case KVS_OP_HELLO:
         return "hello";
+    case KVS_OP_AUTH:
+        return "auth";
     case KVS_OP_ERROR:
         return "error";
     default:
@@ -88,7 +92,9 @@ int kvs_wire_hdr_decode(const uint8_t in[KVS_WIRE_HDR_LEN], struct kvs_wire_hdr 
     if (!kvs_wire_opcode_known(base)) return -ENOTSUP;
     if (!opcode_has_entries(base)) {
         if (h->count != 0) return -EBADMSG;
-        if (!is_reply && h->body_len != 0) return -EBADMSG;
+        /* Of the requests without entries, only AUTH has a body, of a fixed size. */
+        uint32_t want = base == KVS_OP_AUTH ? KVS_WIRE_AUTH_LEN : 0;
+        if (!is_reply && h->body_len != want) return -EBADMSG;
         return 0;
     }
     if (h->count > KVS_WIRE_MAX_KEYS) return -EBADMSG;
@@ -185,6 +191,30 @@ int kvs_wire_hello_decode(const uint8_t *in, size_t len, struct kvs_wire_hello *
     h->features = kvs_get_u32(in + 28);
     if (h->version == 0 || h->max_key == 0 || h->max_frame == 0 || h->max_keys == 0)
         return -EBADMSG;
+    return 0;
+}
+
+int kvs_wire_hello_nonce(const uint8_t *in, size_t len, const struct kvs_wire_hello *h,
+                         uint8_t nonce[KVS_WIRE_NONCE_LEN])
+{
+    if (!(h->features & KVS_FEAT_AUTH) || len < KVS_WIRE_HELLO_AUTH_LEN) return -EBADMSG;
+    memcpy(nonce, in + KVS_WIRE_HELLO_LEN, KVS_WIRE_NONCE_LEN);
+    return 0;
+}
+
+void kvs_wire_auth_encode(uint8_t out[KVS_WIRE_AUTH_LEN], const uint8_t nonce[KVS_WIRE_NONCE_LEN],
+                          const uint8_t mac[KVS_WIRE_MAC_LEN])
+{
+    memcpy(out, nonce, KVS_WIRE_NONCE_LEN);
+    memcpy(out + KVS_WIRE_NONCE_LEN, mac, KVS_WIRE_MAC_LEN);
+}
+
+int kvs_wire_auth_decode(const uint8_t *in, size_t len, uint8_t nonce[KVS_WIRE_NONCE_LEN],
+                         uint8_t mac[KVS_WIRE_MAC_LEN])
+{
+    if (len != KVS_WIRE_AUTH_LEN) return -EBADMSG;
+    memcpy(nonce, in, KVS_WIRE_NONCE_LEN);
+    memcpy(mac, in + KVS_WIRE_NONCE_LEN, KVS_WIRE_MAC_LEN);
     return 0;
 }
 

@@ -30,6 +30,11 @@
 #define KVS_WIRE_MAX_KEYS   65536u
 #define KVS_WIRE_MAX_KEY    512u
 #define KVS_WIRE_HELLO_LEN  32 /* HELLO reply body */
+#define KVS_WIRE_NONCE_LEN  32 /* AUTH: server and client nonces */
+#define KVS_WIRE_MAC_LEN    32 /* AUTH: HMAC-SHA256 */
+/* HELLO reply body of a server that requires AUTH: the 32 bytes, then its nonce. */
+#define KVS_WIRE_HELLO_AUTH_LEN (KVS_WIRE_HELLO_LEN + KVS_WIRE_NONCE_LEN)
+#define KVS_WIRE_AUTH_LEN       (KVS_WIRE_NONCE_LEN + KVS_WIRE_MAC_LEN) /* AUTH request body */
 
 #define KVS_FEAT_RDMA 0x1u /* the server listens for RDMA too */
 #define KVS_FEAT_AUTH 0x2u /* the server requires authentication */
@@ -39,21 +44,27 @@ enum kvs_wire_opcode {
     KVS_OP_GET = 2,
     KVS_OP_EXISTS = 3,
     KVS_OP_REMOVE = 4,
-    KVS_OP_STATS = 5,    /* count 0; reply body: "name value\n" text */
-    KVS_OP_HELLO = 6,    /* count 0; reply body: struct kvs_wire_hello */
+    KVS_OP_STATS = 5, /* count 0; reply body: "name value\n" text */
+    KVS_OP_HELLO = 6, /* count 0; reply body: struct kvs_wire_hello */
     /*
      * RDMA control messages (transport/rdma.c <-> server/rdma.c), carried
      * only as SEND/RECV on an RDMA connection, never over TCP; see
      * docs/rdma.md. A put is RESERVE, then RDMA WRITEs + COMMIT posted as
      * one chain; a get is LEASE, then RDMA READs + RELEASE as one chain.
      */
-    KVS_OP_RDMA_RESERVE = 7, /* entries as PUT without values (len = value length);
-                                reply entries: struct kvs_wire_slot */
-    KVS_OP_RDMA_COMMIT = 8,  /* entries: u32 token | u32 flags (1 commit, 0 abort);
-                                reply entries: i32 status | u32 0 */
-    KVS_OP_RDMA_LEASE = 9,   /* entries as GET (len = capacity); reply entries:
-                                struct kvs_wire_slot (len = the value's length) */
+    KVS_OP_RDMA_RESERVE = 7,  /* entries as PUT without values (len = value length);
+                                 reply entries: struct kvs_wire_slot */
+    KVS_OP_RDMA_COMMIT = 8,   /* entries: u32 token | u32 flags (1 commit, 0 abort);
+                                 reply entries: i32 status | u32 0 */
+    KVS_OP_RDMA_LEASE = 9,    /* entries as GET (len = capacity); reply entries:
+                                 struct kvs_wire_slot (len = the value's length) */
     KVS_OP_RDMA_RELEASE = 10, /* entries: u32 token | u32 0; reply: i32 status | u32 0 */
+    /*
+     * Shared-secret challenge-response (docs/PROTOCOL.md "Authentication"):
+     * count 0; request body: client nonce | client MAC (KVS_WIRE_AUTH_LEN);
+     * reply body: the server's MAC (KVS_WIRE_MAC_LEN).
+     */
+    KVS_OP_AUTH = 11,
     KVS_OP_ERROR = 0x7f, /* reply only: body is i32 status | text */
     KVS_OP_REPLY = 0x80, /* flag or-ed into a reply's opcode */
 };
@@ -176,6 +187,19 @@ int kvs_wire_status_known(int32_t status);
 
 void kvs_wire_hello_encode(uint8_t out[KVS_WIRE_HELLO_LEN], const struct kvs_wire_hello *h);
 int kvs_wire_hello_decode(const uint8_t *in, size_t len, struct kvs_wire_hello *h);
+/*
+ * The server nonce of a HELLO reply body in[0..len) that h (decoded from it)
+ * says carries one (KVS_FEAT_AUTH). 0, or -EBADMSG if the body is too short.
+ */
+int kvs_wire_hello_nonce(const uint8_t *in, size_t len, const struct kvs_wire_hello *h,
+                         uint8_t nonce[KVS_WIRE_NONCE_LEN]);
+
+/* AUTH request body: client nonce, then the client's MAC. */
+void kvs_wire_auth_encode(uint8_t out[KVS_WIRE_AUTH_LEN], const uint8_t nonce[KVS_WIRE_NONCE_LEN],
+                          const uint8_t mac[KVS_WIRE_MAC_LEN]);
+/* Splits an AUTH request body; 0, or -EBADMSG unless len is KVS_WIRE_AUTH_LEN. */
+int kvs_wire_auth_decode(const uint8_t *in, size_t len, uint8_t nonce[KVS_WIRE_NONCE_LEN],
+                         uint8_t mac[KVS_WIRE_MAC_LEN]);
 
 /* One request entry seen by kvs_wire_parse_request(). key is not NUL-terminated. */
 struct kvs_wire_item {

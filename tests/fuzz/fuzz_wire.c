@@ -52,6 +52,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc > 0) {
         /* What was accepted must be exactly what an encoder would write. */
         kvs_wire_hdr_encode(out, &h);
+        if (h.opcode == KVS_OP_AUTH) {
+            uint8_t nonce[KVS_WIRE_NONCE_LEN], mac[KVS_WIRE_MAC_LEN];
+            if (kvs_wire_auth_decode(data + KVS_WIRE_HDR_LEN, h.body_len, nonce, mac) < 0) abort();
+            kvs_wire_auth_encode(out + r.len, nonce, mac);
+            r.len += KVS_WIRE_AUTH_LEN;
+        }
         if ((size_t)rc != r.len || memcmp(out, data, r.len) != 0) abort();
     }
     free(out);
@@ -71,6 +77,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         h.body_len > (1u << 20))
         abort();
     struct kvs_wire_hello hello;
-    (void)kvs_wire_hello_decode(data, size, &hello);
+    if (kvs_wire_hello_decode(data, size, &hello) == 0) {
+        uint8_t nonce[KVS_WIRE_NONCE_LEN];
+        (void)kvs_wire_hello_nonce(data, size, &hello, nonce);
+    }
     return 0;
 }

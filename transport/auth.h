@@ -1,0 +1,58 @@
+/*
+ * auth.h - the shared-secret challenge-response of KVS_OP_AUTH, shared by
+ * kvstored and libkvstore (docs/PROTOCOL.md "Authentication",
+ * docs/SECURITY.md). The crypto is libsodium's: HMAC-SHA256, constant-time
+ * comparison, the kernel's random source.
+ *
+ *   client MAC = HMAC-SHA256(secret, "kvbatch-auth-v1 client" | server nonce | client nonce)
+ *   server MAC = HMAC-SHA256(secret, "kvbatch-auth-v1 server" | client nonce | server nonce)
+ */
+#ifndef KVS_AUTH_H
+#define KVS_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire.h"
+
+#define KVS_AUTH_MAX_SECRET 1024 /* bytes of secret file kept */
+
+/* Initialises libsodium (idempotent, thread-safe). 0 or -EIO. */
+int kvs_auth_init(void);
+
+/*
+ * Reads the secret from path into secret[0..KVS_AUTH_MAX_SECRET), stripping
+ * one trailing newline. Refuses a file that cannot be read (-errno), that is
+ * not a regular file or is readable by group or others (-EACCES), that is
+ * empty (-EINVAL) or larger than KVS_AUTH_MAX_SECRET (-EFBIG); err gets a
+ * one-line reason naming the file. Returns the secret's length (> 0) or a
+ * negative errno.
+ */
+long kvs_auth_load_secret(const char *path, uint8_t secret[KVS_AUTH_MAX_SECRET], char *err,
+                          size_t errlen);
+
+/* Fills nonce with fresh random bytes (libsodium: getrandom on Linux). */
+void kvs_auth_nonce(uint8_t nonce[KVS_WIRE_NONCE_LEN]);
+
+/* HMAC-SHA256 with a key of any length over the concatenation of n parts. */
+void kvs_auth_hmac(const uint8_t *key, size_t klen, const void *const parts[], const size_t lens[],
+                   int n, uint8_t mac[KVS_WIRE_MAC_LEN]);
+
+/* The client's proof for (server nonce, client nonce). */
+void kvs_auth_client_mac(const uint8_t *secret, size_t slen,
+                         const uint8_t server_nonce[KVS_WIRE_NONCE_LEN],
+                         const uint8_t client_nonce[KVS_WIRE_NONCE_LEN],
+                         uint8_t mac[KVS_WIRE_MAC_LEN]);
+/* The server's proof for (client nonce, server nonce). */
+void kvs_auth_server_mac(const uint8_t *secret, size_t slen,
+                         const uint8_t client_nonce[KVS_WIRE_NONCE_LEN],
+                         const uint8_t server_nonce[KVS_WIRE_NONCE_LEN],
+                         uint8_t mac[KVS_WIRE_MAC_LEN]);
+
+/* 1 if the two MACs are equal, compared in constant time; else 0. */
+int kvs_auth_mac_equal(const uint8_t a[KVS_WIRE_MAC_LEN], const uint8_t b[KVS_WIRE_MAC_LEN]);
+
+/* Overwrites n bytes in a way the compiler does not elide. */
+void kvs_auth_wipe(void *p, size_t n);
+
+#endif /* KVS_AUTH_H */
