@@ -12,6 +12,8 @@
  */
 #include "proto.h"
 
+#include "auth.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,6 +29,7 @@ enum rstate {
     RS_ENTRY,  /* waiting for an entry header and its key */
     RS_VALUE,  /* a PUT value: into its slot, or discarded */
     RS_SKIP,   /* the body of an unknown opcode */
+    RS_AUTH,   /* waiting for an AUTH body */
     RS_CLOSED, /* a malformed frame was seen: no more input */
 };
 
@@ -69,6 +72,11 @@ struct kvs_proto_conn {
     size_t head_sent; /* bytes of segs[seg_head] already sent */
     size_t out_pending;
     int closing;
+
+    /* Authentication (only with srv->auth_secret). */
+    int authed;
+    int nonce_ready; /* nonce was sent in HELLO and no AUTH has used it yet */
+    uint8_t nonce[KVS_WIRE_NONCE_LEN];
 };
 
 static uint64_t now_ns(void)
@@ -162,6 +170,8 @@ int kvs_server_stats_text(struct kvs_server *srv, char **out, size_t *out_len)
     appendf(&t, "errors_protocol %llu\n", (unsigned long long)k->errors_protocol);
     appendf(&t, "errors_unsupported %llu\n", (unsigned long long)k->errors_unsupported);
     appendf(&t, "errors_nomem %llu\n", (unsigned long long)k->errors_nomem);
+    appendf(&t, "auth_ok %llu\n", (unsigned long long)k->auth_ok);
+    appendf(&t, "auth_failures %llu\n", (unsigned long long)k->auth_failures);
     appendf(&t, "items %llu\n", (unsigned long long)st.items);
     appendf(&t, "evictions %llu\n", (unsigned long long)st.evictions);
     appendf(&t, "page_reclaims %llu\n", (unsigned long long)st.reclaims);
@@ -334,6 +344,8 @@ static void fail_conn(struct kvs_proto_conn *c, uint64_t id, int status, const c
 {
     if (status == -ENOMEM)
         c->srv->counters.errors_nomem++;
+    else if (status == -EACCES)
+        c->srv->counters.auth_failures++;
     else
         c->srv->counters.errors_protocol++;
     drop_frame(c);
@@ -401,9 +413,11 @@ int kvs_proto_closing(const struct kvs_proto_conn *c)
 
 /* ---- requests ---- */
 
+/* Limits; with authentication on, also a fresh nonce that the next AUTH must answer. */
 static void reply_hello(struct kvs_proto_conn *c)
 {
-    uint8_t body[KVS_WIRE_HELLO_LEN];
+    uint8_t body[KVS_WIRE_HELLO_AUTH_LEN];
+    size_t len = KVS_WIRE_HELLO_LEN;
     struct kvs_wire_hello h = {
         .version = KVS_WIRE_VERSION,
         .max_key = KVS_WIRE_MAX_KEY,
@@ -413,7 +427,13 @@ static void reply_hello(struct kvs_proto_conn *c)
         .features = c->srv->features,
     };
     kvs_wire_hello_encode(body, &h);
-    if (queue_reply(c, KVS_OP_HELLO, c->hdr.id, body, sizeof(body)) < 0)
+    if (c->srv->auth_secret) {
+        kvs_auth_nonce(c->nonce);
+        c->nonce_ready = 1;
+        memcpy(body + KVS_WIRE_HELLO_LEN, c->nonce, KVS_WIRE_NONCE_LEN);
+        len = KVS_WIRE_HELLO_AUTH_LEN;
+    }
+    if (queue_reply(c, KVS_OP_HELLO, c->hdr.id, body, len) < 0)
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
 }
 
@@ -580,6 +600,35 @@ static void do_simple(struct kvs_proto_conn *c, const uint8_t *key, uint16_t kle
     next_entry(c);
 }
 
+/*
+ * An AUTH body (KVS_WIRE_AUTH_LEN bytes at body): checks the client's MAC
+ * against the nonce of this connection's last HELLO, in constant time. The
+ * nonce answers one AUTH only, so a replayed frame meets a nonce it was not
+ * made for. Right: the server's own proof goes back; wrong: -EACCES, closed.
+ */
+static void on_auth(struct kvs_proto_conn *c, const uint8_t *body)
+{
+    const struct kvs_server *srv = c->srv;
+    uint8_t client_nonce[KVS_WIRE_NONCE_LEN], mac[KVS_WIRE_MAC_LEN], want[KVS_WIRE_MAC_LEN];
+    c->st = RS_HDR;
+    int ok =
+        c->nonce_ready && kvs_wire_auth_decode(body, KVS_WIRE_AUTH_LEN, client_nonce, mac) == 0;
+    c->nonce_ready = 0;
+    if (ok) {
+        kvs_auth_client_mac(srv->auth_secret, srv->auth_secret_len, c->nonce, client_nonce, want);
+        ok = kvs_auth_mac_equal(mac, want);
+    }
+    if (!ok) {
+        fail_conn(c, c->hdr.id, -EACCES, "authentication failed");
+        return;
+    }
+    c->authed = 1;
+    c->srv->counters.auth_ok++;
+    kvs_auth_server_mac(srv->auth_secret, srv->auth_secret_len, client_nonce, c->nonce, want);
+    if (queue_reply(c, KVS_OP_AUTH, c->hdr.id, want, sizeof(want)) < 0)
+        fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+}
+
 /* Parses a frame header at p (KVS_WIRE_HDR_LEN bytes, already consumed). */
 static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
 {
@@ -605,6 +654,15 @@ static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
     }
     if (c->hdr.opcode & KVS_OP_REPLY) {
         fail_conn(c, c->hdr.id, -EBADMSG, "a reply sent as a request");
+        return;
+    }
+    if (c->srv->auth_secret && !c->authed && c->hdr.opcode != KVS_OP_HELLO &&
+        c->hdr.opcode != KVS_OP_AUTH) {
+        fail_conn(c, c->hdr.id, -EACCES, "not authenticated: HELLO, then AUTH");
+        return;
+    }
+    if (c->hdr.opcode == KVS_OP_AUTH && c->srv->auth_secret) {
+        c->st = RS_AUTH; /* its body may not be buffered yet */
         return;
     }
     switch (c->hdr.opcode) {
@@ -731,6 +789,11 @@ void kvs_proto_process(struct kvs_proto_conn *c)
             c->st = RS_HDR;
             break;
         }
+        case RS_AUTH:
+            if (avail < KVS_WIRE_AUTH_LEN) return;
+            c->rpos += KVS_WIRE_AUTH_LEN;
+            on_auth(c, c->rbuf + c->rpos - KVS_WIRE_AUTH_LEN);
+            break;
         case RS_CLOSED:
             c->rpos = c->rend;
             return;

@@ -44,6 +44,8 @@ struct kvs_server_counters {
     uint64_t put_too_big, put_no_space, key_invalid;
     uint64_t errors_protocol, errors_unsupported, errors_nomem;
     uint64_t conns_current, conns_total, conns_refused, conns_stalled;
+    uint64_t auth_ok;       /* connections that passed AUTH */
+    uint64_t auth_failures; /* closed for a wrong MAC or a request before AUTH */
 };
 
 /* What every connection of one kvstored shares. */
@@ -53,6 +55,13 @@ struct kvs_server {
     struct kvs_server_counters counters;
     uint64_t started_ns;
     uint32_t features; /* KVS_FEAT_* announced in HELLO (main sets KVS_FEAT_RDMA) */
+    /*
+     * The shared secret (kvstored --auth-file), or NULL: no authentication.
+     * With a secret, main also sets KVS_FEAT_AUTH and a connection serves
+     * only HELLO and AUTH until it has authenticated (docs/SECURITY.md).
+     */
+    const uint8_t *auth_secret;
+    size_t auth_secret_len;
 };
 
 struct kvs_proto_conn;
