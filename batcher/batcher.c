@@ -24,15 +24,17 @@
 #include <unistd.h>
 #include <uthash.h>
 
-enum { OP_PENDING = 0, OP_DONE = 1, OP_SLEEPING = 2 };
+enum { OP_PENDING = 0, OP_DONE = 1 };
 
 enum {
     OPF_ASYNC = 1,     /* freed by kvb_wait */
     OPF_WRITEBACK = 2, /* owns a key+value copy, nobody waits: freed on completion */
     OPF_TRACKED = 4,   /* counted in the pending-put table */
+    OPF_LEADER = 8,    /* woken first by a completion: sends what may go now */
 };
 
 struct pending_key;
+struct batch;
 
 struct kvb_op {
     _Atomic int state;
@@ -46,6 +48,7 @@ struct kvb_op {
     uint64_t t_enq;
     struct pending_key *pk; /* OPF_TRACKED */
     struct kvb_batcher *b;
+    struct batch *bt; /* the batch it is in; its callers sleep on bt->wake_word */
 };
 
 /* Puts not yet acknowledged for one key: gets/puts of that key are ordered behind them. */
@@ -72,6 +75,14 @@ struct batch {
     size_t *lens;  /* lens (put) or caps (get) */
     int *ist;      /* put status, exists results */
     ssize_t *sres; /* get results */
+    /*
+     * Callers of this batch sleep on this futex word; its completion bumps it
+     * and wakes them all with ONE system call (not one per op: fewer
+     * syscalls, and the completing thread is not preempted N times by the
+     * callers it wakes). Batches are recycled, never freed while the batcher
+     * lives, so a late sleeper reads valid memory (and sees a new value).
+     */
+    _Atomic int wake_word;
 };
 
 struct kvb_batcher {
@@ -86,6 +97,15 @@ struct kvb_batcher {
     struct batch *ready_head, *ready_tail;
     struct batch *inflight_head; /* doubly linked */
     uint32_t inflight;           /* batches sent + direct calls running */
+    /*
+     * Adaptive sizing (like NIC interrupt coalescing): `active` ops are
+     * accepted and not completed; `peak` estimates how many callers are
+     * active (the highest `active` seen, lowered when a window expires).
+     * With a slot free but another batch in flight, a forming batch goes
+     * once every expected caller has joined (active >= peak).
+     */
+    uint32_t active;
+    uint32_t peak;
     struct batch *free_list;
     pthread_mutex_t free_lock; /* free_list only: completions recycle without the main lock */
     _Atomic int callbacks;     /* done_cb calls still touching b (destroy waits for 0) */
@@ -115,30 +135,37 @@ static void futex_wait(_Atomic int *w, int val)
     syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
 }
 
-static void futex_wake_one(_Atomic int *w)
+static void futex_wake_all(_Atomic int *w)
 {
-    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Blocks until op is done; the result is visible afterwards (acquire). */
+/*
+ * Blocks until op is done; the result is visible afterwards (acquire). The
+ * word is read before the state, so a completion in between changes the
+ * word and the futex wait returns at once.
+ */
 static void op_wait(struct kvb_op *op)
 {
-    int s = atomic_load_explicit(&op->state, memory_order_acquire);
-    while (s != OP_DONE) {
-        if (s == OP_PENDING &&
-            !atomic_compare_exchange_strong_explicit(&op->state, &s, OP_SLEEPING,
-                                                     memory_order_acquire, memory_order_acquire))
-            continue; /* s now holds the new state */
-        futex_wait(&op->state, OP_SLEEPING);
-        s = atomic_load_explicit(&op->state, memory_order_acquire);
+    for (;;) {
+        if (atomic_load_explicit(&op->state, memory_order_acquire) == OP_DONE) return;
+        int w = atomic_load_explicit(&op->bt->wake_word, memory_order_acquire);
+        if (atomic_load_explicit(&op->state, memory_order_acquire) == OP_DONE) return;
+        futex_wait(&op->bt->wake_word, w);
     }
 }
 
-/* Publishes op's result and wakes its caller if it sleeps. op may be gone afterwards. */
+/* Publishes op's result; its caller is woken by batch_wake. op may be gone afterwards. */
 static void op_complete(struct kvb_op *op)
 {
-    if (atomic_exchange_explicit(&op->state, OP_DONE, memory_order_acq_rel) == OP_SLEEPING)
-        futex_wake_one(&op->state);
+    atomic_store_explicit(&op->state, OP_DONE, memory_order_release);
+}
+
+/* Wakes every caller sleeping on bt (after their ops are complete). */
+static void batch_wake(struct batch *bt)
+{
+    atomic_fetch_add_explicit(&bt->wake_word, 1, memory_order_release);
+    futex_wake_all(&bt->wake_word);
 }
 
 int kvb_args_batchable(const char *key, const void *ptr, size_t len)
@@ -167,6 +194,7 @@ static struct batch *batch_alloc(struct kvb_batcher *b)
     bt->sres = (ssize_t *)p, p += m * sizeof(ssize_t);
     bt->ist = (int *)p;
     bt->b = b;
+    atomic_init(&bt->wake_word, 0);
     return bt;
 }
 
@@ -194,6 +222,12 @@ static void batch_recycle(struct kvb_batcher *b, struct batch *bt)
     bt->next = b->free_list;
     b->free_list = bt;
     pthread_mutex_unlock(&b->free_lock);
+}
+
+/* One more op accepted (queued or direct). Lock held. */
+static void op_accepted(struct kvb_batcher *b)
+{
+    if (++b->active > b->peak) b->peak = b->active;
 }
 
 /* Moves the open batch of kind to the ready FIFO. Lock held. */
@@ -253,6 +287,21 @@ static void arm_window_timers(struct kvb_batcher *b)
 {
     for (int k = 0; k < KVB_OP_KINDS; k++)
         if (b->open[k]) nudge_flusher(b, b->open[k]->t_first + b->p.window_ns);
+}
+
+/*
+ * Adaptive: seals forming batches that should go now - nothing is in flight
+ * (the link is idle), or a slot is free and every caller expected has joined
+ * (waiting longer would gain nothing) - unless sealed batches still wait to
+ * go first. Both count as `idle` flushes. Lock held.
+ */
+static void seal_if_due(struct kvb_batcher *b)
+{
+    if (b->p.policy != KVB_BATCH_ADAPTIVE || b->inflight >= b->p.max_inflight || b->ready_head)
+        return;
+    if (b->inflight > 0 && b->active < b->peak) return;
+    for (int k = 0; k < KVB_OP_KINDS; k++)
+        seal(b, k, KVB_FLUSH_IDLE);
 }
 
 static void done_cb(void *arg, ssize_t nok);
@@ -367,6 +416,7 @@ static void done_cb(void *arg, ssize_t nok)
         b->inflight_head = bt->next;
     if (bt->next) bt->next->prev = bt->prev;
     b->inflight--;
+    b->active -= bt->n;
     uint64_t freed = 0;
     for (uint32_t i = 0; i < bt->n; i++) {
         struct kvb_op *op = bt->ops[i];
@@ -382,10 +432,22 @@ static void done_cb(void *arg, ssize_t nok)
     }
     b->wb_bytes -= freed;
     kvb_gauge(&st->writeback_bytes, -(int64_t)freed);
-    if (b->ready_head || (b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0 && any_open(b)))
-        nudge_flusher(b, 0);
-    else
-        arm_window_timers(b);
+    seal_if_due(b);
+    /*
+     * Something may go now. A synchronous caller of this batch has to be
+     * woken anyway: it sends it (no extra thread hop, and the library's
+     * reader thread never sends). Otherwise the flusher does.
+     */
+    struct kvb_op *leader = NULL;
+    if (b->ready_head && b->inflight < b->p.max_inflight) {
+        for (uint32_t i = 0; i < bt->n && !leader; i++)
+            if (!(bt->ops[i]->flags & (OPF_ASYNC | OPF_WRITEBACK))) leader = bt->ops[i];
+        if (leader)
+            leader->flags |= OPF_LEADER;
+        else
+            nudge_flusher(b, 0);
+    }
+    arm_window_timers(b);
     if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
     pthread_mutex_unlock(&b->lock);
 
@@ -396,6 +458,7 @@ static void done_cb(void *arg, ssize_t nok)
         else
             op_complete(op);
     }
+    batch_wake(bt);
     batch_recycle(b, bt);
     atomic_fetch_sub_explicit(&b->callbacks, 1, memory_order_release);
 }
@@ -422,11 +485,12 @@ static void *flusher_main(void *arg)
         for (int k = 0; k < KVB_OP_KINDS; k++) {
             struct batch *bt = b->open[k];
             if (!bt) continue;
-            if (b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0)
+            if (b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0) {
                 seal(b, k, KVB_FLUSH_IDLE);
-            else if (now - bt->t_first >= b->p.window_ns)
+            } else if (now - bt->t_first >= b->p.window_ns) {
                 seal(b, k, KVB_FLUSH_WINDOW);
-            else if (bt->t_first + b->p.window_ns < next)
+                b->peak = b->active; /* fewer callers than expected came */
+            } else if (bt->t_first + b->p.window_ns < next)
                 next = bt->t_first + b->p.window_ns;
         }
         size_t n = take_ready(b, send, 64);
@@ -630,11 +694,13 @@ static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64
     }
     uint32_t i = bt->n++;
     bt->ops[i] = op;
+    op->bt = bt;
     bt->keys[i] = op->key;
     bt->ptrs[i] = k == KVB_OP_PUT ? (void *)op->val : op->buf;
     bt->lens[i] = op->len;
     bt->bytes += sz;
     *seq = bt->seq;
+    op_accepted(b);
     kvb_gauge(&b->st->queued_ops, 1);
     if (alone) {
         /* A lone oversize op: queue it behind the batches already sealed. */
@@ -646,8 +712,8 @@ static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64
         seal(b, k, KVB_FLUSH_MAX_OPS);
     } else if (bt->bytes >= b->p.max_bytes) {
         seal(b, k, KVB_FLUSH_MAX_BYTES);
-    } else if (b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0 && !b->ready_head) {
-        seal(b, k, KVB_FLUSH_IDLE);
+    } else {
+        seal_if_due(b);
     }
     /* A batch left forming needs the flusher's timer, unless no slot could take it anyway. */
     if (created && b->open[k] == bt && b->inflight < b->p.max_inflight)
@@ -746,6 +812,7 @@ static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *d
     if (direct && b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0 && !b->ready_head &&
         !b->open[op->kind] && !track) {
         b->inflight++; /* the caller's own call holds the slot */
+        op_accepted(b);
         *direct = true;
         goto out;
     }
@@ -766,6 +833,18 @@ out:
     return rc;
 }
 
+/* A completion chose this caller to send what may go now (see done_cb). */
+static void send_ready(struct kvb_batcher *b)
+{
+    struct batch *send[8];
+    pthread_mutex_lock(&b->lock);
+    seal_if_due(b);
+    size_t n = take_ready(b, send, 8);
+    if (b->ready_head && b->inflight < b->p.max_inflight) nudge_flusher(b, 0);
+    pthread_mutex_unlock(&b->lock);
+    submit_all(send, n);
+}
+
 /* After a direct call: gives the slot back; sends what formed meanwhile if now idle. */
 static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0, uint64_t bytes)
 {
@@ -784,9 +863,8 @@ static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0,
     kvb_hist_observe(&st->op_latency, now - t0);
     pthread_mutex_lock(&b->lock);
     b->inflight--;
-    if (b->inflight == 0 && b->p.policy == KVB_BATCH_ADAPTIVE)
-        for (int k = 0; k < KVB_OP_KINDS; k++)
-            seal(b, k, KVB_FLUSH_IDLE);
+    b->active--;
+    seal_if_due(b);
     n = take_ready(b, send, 8);
     if (b->ready_head) nudge_flusher(b, 0);
     arm_window_timers(b);
@@ -818,6 +896,7 @@ static ssize_t run_sync(struct kvb_batcher *b, struct kvb_op *op)
         return r;
     }
     op_wait(op);
+    if (op->flags & OPF_LEADER) send_ready(b);
     return op->result;
 }
 
@@ -833,6 +912,7 @@ static void op_init(struct kvb_op *op, struct kvb_batcher *b, int kind, const ch
     op->result = 0;
     op->pk = NULL;
     op->b = b;
+    op->bt = NULL;
 }
 
 /* Write-behind put: copy key and value, reserve space (waiting for it), queue. */
