@@ -144,7 +144,7 @@ static void test_kills_without_shim(void **state)
     (void)state;
     static char out[8192];
     const char *const args[] = {"--threads", "6",     "--seconds", "5",       "--kills",
-                                "2",         "--ops", "400000",    "--quiet", NULL};
+                                "2",         "--ops", "10000000",  "--quiet", NULL};
     assert_int_equal(run_kvstress(NULL, args, out, sizeof(out)), 0);
     assert_clean(out, 2);
     assert_int_equal(field(out, "shim"), 0);
@@ -158,7 +158,7 @@ static void test_kills_through_shim(void **state)
     shim_paths();
     const char *const env[] = {shim_env, stats_env, "KVBATCH_STATS_INTERVAL_MS=20", NULL};
     const char *const args[] = {"--threads", "8",     "--seconds", "5",       "--kills",
-                                "2",         "--ops", "400000",    "--quiet", NULL};
+                                "2",         "--ops", "10000000",  "--quiet", NULL};
     assert_int_equal(run_kvstress(env, args, out, sizeof(out)), 0);
     assert_clean(out, 2);
     assert_int_equal(field(out, "shim"), 1);
@@ -175,7 +175,7 @@ static void test_kills_through_shim_writeback(void **state)
     const char *const env[] = {shim_env, stats_env, "KVBATCH_STATS_INTERVAL_MS=20",
                                "KVBATCH_PUT_MODE=writeback", NULL};
     const char *const args[] = {"--threads", "4",     "--seconds", "4",       "--kills",
-                                "2",         "--ops", "200000",    "--quiet", NULL};
+                                "2",         "--ops", "10000000",  "--quiet", NULL};
     assert_int_equal(run_kvstress(env, args, out, sizeof(out)), 0);
     assert_clean(out, 2);
     assert_int_equal(field(out, "writeback"), 1);
