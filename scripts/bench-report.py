@@ -86,13 +86,27 @@ def machine():
     return "%s, %d cores, Linux %s" % (cpu, os.cpu_count() or 0, platform.release())
 
 
+def commit():
+    """The source tree's commit (with "+dirty" if it has local changes), or "unknown"."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], timeout=10,
+                             capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               timeout=10, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (rev + ("+dirty" if dirty else "")) if rev else "unknown"
+
+
 def main():
     outdir, clients, windows = sys.argv[1], int(sys.argv[2]), [int(w) for w in sys.argv[3].split()]
     kv, redis, iperf, layer = load(outdir)
     sizes = sorted({k[2] for k in kv if k[3] == clients} | set(iperf))
     md = []
     md.append("# kvbatch side by side (%d clients, medians)\n" % clients)
-    md.append("Measured on: %s. Loopback TCP, one kvstored, one redis-server.\n" % machine())
+    md.append("Measured on: %s, at commit %s. Loopback TCP, one kvstored, one redis-server.\n"
+              % (machine(), commit()))
 
     def kvops(name, op, size, threads=clients):
         return num(kv.get((name, op, size, threads)), "ops_per_s")
