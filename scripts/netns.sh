@@ -59,7 +59,9 @@ down() {
 
 check() {
     [ "$(id -u)" -eq 0 ] || die "needs root"
-    command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
+    if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+        die "needs iproute2 (ip, tc)"
+    fi
     local n=kvb-check$$
     trap 'down '"$n" EXIT
     up "$n" 10.199.254

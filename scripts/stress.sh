@@ -39,7 +39,8 @@ phase() {
     while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
     shift
     echo "=== $name"
-    local out="$work/$(echo "$name" | tr -c 'a-z0-9\n' '_').out"
+    local out
+    out="$work/$(echo "$name" | tr -c 'a-z0-9\n' '_').out"
     env "${envs[@]}" "$@" > "$out"
     local rc=$?
     grep -v '^{' "$out"

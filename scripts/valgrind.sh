@@ -6,11 +6,12 @@
 # connection with a half-written PUT (a reserved slot) and one that sent
 # GETs and never read the replies (pinned items) - the clean-up paths.
 #   BUILD=build scripts/valgrind.sh
-set -u
+set -u -o pipefail # a failing kvstress fails the script, though piped to tail
 BUILD=${BUILD:-build}
 SECONDS_PER_PHASE=${VALGRIND_PHASE_SECONDS:-4}
 work=$(mktemp -d /tmp/kvb-valgrind-XXXXXX)
 vpid=
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
     [ -n "$vpid" ] && kill -KILL "$vpid" 2>/dev/null
     exec 3>&- 4>&- 2>/dev/null
@@ -45,8 +46,11 @@ LD_PRELOAD=$(realpath "$BUILD/lib/libkvbatch.so") KVBATCH_STATS_FILE="$work/stat
     "$BUILD/bin/kvstress" --servers "$addr" --threads 8 --seconds "$SECONDS_PER_PHASE" \
     --ops 200000 --client-growth-mb 256 | tail -12 || fail=1
 
-# Wire frame helpers (transport/wire.h): 24-byte header, then entries.
+# Wire frame helpers (transport/wire.h): 24-byte header, then entries. The
+# format strings are built on purpose: printf turns "\xNN" into that byte.
+# shellcheck disable=SC2059
 le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
+# shellcheck disable=SC2059
 hdr() { printf 'KVB1\x01'; printf "\\x$(printf %02x "$1")"; printf '\x00\x00'; le32 "$2"; le32 "$3"; le32 7; le32 0; }
 # A PUT of 100000 bytes for key "vg.half" of which only 1000 are sent: a reserved slot.
 exec 3<>"/dev/tcp/127.0.0.1/$port"
