@@ -309,6 +309,21 @@ static int python_module_built(void)
     return system(cmd) == 0;
 }
 
+static void python_binding_unit_tests(void **state)
+{
+    (void)state;
+    if (!python_module_built()) {
+        fprintf(stderr, "python module not built: skipped\n");
+        skip();
+    }
+    char pypath[1100], servers[128];
+    snprintf(pypath, sizeof(pypath), "PYTHONPATH=%s", kvt_build_path("python"));
+    snprintf(servers, sizeof(servers), "KVSTORE_SERVERS=%s", server.addr);
+    const char *env[] = {pypath, servers, NULL};
+    const char *argv[] = {"/usr/bin/python3", "tests/python/test_kvstore.py", NULL};
+    assert_int_equal(run(argv, env, out_buf, OUT_CAP), 0);
+}
+
 static void python_engine_same_results_with_shim(void **state)
 {
     (void)state;
@@ -375,6 +390,7 @@ int main(void)
         cmocka_unit_test(get_of_missing_server_fails_cleanly),
         cmocka_unit_test(layerwise_and_micro_run),
         cmocka_unit_test(kvbench_single_path_is_batched_by_shim),
+        cmocka_unit_test(python_binding_unit_tests),
         cmocka_unit_test(python_engine_same_results_with_shim),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
