@@ -1005,6 +1005,7 @@ static int parse_endpoint(const char *s, size_t len, struct kvs_endpoint *ep,
 
 static void client_free(kvs_client *c)
 {
+    kvs_auth_wipe(c->cfg.auth_secret, sizeof(c->cfg.auth_secret));
     for (size_t s = 0; s < c->nservers; s++)
         if (c->servers[s].conn) c->servers[s].ops->destroy(c->servers[s].conn);
     pthread_mutex_lock(&c->defer_mu);
@@ -1082,6 +1083,18 @@ kvs_client *kvs_open(const char *servers)
                 rc == -ENOTSUP ? "this build has no such transport"
                                : "expected [tcp://]host:port[,host:port...]");
         goto fail;
+    }
+    const char *auth_file = getenv("KVSTORE_AUTH_FILE");
+    if (auth_file && *auth_file) {
+        char why[512] = "cannot initialise libsodium";
+        long len = kvs_auth_init();
+        if (len == 0) len = kvs_auth_load_secret(auth_file, c->cfg.auth_secret, why, sizeof(why));
+        if (len < 0) {
+            kvs_log(KVS_LOG_ERROR, "KVSTORE_AUTH_FILE: %s", why);
+            rc = (int)len;
+            goto fail;
+        }
+        c->cfg.auth_secret_len = (size_t)len;
     }
     for (size_t s = 0; s < c->nservers; s++) {
         rc = c->servers[s].ops->create(&c->servers[s].ep, &c->cfg, &c->servers[s].conn);

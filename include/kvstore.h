@@ -40,8 +40,9 @@ typedef struct kvs_op kvs_op;
 /*
  * servers: "host:port[,host:port...]", each optionally prefixed "tcp://" or
  * "rdma://". NULL: $KVSTORE_SERVERS, else KVS_DEFAULT_SERVERS. Connections are
- * made lazily; kvs_open fails (NULL, errno set) only on a bad server list or
- * out of memory.
+ * made lazily; kvs_open fails (NULL, errno set) only on a bad server list,
+ * out of memory, or an unusable $KVSTORE_AUTH_FILE (the shared secret of
+ * servers started with --auth-file: missing, empty, or group/world-readable).
  */
 kvs_client *kvs_open(const char *servers);
 /* Waits for outstanding ops (bounded by the client timeout), then frees c. */

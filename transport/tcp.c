@@ -317,7 +317,71 @@ static void set_timeout_opt(int fd, int opt, int ms)
     setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv));
 }
 
-/* HELLO exchange on a fresh blocking socket; fills *lim. */
+/*
+ * The AUTH exchange after HELLO (docs/PROTOCOL.md "Authentication"): proves
+ * that we hold KVSTORE_AUTH_FILE's secret without sending it, and checks the
+ * server's proof that it holds it too. -EACCES for a server that wants a
+ * secret we lack, that does not authenticate although we were given a
+ * secret, or whose proof (or verdict) says the secrets differ.
+ */
+static int authenticate(struct kvs_conn *c, int fd, const uint8_t *hello_body, size_t hello_len,
+                        const struct kvs_wire_hello *hello, uint64_t deadline)
+{
+    const struct kvs_transport_config *cfg = &c->cfg;
+    int server_wants = (hello->features & KVS_FEAT_AUTH) != 0;
+    if (!server_wants && cfg->auth_secret_len == 0) return 0;
+    if (!server_wants) {
+        kvs_log(KVS_LOG_WARN,
+                "tcp %s: KVSTORE_AUTH_FILE is set but the server does not authenticate "
+                "(started without --auth-file); refusing it",
+                c->ep.name);
+        return -EACCES;
+    }
+    if (cfg->auth_secret_len == 0) {
+        kvs_log(KVS_LOG_WARN,
+                "tcp %s: the server requires authentication; set KVSTORE_AUTH_FILE to a file "
+                "holding its shared secret",
+                c->ep.name);
+        return -EACCES;
+    }
+    uint8_t server_nonce[KVS_WIRE_NONCE_LEN], client_nonce[KVS_WIRE_NONCE_LEN];
+    uint8_t mac[KVS_WIRE_MAC_LEN];
+    if (kvs_wire_hello_nonce(hello_body, hello_len, hello, server_nonce) < 0) return -EPROTO;
+    kvs_auth_nonce(client_nonce);
+    kvs_auth_client_mac(cfg->auth_secret, cfg->auth_secret_len, server_nonce, client_nonce, mac);
+
+    uint8_t out[KVS_WIRE_HDR_LEN + KVS_WIRE_AUTH_LEN], in[KVS_WIRE_HDR_LEN], body[256];
+    struct kvs_wire_hdr h = {.opcode = KVS_OP_AUTH, .body_len = KVS_WIRE_AUTH_LEN, .id = 0};
+    kvs_wire_hdr_encode(out, &h);
+    kvs_wire_auth_encode(out + KVS_WIRE_HDR_LEN, client_nonce, mac);
+    struct iovec iov = {.iov_base = out, .iov_len = sizeof(out)};
+    int rc = send_all(c, fd, &iov, 1);
+    if (rc == 0) rc = recv_exact(fd, in, sizeof(in), deadline);
+    if (rc < 0) return rc;
+    if (kvs_wire_hdr_decode(in, &h, sizeof(body)) < 0) return -EPROTO;
+    rc = recv_exact(fd, body, h.body_len, deadline);
+    if (rc < 0) return rc;
+    if (h.opcode == (KVS_OP_ERROR | KVS_OP_REPLY)) {
+        if ((int32_t)kvs_get_u32(body) != -EACCES) return -EPROTO;
+        kvs_log(KVS_LOG_WARN,
+                "tcp %s: the server refused authentication: KVSTORE_AUTH_FILE does not hold "
+                "its shared secret",
+                c->ep.name);
+        return -EACCES;
+    }
+    if (h.opcode != (KVS_OP_AUTH | KVS_OP_REPLY) || h.body_len != KVS_WIRE_MAC_LEN) return -EPROTO;
+    kvs_auth_server_mac(cfg->auth_secret, cfg->auth_secret_len, client_nonce, server_nonce, mac);
+    if (!kvs_auth_mac_equal(body, mac)) {
+        kvs_log(KVS_LOG_WARN,
+                "tcp %s: the server's authentication proof is wrong: it does not hold the "
+                "secret of KVSTORE_AUTH_FILE",
+                c->ep.name);
+        return -EACCES;
+    }
+    return 0;
+}
+
+/* HELLO exchange (and AUTH, see authenticate) on a fresh blocking socket; fills *lim. */
 static int say_hello(struct kvs_conn *c, int fd, struct kvs_limits *lim, uint64_t deadline)
 {
     uint8_t out[KVS_WIRE_HDR_LEN], in[KVS_WIRE_HDR_LEN], body[KVS_WIRE_HELLO_LEN];
@@ -338,6 +402,8 @@ static int say_hello(struct kvs_conn *c, int fd, struct kvs_limits *lim, uint64_
     memcpy(body, rest, sizeof(body));
     struct kvs_wire_hello hello;
     if (kvs_wire_hello_decode(body, sizeof(body), &hello) < 0) return -EPROTO;
+    rc = authenticate(c, fd, rest, h.body_len, &hello, deadline);
+    if (rc < 0) return rc;
     lim->max_key = hello.max_key < KVS_WIRE_MAX_KEY ? hello.max_key : KVS_WIRE_MAX_KEY;
     lim->max_object = hello.max_object < UINT32_MAX ? hello.max_object : UINT32_MAX;
     lim->max_frame = hello.max_frame < UINT32_MAX ? hello.max_frame : UINT32_MAX;

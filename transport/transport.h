@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "wire.h"
 
 /* One kvstored node, as named in the server list. */
@@ -41,6 +42,14 @@ struct kvs_endpoint {
 struct kvs_transport_config {
     int timeout_ms; /* KVSTORE_TIMEOUT_MS: a request not completed by then fails -ETIMEDOUT */
     int connect_timeout_ms; /* KVSTORE_CONNECT_TIMEOUT_MS: connect + HELLO */
+    /*
+     * KVSTORE_AUTH_FILE's secret (auth_secret_len 0: none). With one, a
+     * transport authenticates every connection (AUTH after HELLO) and refuses
+     * a server that does not ask for it; without one, it refuses a server
+     * that does. Either refusal is -EACCES.
+     */
+    size_t auth_secret_len;
+    uint8_t auth_secret[KVS_AUTH_MAX_SECRET];
 };
 
 /* The server's limits, learned from HELLO on each (re)connection. */
