@@ -30,7 +30,7 @@ enum {
     OPF_ASYNC = 1,     /* freed by kvb_wait */
     OPF_WRITEBACK = 2, /* owns a key+value copy, nobody waits: freed on completion */
     OPF_TRACKED = 4,   /* counted in the pending-put table */
-    OPF_LEADER = 8,    /* woken first by a completion: sends what may go now */
+    OPF_TIMER = 8,     /* opened its batch: its caller is the batch's window timer */
 };
 
 struct pending_key;
@@ -49,6 +49,7 @@ struct kvb_op {
     struct pending_key *pk; /* OPF_TRACKED */
     struct kvb_batcher *b;
     struct batch *bt; /* the batch it is in; its callers sleep on bt->wake_word */
+    bool leader;      /* set by a completion (not in flags: the caller reads those) */
 };
 
 /* Puts not yet acknowledged for one key: gets/puts of that key are ordered behind them. */
@@ -83,6 +84,13 @@ struct batch {
      * lives, so a late sleeper reads valid memory (and sees a new value).
      */
     _Atomic int wake_word;
+    /*
+     * The synchronous caller that opened the batch sleeps only until the
+     * window ends and then seals it itself, so the flusher thread is not
+     * woken to arm a timer for every batch. Cleared when that caller could
+     * not send (no slot): a completion then takes over.
+     */
+    bool timer_owner;
 };
 
 struct kvb_batcher {
@@ -133,6 +141,13 @@ uint64_t kvb_now_ns(void)
 static void futex_wait(_Atomic int *w, int val)
 {
     syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+/* As futex_wait, but returns at the latest at `deadline` (CLOCK_MONOTONIC ns). */
+static void futex_wait_until(_Atomic int *w, int val, uint64_t deadline)
+{
+    struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+    syscall(SYS_futex, w, FUTEX_WAIT_BITSET_PRIVATE, val, &ts, NULL, FUTEX_BITSET_MATCH_ANY);
 }
 
 static void futex_wake_all(_Atomic int *w)
@@ -213,6 +228,7 @@ static struct batch *batch_get(struct kvb_batcher *b, int kind, uint64_t now)
     bt->bytes = 0;
     bt->t_first = now;
     bt->seq = ++b->next_seq;
+    bt->timer_owner = false;
     return bt;
 }
 
@@ -285,8 +301,17 @@ static void nudge_flusher(struct kvb_batcher *b, uint64_t by)
  */
 static void arm_window_timers(struct kvb_batcher *b)
 {
-    for (int k = 0; k < KVB_OP_KINDS; k++)
-        if (b->open[k]) nudge_flusher(b, b->open[k]->t_first + b->p.window_ns);
+    uint64_t now = kvb_now_ns();
+    for (int k = 0; k < KVB_OP_KINDS; k++) {
+        struct batch *bt = b->open[k];
+        if (!bt) continue;
+        if (b->inflight < b->p.max_inflight && now - bt->t_first >= b->p.window_ns) {
+            seal(b, k, KVB_FLUSH_WINDOW); /* its window passed while no slot was free */
+            b->peak = b->active;
+        } else if (!bt->timer_owner) {
+            nudge_flusher(b, bt->t_first + b->p.window_ns);
+        }
+    }
 }
 
 /*
@@ -433,6 +458,7 @@ static void done_cb(void *arg, ssize_t nok)
     b->wb_bytes -= freed;
     kvb_gauge(&st->writeback_bytes, -(int64_t)freed);
     seal_if_due(b);
+    arm_window_timers(b);
     /*
      * Something may go now. A synchronous caller of this batch has to be
      * woken anyway: it sends it (no extra thread hop, and the library's
@@ -443,11 +469,10 @@ static void done_cb(void *arg, ssize_t nok)
         for (uint32_t i = 0; i < bt->n && !leader; i++)
             if (!(bt->ops[i]->flags & (OPF_ASYNC | OPF_WRITEBACK))) leader = bt->ops[i];
         if (leader)
-            leader->flags |= OPF_LEADER;
+            leader->leader = true;
         else
             nudge_flusher(b, 0);
     }
-    arm_window_timers(b);
     if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
     pthread_mutex_unlock(&b->lock);
 
@@ -715,9 +740,19 @@ static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64
     } else {
         seal_if_due(b);
     }
-    /* A batch left forming needs the flusher's timer, unless no slot could take it anyway. */
-    if (created && b->open[k] == bt && b->inflight < b->p.max_inflight)
-        nudge_flusher(b, now + b->p.window_ns);
+    /*
+     * A batch left forming needs a timer: its opener's own wait if that is a
+     * synchronous caller, else the flusher's (unless no slot could take it
+     * anyway: a completion arms it then).
+     */
+    if (created && b->open[k] == bt) {
+        if (!(op->flags & (OPF_ASYNC | OPF_WRITEBACK))) {
+            bt->timer_owner = true;
+            op->flags |= OPF_TIMER;
+        } else if (b->inflight < b->p.max_inflight) {
+            nudge_flusher(b, now + b->p.window_ns);
+        }
+    }
     return 0;
 }
 
@@ -845,6 +880,39 @@ static void send_ready(struct kvb_batcher *b)
     submit_all(send, n);
 }
 
+/*
+ * The caller that opened a batch waits for its op until the batch's window
+ * ends; if the batch is still forming then, it seals and sends it (or, with
+ * no slot free, leaves that to the next completion).
+ */
+static void window_wait(struct kvb_batcher *b, struct kvb_op *op)
+{
+    struct batch *send[8];
+    size_t n = 0;
+    uint64_t deadline = op->t_enq + b->p.window_ns;
+    while (kvb_now_ns() < deadline) {
+        if (atomic_load_explicit(&op->state, memory_order_acquire) == OP_DONE) return;
+        int w = atomic_load_explicit(&op->bt->wake_word, memory_order_acquire);
+        if (atomic_load_explicit(&op->state, memory_order_acquire) == OP_DONE) return;
+        futex_wait_until(&op->bt->wake_word, w, deadline);
+    }
+    pthread_mutex_lock(&b->lock);
+    /* Not done, so op->bt is still its batch (recycled only after op completes). */
+    struct batch *bt = op->bt;
+    if (atomic_load_explicit(&op->state, memory_order_acquire) != OP_DONE &&
+        b->open[op->kind] == bt) {
+        if (b->inflight < b->p.max_inflight) {
+            seal(b, op->kind, KVB_FLUSH_WINDOW);
+            b->peak = b->active; /* fewer callers than expected came */
+            n = take_ready(b, send, 8);
+        } else {
+            bt->timer_owner = false;
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+    submit_all(send, n);
+}
+
 /* After a direct call: gives the slot back; sends what formed meanwhile if now idle. */
 static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0, uint64_t bytes)
 {
@@ -865,9 +933,9 @@ static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0,
     b->inflight--;
     b->active--;
     seal_if_due(b);
+    arm_window_timers(b);
     n = take_ready(b, send, 8);
     if (b->ready_head) nudge_flusher(b, 0);
-    arm_window_timers(b);
     if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
     pthread_mutex_unlock(&b->lock);
     submit_all(send, n);
@@ -895,8 +963,9 @@ static ssize_t run_sync(struct kvb_batcher *b, struct kvb_op *op)
         direct_done(b, op->kind, r, op->t_enq, bytes);
         return r;
     }
+    if (op->flags & OPF_TIMER) window_wait(b, op);
     op_wait(op);
-    if (op->flags & OPF_LEADER) send_ready(b);
+    if (op->leader) send_ready(b);
     return op->result;
 }
 
@@ -913,6 +982,7 @@ static void op_init(struct kvb_op *op, struct kvb_batcher *b, int kind, const ch
     op->pk = NULL;
     op->b = b;
     op->bt = NULL;
+    op->leader = false;
 }
 
 /* Write-behind put: copy key and value, reserve space (waiting for it), queue. */
