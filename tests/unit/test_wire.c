@@ -330,6 +330,94 @@ static void test_opcode_names(void **state)
     assert_false(kvs_wire_opcode_known(KVS_OP_ERROR));
 }
 
+/* AUTH: a request with exactly a nonce and a MAC, count 0; its reply carries the server MAC. */
+static void test_auth_header(void **state)
+{
+    (void)state;
+    uint8_t b[KVS_WIRE_HDR_LEN];
+    struct kvs_wire_hdr h = {.opcode = KVS_OP_AUTH, .body_len = KVS_WIRE_AUTH_LEN, .id = 5};
+    kvs_wire_hdr_encode(b, &h);
+    assert_int_equal(kvs_wire_hdr_decode(b, &h, 4096), 0);
+    assert_int_equal(h.opcode, KVS_OP_AUTH);
+    assert_string_equal(kvs_wire_opcode_name(KVS_OP_AUTH), "auth");
+    assert_true(kvs_wire_opcode_known(KVS_OP_AUTH));
+
+    const uint32_t bad_lens[] = {0, KVS_WIRE_AUTH_LEN - 1, KVS_WIRE_AUTH_LEN + 1};
+    for (int i = 0; i < 3; i++) {
+        h = (struct kvs_wire_hdr){.opcode = KVS_OP_AUTH, .body_len = bad_lens[i]};
+        kvs_wire_hdr_encode(b, &h);
+        assert_int_equal(kvs_wire_hdr_decode(b, &h, 4096), -EBADMSG);
+    }
+    h = (struct kvs_wire_hdr){.opcode = KVS_OP_AUTH, .count = 1, .body_len = KVS_WIRE_AUTH_LEN};
+    kvs_wire_hdr_encode(b, &h);
+    assert_int_equal(kvs_wire_hdr_decode(b, &h, 4096), -EBADMSG);
+
+    h = (struct kvs_wire_hdr){.opcode = KVS_OP_AUTH | KVS_OP_REPLY, .body_len = KVS_WIRE_MAC_LEN};
+    kvs_wire_hdr_encode(b, &h);
+    assert_int_equal(kvs_wire_hdr_decode(b, &h, 4096), 0);
+    /* HELLO still has no request body. */
+    h = (struct kvs_wire_hdr){.opcode = KVS_OP_HELLO, .body_len = KVS_WIRE_AUTH_LEN};
+    kvs_wire_hdr_encode(b, &h);
+    assert_int_equal(kvs_wire_hdr_decode(b, &h, 4096), -EBADMSG);
+}
+
+static void test_auth_body_round_trip(void **state)
+{
+    (void)state;
+    uint8_t nonce[KVS_WIRE_NONCE_LEN], mac[KVS_WIRE_MAC_LEN], body[KVS_WIRE_AUTH_LEN + 1];
+    for (int i = 0; i < KVS_WIRE_NONCE_LEN; i++)
+        nonce[i] = (uint8_t)i;
+    for (int i = 0; i < KVS_WIRE_MAC_LEN; i++)
+        mac[i] = (uint8_t)(0xff - i);
+    kvs_wire_auth_encode(body, nonce, mac);
+    assert_memory_equal(body, nonce, KVS_WIRE_NONCE_LEN);
+    assert_memory_equal(body + KVS_WIRE_NONCE_LEN, mac, KVS_WIRE_MAC_LEN);
+    uint8_t n2[KVS_WIRE_NONCE_LEN], m2[KVS_WIRE_MAC_LEN];
+    assert_int_equal(kvs_wire_auth_decode(body, KVS_WIRE_AUTH_LEN, n2, m2), 0);
+    assert_memory_equal(n2, nonce, sizeof(n2));
+    assert_memory_equal(m2, mac, sizeof(m2));
+    assert_int_equal(kvs_wire_auth_decode(body, KVS_WIRE_AUTH_LEN - 1, n2, m2), -EBADMSG);
+    assert_int_equal(kvs_wire_auth_decode(body, KVS_WIRE_AUTH_LEN + 1, n2, m2), -EBADMSG);
+
+    /* A whole AUTH frame parses as a request of header + 64 bytes. */
+    uint8_t frame[KVS_WIRE_HDR_LEN + KVS_WIRE_AUTH_LEN];
+    struct kvs_wire_hdr h = {.opcode = KVS_OP_AUTH, .body_len = KVS_WIRE_AUTH_LEN};
+    kvs_wire_hdr_encode(frame, &h);
+    memcpy(frame + KVS_WIRE_HDR_LEN, body, KVS_WIRE_AUTH_LEN);
+    assert_int_equal(kvs_wire_parse_request(frame, sizeof(frame), 4096, &h, NULL, NULL),
+                     (long)sizeof(frame));
+    assert_int_equal(kvs_wire_parse_request(frame, sizeof(frame) - 1, 4096, &h, NULL, NULL), 0);
+}
+
+/* The HELLO reply grows by the server nonce only when it announces KVS_FEAT_AUTH. */
+static void test_hello_nonce(void **state)
+{
+    (void)state;
+    uint8_t body[KVS_WIRE_HELLO_AUTH_LEN];
+    struct kvs_wire_hello h = {.version = 1,
+                               .max_key = 512,
+                               .max_object = 1 << 20,
+                               .max_frame = 1 << 22,
+                               .max_keys = 65536,
+                               .features = KVS_FEAT_AUTH};
+    kvs_wire_hello_encode(body, &h);
+    for (int i = 0; i < KVS_WIRE_NONCE_LEN; i++)
+        body[KVS_WIRE_HELLO_LEN + i] = (uint8_t)(0x40 + i);
+    struct kvs_wire_hello got;
+    uint8_t nonce[KVS_WIRE_NONCE_LEN];
+    assert_int_equal(kvs_wire_hello_decode(body, sizeof(body), &got), 0);
+    assert_int_equal(got.features, KVS_FEAT_AUTH);
+    assert_int_equal(kvs_wire_hello_nonce(body, sizeof(body), &got, nonce), 0);
+    assert_memory_equal(nonce, body + KVS_WIRE_HELLO_LEN, KVS_WIRE_NONCE_LEN);
+    /* Announced but cut short: no nonce. */
+    assert_int_equal(kvs_wire_hello_nonce(body, KVS_WIRE_HELLO_LEN, &got, nonce), -EBADMSG);
+    /* The 32-byte form of a server without auth still decodes, and has no nonce. */
+    h.features = KVS_FEAT_RDMA;
+    kvs_wire_hello_encode(body, &h);
+    assert_int_equal(kvs_wire_hello_decode(body, KVS_WIRE_HELLO_LEN, &got), 0);
+    assert_int_equal(kvs_wire_hello_nonce(body, KVS_WIRE_HELLO_LEN, &got, nonce), -EBADMSG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +432,9 @@ int main(void)
         cmocka_unit_test(test_parse_get_carries_capacity),
         cmocka_unit_test(test_parse_refuses_lies),
         cmocka_unit_test(test_opcode_names),
+        cmocka_unit_test(test_auth_header),
+        cmocka_unit_test(test_auth_body_round_trip),
+        cmocka_unit_test(test_hello_nonce),
     };
     return cmocka_run_group_tests_name("wire", tests, NULL, NULL);
 }
