@@ -171,7 +171,7 @@ static int run_async(struct worker *w, void *bufs)
 {
     const struct kvb_basic *b = w->b;
     size_t depth = (size_t)b->batch;
-    kvs_op **ops = calloc(depth, sizeof(*ops));
+    kvs_op **ops = calloc(depth, sizeof(kvs_op *));
     uint64_t *issued = calloc(depth, sizeof(*issued));
     const char **keys = calloc(depth, sizeof(*keys));
     if (!ops || !issued || !keys) {
@@ -361,7 +361,8 @@ int kvb_basic_prefill(kvs_client *c, const char *prefix, uint64_t keys, size_t s
     for (uint64_t base = 0; base < keys; base += CHUNK) {
         size_t n = keys - base < CHUNK ? (size_t)(keys - base) : CHUNK;
         for (size_t i = 0; i < n; i++) {
-            sprintf(names[i], "%s.%llu", prefix, (unsigned long long)(base + i));
+            snprintf(names[i], strlen(prefix) + 24, "%s.%llu", prefix,
+                     (unsigned long long)base + i);
             kvb_fill_value(buf + i * size, size, names[i]);
             vals[i] = buf + i * size;
             lens[i] = size;

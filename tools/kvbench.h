@@ -46,9 +46,10 @@ struct kvb_result {
     char path[16];     /* single, batch, async, shim */
     char label[96];    /* free text: preset, policy... */
     int run;           /* 1..repeat, 0 for a median row */
-    size_t size;
     int threads;
     int batch;
+    int first_error;
+    size_t size;
     uint64_t ops;    /* ops attempted */
     uint64_t errors; /* ops that failed (any negative status) */
     uint64_t bytes;  /* value bytes moved by successful ops */
@@ -61,7 +62,6 @@ struct kvb_result {
     double exposed_p50_us, exposed_p99_us;   /* save: transfer time left after the last compute */
     double wait_p50_us, wait_p99_us;         /* load: wait per layer */
     double req_wait_p50_us, req_wait_p99_us; /* load: total wait per request */
-    int first_error;
 };
 
 /* Output sinks: a CSV and a JSON file, both optional, written as results come. */

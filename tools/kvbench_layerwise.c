@@ -524,7 +524,7 @@ int kvb_layerwise_main(int argc, char **argv)
         case 'B':
             if (strcmp(optarg, "16") && strcmp(optarg, "64"))
                 return lw_bad("--block", optarg, "16, 64");
-            cfg.block_tokens = atoi(optarg);
+            cfg.block_tokens = optarg[0] == '1' ? 16 : 64;
             break;
         case 'T':
             if (kvb_parse_long(optarg, 1, 8, &v) || (v & (v - 1)))

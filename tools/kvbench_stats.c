@@ -222,10 +222,11 @@ static int cmp_double(const void *a, const void *b)
 /* Median of one double field across runs (offset into struct kvb_result). */
 static double median_of(const struct kvb_result *runs, int n, size_t offset)
 {
-    double v[64];
+    double v[64] = {0};
     if (n > 64) n = 64;
+    if (n < 1) return 0;
     for (int i = 0; i < n; i++)
-        v[i] = *(const double *)((const char *)&runs[i] + offset);
+        memcpy(&v[i], (const char *)&runs[i] + offset, sizeof(v[i]));
     qsort(v, (size_t)n, sizeof(v[0]), cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
