@@ -411,6 +411,11 @@ int kvs_proto_closing(const struct kvs_proto_conn *c)
     return c->closing;
 }
 
+int kvs_proto_authenticated(const struct kvs_proto_conn *c)
+{
+    return !c->srv->auth_secret || c->authed;
+}
+
 /* ---- requests ---- */
 
 /* Limits; with authentication on, also a fresh nonce that the next AUTH must answer. */
@@ -634,6 +639,10 @@ static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
 {
     struct kvs_server_counters *k = &c->srv->counters;
     int rc = kvs_wire_hdr_decode(p, &c->hdr, c->srv->limits.max_frame);
+    if (rc == -ENOTSUP && !kvs_proto_authenticated(c)) {
+        fail_conn(c, c->hdr.id, -EACCES, "not authenticated: HELLO, then AUTH");
+        return;
+    }
     if (rc == -ENOTSUP) {
         k->errors_unsupported++;
         if (queue_error(c, c->hdr.id, -ENOTSUP, "unknown opcode") < 0) {
@@ -656,7 +665,7 @@ static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
         fail_conn(c, c->hdr.id, -EBADMSG, "a reply sent as a request");
         return;
     }
-    if (c->srv->auth_secret && !c->authed && c->hdr.opcode != KVS_OP_HELLO &&
+    if (!kvs_proto_authenticated(c) && c->hdr.opcode != KVS_OP_HELLO &&
         c->hdr.opcode != KVS_OP_AUTH) {
         fail_conn(c, c->hdr.id, -EACCES, "not authenticated: HELLO, then AUTH");
         return;

@@ -104,5 +104,7 @@ int kvs_proto_want_input(const struct kvs_proto_conn *c);
 int kvs_proto_mid_frame(const struct kvs_proto_conn *c);
 /* True once the connection must close (after kvs_proto_out_pending drains). */
 int kvs_proto_closing(const struct kvs_proto_conn *c);
+/* True if the server has no secret, or this connection passed AUTH. */
+int kvs_proto_authenticated(const struct kvs_proto_conn *c);
 
 #endif /* KVS_PROTO_H */

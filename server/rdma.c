@@ -512,6 +512,14 @@ static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
         return;
     }
     const uint8_t *body = msg + KVS_WIRE_HDR_LEN;
+    if (!kvs_proto_authenticated(c->proto)) {
+        /*
+         * With --auth-file, nothing hands out a slot (or an rkey) before AUTH:
+         * proto answers everything but HELLO and AUTH with -EACCES and closes.
+         */
+        handle_proto(c, msg, len);
+        return;
+    }
     switch (h.opcode) {
     case KVS_OP_RDMA_RESERVE:
     case KVS_OP_RDMA_LEASE:

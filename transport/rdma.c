@@ -378,6 +378,14 @@ static int say_hello(struct kvs_conn *c, uint64_t deadline)
     if (!body) return rc;
     struct kvs_wire_hello h;
     if (kvs_wire_hello_decode(body, blen, &h) < 0) return -EPROTO;
+    if (c->cfg.auth_secret_len || (h.features & KVS_FEAT_AUTH)) {
+        /* The AUTH exchange is TCP-only so far (docs/SECURITY.md): never run unauthenticated. */
+        kvs_log(KVS_LOG_WARN,
+                "rdma %s: shared-secret authentication (KVSTORE_AUTH_FILE, kvstored "
+                "--auth-file) is not carried over RDMA yet; use tcp://",
+                c->ep.name);
+        return -EACCES;
+    }
     c->lim = (struct kvs_limits){.max_key = h.max_key,
                                  .max_object = h.max_object,
                                  .max_frame = h.max_frame < CTRL_MAX ? h.max_frame : CTRL_MAX,

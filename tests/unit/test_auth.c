@@ -333,6 +333,14 @@ static void test_proto_auth_without_hello(void **state)
     expect_eacces(f);
 }
 
+/* Opcodes proto does not know (RDMA control, unknown) are refused too before AUTH. */
+static void test_proto_unknown_opcode_before_auth(void **state)
+{
+    struct fixture *f = *state;
+    send_simple(f, KVS_OP_RDMA_RESERVE, 4);
+    expect_eacces(f);
+}
+
 /* Without a secret the server neither sends a nonce nor serves AUTH. */
 static void test_proto_no_secret(void **state)
 {
@@ -366,6 +374,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_proto_request_before_auth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proto_wrong_secret, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proto_auth_without_hello, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_proto_unknown_opcode_before_auth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proto_no_secret, setup, teardown),
     };
     return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
