@@ -403,7 +403,8 @@ int kvs_proto_want_input(const struct kvs_proto_conn *c)
 
 int kvs_proto_mid_frame(const struct kvs_proto_conn *c)
 {
-    return c->st != RS_HDR || c->rend > c->rpos;
+    /* Not yet authenticated counts too: --stall-timeout then cuts an idle stranger. */
+    return c->st != RS_HDR || c->rend > c->rpos || !kvs_proto_authenticated(c);
 }
 
 int kvs_proto_closing(const struct kvs_proto_conn *c)

@@ -100,7 +100,10 @@ void kvs_proto_sent(struct kvs_proto_conn *c, size_t n);
 size_t kvs_proto_out_pending(const struct kvs_proto_conn *c);
 /* True if the connection takes input now (no back-pressure, not closing). */
 int kvs_proto_want_input(const struct kvs_proto_conn *c);
-/* True while a request frame has been partly read (a PUT slot may be reserved). */
+/*
+ * True while a request frame has been partly read (a PUT slot may be
+ * reserved), or while the connection still has to authenticate.
+ */
 int kvs_proto_mid_frame(const struct kvs_proto_conn *c);
 /* True once the connection must close (after kvs_proto_out_pending drains). */
 int kvs_proto_closing(const struct kvs_proto_conn *c);

@@ -482,6 +482,23 @@ static void test_replayed_auth_refused(void **state)
     close(fd);
 }
 
+/* A connection that never authenticates is cut by --stall-timeout, even when idle. */
+static void test_unauthenticated_idle_cut(void **state)
+{
+    (void)state;
+    struct kvt_server s;
+    char args[256];
+    snprintf(args, sizeof(args), "--memory 16M --stall-timeout 1 --auth-file %s", good_file);
+    assert_int_equal(kvt_server_start(&s, 0, args), 0);
+    int fd = connect_to(s.port);
+    uint8_t nonce[KVS_WIRE_NONCE_LEN], byte;
+    raw_hello(fd, nonce);
+    /* The server closes it within a few sweeps; the socket's own timeout bounds the wait (10 s). */
+    assert_int_equal(recv(fd, &byte, 1, 0), 0);
+    close(fd);
+    kvt_server_stop(&s);
+}
+
 /* A server without --auth-file sends the 32-byte HELLO and no nonce, as before. */
 static void test_plain_server_hello_unchanged(void **state)
 {
@@ -513,6 +530,7 @@ int main(void)
         cmocka_unit_test(test_wrong_mac_refused),
         cmocka_unit_test(test_replayed_auth_refused),
         cmocka_unit_test(test_plain_server_hello_unchanged),
+        cmocka_unit_test(test_unauthenticated_idle_cut),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
