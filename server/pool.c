@@ -203,6 +203,23 @@ static uint8_t *chunk_addr(const struct kvs_pool *p, uint32_t pg, uint32_t idx, 
     return p->base + (size_t)pg * KVS_POOL_PAGE + (size_t)idx * size;
 }
 
+/*
+ * Free-list links live in the pool, which an RDMA peer holding the pool's
+ * rkey can write (docs/SECURITY.md). A link that names no carved chunk is
+ * not followed, as it would place a value outside its page: the page's
+ * remaining room is written off as used instead (the page is never emptied,
+ * so it stays with this class; chunks freed later are reused normally).
+ */
+static void write_off_room(struct kvs_pool *p, struct slab_class *c, struct page *page)
+{
+    uint32_t lost = c->per_page - page->used - 1; /* the chunk being taken is not lost */
+    page->free_chunk = NO_CHUNK;
+    page->carved = c->per_page;
+    page->used += lost;
+    c->chunks_used += lost;
+    p->bytes_used += (uint64_t)lost * c->chunk_size;
+}
+
 /* A chunk from a page of class cls that has room, taking a free page if none has. */
 static int alloc_chunk(struct kvs_pool *p, int cls, uint64_t *off)
 {
@@ -220,6 +237,8 @@ static int alloc_chunk(struct kvs_pool *p, int cls, uint64_t *off)
     if (page->free_chunk != NO_CHUNK) {
         idx = page->free_chunk;
         memcpy(&page->free_chunk, chunk_addr(p, pg, idx, c->chunk_size), sizeof(uint32_t));
+        if (page->free_chunk != NO_CHUNK && page->free_chunk >= page->carved)
+            write_off_room(p, c, page);
     } else {
         idx = page->carved++;
     }
