@@ -20,7 +20,9 @@ $(LINT_DIR)/tidy/python/%.txt: TIDY_EXTRA = $(if $(PY_INCLUDE),-I$(PY_INCLUDE))
 $(LINT_DIR)/tidy/%.txt: %.c .clang-tidy
 	@mkdir -p $(dir $@)
 	@echo "clang-tidy $<"
-	@$(CLANG_TIDY) --quiet $< -- $(LINT_FLAGS) $(TIDY_EXTRA) > $@.tmp 2>&1; mv $@.tmp $@
+	@m=$$(stat -c %Y $<); $(CLANG_TIDY) --quiet $< -- $(LINT_FLAGS) $(TIDY_EXTRA) > $@.tmp 2>&1; \
+	if [ "$$(stat -c %Y $<)" = "$$m" ]; then mv $@.tmp $@; else rm -f $@.tmp; \
+	    echo "lint: $< changed while it was analysed; run make lint again"; fi
 
 # One cppcheck run over the tree: it follows calls across files.
 $(LINT_DIR)/cppcheck.txt: $(LINT_SRCS) $(wildcard */*.h)
@@ -28,7 +30,7 @@ $(LINT_DIR)/cppcheck.txt: $(LINT_SRCS) $(wildcard */*.h)
 	@echo "cppcheck ($(words $(LINT_SRCS)) files)"
 	@$(CPPCHECK) -q --std=c11 --enable=warning,performance,portability --inline-suppr --library=python \
 	    -D_GNU_SOURCE -D__linux__ -Iinclude -Itransport -Iserver -Iclient -Ibatcher -Ishim \
-	    -Itests/lib -j2 --template='{file}:{line}:{column}: {severity}: {message} [{id}]' \
+	    -Itests/lib -j2 --template='{file}:{line}:{column}: {severity}: {message} [{id}]\n{code}' \
 	    $(LINT_SRCS) > $@.tmp 2>&1; mv $@.tmp $@
 
 .PHONY: lint lint-reports valgrind

@@ -54,25 +54,35 @@ def main():
     root = os.getcwd() + "/"
     sups = load_suppressions(sys.argv[1])
     seen, left = set(), []
+    missing = 0
     for report in sys.argv[2:]:
-        with open(report, errors="replace") as f:
-            for raw in f:
-                m = FINDING.match(raw.rstrip("\n"))
-                if not m:
-                    continue
-                path = m["path"][len(root):] if m["path"].startswith(root) else m["path"]
-                check = m["check"].split(",")[0]
-                key = (path, m["line"], check)
-                if key in seen:  # a header's finding repeats once per includer
-                    continue
-                seen.add(key)
-                text = source_line(path, int(m["line"]))
-                hit = next((s for s in sups if s["path"] == path and s["check"] == check
-                            and s["text"] in text), None)
-                if hit:
-                    hit["used"] += 1
-                    continue
-                left.append(f"{path}:{m['line']}:{m['col']}: {m['msg']} [{check}]")
+        try:
+            with open(report, errors="replace") as f:
+                lines = f.read().split("\n")
+        except OSError:
+            missing += 1  # a source edited during its analysis: mk/lint.mk dropped the report
+            print(f"lint: no report {report} (not analysed)")
+            continue
+        for i, raw in enumerate(lines):
+            m = FINDING.match(raw)
+            if not m:
+                continue
+            path = m["path"][len(root):] if m["path"].startswith(root) else m["path"]
+            check = m["check"].split(",")[0]
+            key = (path, m["line"], check)
+            if key in seen:  # a header's finding repeats once per includer
+                continue
+            seen.add(key)
+            # Both tools print the flagged source line right after the finding: use it, so
+            # that a file edited since it was analysed is judged on what was analysed.
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            text = nxt if nxt and not FINDING.match(nxt) else source_line(path, int(m["line"]))
+            hit = next((s for s in sups if s["path"] == path and s["check"] == check
+                        and s["text"] in text), None)
+            if hit:
+                hit["used"] += 1
+                continue
+            left.append(f"{path}:{m['line']}:{m['col']}: {m['msg']} [{check}]")
     for s in sups:
         if not s["used"]:
             print(f"{s['where']}: note: suppression matched nothing (remove it?): "
@@ -82,7 +92,7 @@ def main():
     print(f"lint: {len(left)} finding(s), "
           f"{sum(s['used'] for s in sups)} suppressed by {sum(1 for s in sups if s['used'])} "
           f"suppression(s)")
-    return 1 if left else 0
+    return 1 if left or missing else 0
 
 
 if __name__ == "__main__":
