@@ -7,7 +7,10 @@
 #                                  (client, SUBNET.2/30), e.g. up kvb-1234 10.199.7
 #   netns.sh netem NAME ARGS...    replace the qdisc on both veth ends with
 #                                  "netem ARGS" (e.g. delay 2ms 1ms loss 1% reorder 5%)
-#   netns.sh clear NAME            remove netem from both ends
+#   netns.sh rate NAME RATE        a token-bucket bottleneck (tc tbf, e.g. 20mbit) on both ends,
+#                                  50 ms of queue: queueing delay, and drops when it overflows;
+#                                  for kernels without netem
+#   netns.sh clear NAME            remove netem/tbf from both ends
 #   netns.sh down NAME             delete both namespaces (and so the veth pair)
 #   netns.sh check                 exit 0 if namespaces and veth work here (root); says
 #                                  whether tc netem works too (it needs the kernel's sch_netem)
@@ -41,6 +44,13 @@ netem() {
     name_ok "$n"
     ip netns exec "$n-s" tc qdisc replace dev veth0 root netem "$@"
     ip netns exec "$n-c" tc qdisc replace dev veth1 root netem "$@"
+}
+
+rate() {
+    local n=$1 r=$2
+    name_ok "$n"
+    ip netns exec "$n-s" tc qdisc replace dev veth0 root tbf rate "$r" burst 32kbit latency 50ms
+    ip netns exec "$n-c" tc qdisc replace dev veth1 root tbf rate "$r" burst 32kbit latency 50ms
 }
 
 clear_netem() {
@@ -77,8 +87,9 @@ shift || true
 case "$cmd" in
 up) [ $# -eq 2 ] || die "usage: up NAME SUBNET"; up "$@" ;;
 netem) [ $# -ge 2 ] || die "usage: netem NAME ARGS..."; netem "$@" ;;
+rate) [ $# -eq 2 ] || die "usage: rate NAME RATE"; rate "$@" ;;
 clear) [ $# -eq 1 ] || die "usage: clear NAME"; clear_netem "$@" ;;
 down) [ $# -eq 1 ] || die "usage: down NAME"; down "$@" ;;
 check) check ;;
-*) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -93,6 +93,15 @@ if [ "$ns_up" = 1 ]; then
         phase "netns veth shim, $KILLS kills" LD_PRELOAD="$shim" \
             KVBATCH_STATS_FILE="$work/s-%p.prom" KVBATCH_STATS_INTERVAL_MS=50 -- \
             "${in_client[@]}" "$kvstress" "${common[@]}" "${remote[@]}" --kills "$KILLS"
+        # Without netem, a tbf bottleneck still gives queueing delay and overflow drops.
+        if "$here/netns.sh" rate "$ns" 20mbit 2>/dev/null; then
+            echo "--- tbf: 20mbit, 50 ms queue (delay under load, drops on overflow)"
+            phase "netns 20mbit tbf shim, $KILLS kills" LD_PRELOAD="$shim" \
+                KVBATCH_STATS_FILE="$work/s-%p.prom" KVBATCH_STATS_INTERVAL_MS=50 -- \
+                "${in_client[@]}" "$kvstress" "${common[@]}" "${remote[@]}" --kills "$KILLS"
+            phase "netns 20mbit tbf direct, no kills" -- "${in_client[@]}" "$kvstress" \
+                "${common[@]}" "${remote[@]}"
+        fi
     fi
 else
     echo "--- NOT RUN: netns phases (need root and iproute2: scripts/netns.sh check)"
