@@ -745,11 +745,11 @@ static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64
      * synchronous caller, else the flusher's (unless no slot could take it
      * anyway: a completion arms it then).
      */
-    if (created && b->open[k] == bt) {
+    if (created && b->open[k] == bt && b->inflight < b->p.max_inflight) {
         if (!(op->flags & (OPF_ASYNC | OPF_WRITEBACK))) {
             bt->timer_owner = true;
             op->flags |= OPF_TIMER;
-        } else if (b->inflight < b->p.max_inflight) {
+        } else {
             nudge_flusher(b, now + b->p.window_ns);
         }
     }
