@@ -133,7 +133,7 @@ static void batch_roundtrip(const char *addr, const char *file, int want, const 
     kvs_client *c = kvs_open(addr);
     assert_non_null(c);
     const char *keys[NKEYS] = {"auth/a", "auth/b", "auth/c", "auth/d"};
-    char vals[NKEYS][16], got[NKEYS][16];
+    char vals[NKEYS][24], got[NKEYS][24];
     const void *vp[NKEYS];
     void *gp[NKEYS];
     size_t lens[NKEYS], caps[NKEYS];
