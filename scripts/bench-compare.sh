@@ -85,6 +85,10 @@ redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 ||
 
 echo "bench-compare: kvstored $KV_ADDR, redis 127.0.0.1:$REDIS_PORT, sizes: $SIZES, $CLIENTS clients, output $OUT" >&2
 START=$(date +%s)
+# The tree as built, for the report (later commits by others must not be credited).
+git -C "$(dirname "$0")/.." rev-parse --short HEAD >"$OUT/runs/commit" 2>/dev/null || true
+git -C "$(dirname "$0")/.." status --porcelain --untracked-files=no 2>/dev/null | grep -q . &&
+    sed -i 's/$/+dirty/' "$OUT/runs/commit"
 
 # Ops per bounded run: enough for ~SECS seconds at a few 100k ops/s, fewer for big values.
 ops_for() { local s=$1 n; n=$((2000000000 / s)); [ $n -gt 2000000 ] && n=2000000; [ $n -lt 2000 ] && n=2000; echo $n; }
@@ -149,14 +153,15 @@ if [ -n "$SHIM" ]; then
             kvb "shim-fixed-w$w" "$op" 4096 $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=fixed KVBATCH_WINDOW_US="$w" -- --mode single
         done
     done
-    for op in put get; do
-        kvb shim-off "$op" 4096 $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=off -- --mode single
-        kvb shim-adaptive "$op" 4096 1 LD_PRELOAD="$SHIM" KVBATCH_POLICY=adaptive -- --mode single
-    done
 fi
-# One thread, single key vs explicit batch of 64 (issue 2's figure); 1-thread baseline.
+# A/B pairs back to back (the box drifts): no shim then KVBATCH_POLICY=off, 16 threads;
+# one thread without then with the shim; one thread single key vs explicit batch of 64
+# (issue 2's figure).
 for op in put get; do
+    kvb single-ab "$op" 4096 $CLIENTS -- --mode single
+    [ -n "$SHIM" ] && kvb shim-off "$op" 4096 $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=off -- --mode single
     kvb single "$op" 4096 1 -- --mode single
+    [ -n "$SHIM" ] && kvb shim-adaptive "$op" 4096 1 LD_PRELOAD="$SHIM" KVBATCH_POLICY=adaptive -- --mode single
     kvb batch "$op" 4096 1 -- --mode batch --batch 64
 done
 
