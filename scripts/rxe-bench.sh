@@ -30,7 +30,7 @@ perftest() { # tool size iters -> bytes/s
 # kvbench ARGS... -> median ops/s over its runs
 kvb() {
     KVSTORE_TIMEOUT_MS=60000 timeout 300 "$BUILD/bin/kvbench" "$@" --repeat "$REPEAT" --quiet 2>&1 |
-        tee -a /tmp/rxe-bench.log |
+        tee -a "$BUILD/rxe-bench.log" |
         awk '$1 == "run" { for (i = 1; i <= NF; i++) if ($(i + 1) == "ops/s") v[n++] = $i }
              END { if (!n) { print 0; exit } ; for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t } ; print v[int(n / 2)] }'
 }
@@ -63,4 +63,4 @@ batch=$(kvb put --servers "$URL" --mode batch --batch 32 --threads 8 --size 4096
 echo "  single-key $single, shim-batched $shim, explicit batch 32 $batch"
 kill $SRV
 wait $SRV 2>/dev/null
-echo "(kvbench lines: /tmp/rxe-bench.log inside the VM)"
+echo "(kvbench lines: "$BUILD/rxe-bench.log" inside the VM)"

@@ -17,6 +17,16 @@ else
     failed=" rxe-smoke"
 fi
 
+# A library the image lacks would fail every program alike: say which.
+missing=$(for f in "$BUILD"/bin/* "$BUILD"/lib/*.so "$BUILD"/rdma-tests/test_*; do
+    ldd "$f" 2>/dev/null | awk '/not found/ { print $1 }'
+done | sort -u | tr '\n' ' ')
+if [ -n "$missing" ]; then
+    echo "rxe-tests: the VM image lacks $missing- add the package to PACKAGES in scripts/rxe-vm.sh"
+    fail=$((fail + 1))
+    failed="$failed missing-libraries"
+fi
+
 export KVSTORE_TRANSPORT=rdma KVS_TEST_BUILD=$BUILD
 for b in $(find "$BUILD/rdma-tests" -type f -perm -u+x -name 'test_*' 2>/dev/null | sort); do
     echo "=== $b"

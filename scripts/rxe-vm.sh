@@ -35,9 +35,9 @@ CACHE=${KVBATCH_RXE_CACHE:-/var/cache/kvbatch-rxe}
 TIMEOUT=${KVBATCH_RXE_TIMEOUT:-900}
 SUITE=bookworm
 # Bump when the image recipe changes: a stale cache is rebuilt.
-IMAGE_RECIPE=4
+IMAGE_RECIPE=5
 PACKAGES="rdma-core,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,iproute2,kmod,procps,\
-initramfs-tools,linux-base,libibverbs1,librdmacm1,libcmocka0,util-linux"
+initramfs-tools,linux-base,libibverbs1,librdmacm1,libcmocka0,libsodium23,util-linux"
 IMAGE_SIZE=2G
 # Addresses of the two soft-RoCE ends. TEST-NET-1 (RFC 5737): reserved for
 # documentation, routed nowhere; the VM has no NIC anyway, so no packet

@@ -333,6 +333,8 @@ int main(int argc, char **argv)
             goto out_net;
         } else {
             srv.features |= KVS_FEAT_RDMA;
+            srv.stats_extra = kvs_rdma_stats;
+            srv.stats_extra_arg = rdma;
         }
     }
 

@@ -141,6 +141,11 @@ static void appendf(struct text *t, const char *fmt, ...)
     }
 }
 
+static void stats_line(void *text, const char *name, uint64_t value)
+{
+    appendf(text, "%s %llu\n", name, (unsigned long long)value);
+}
+
 int kvs_server_stats_text(struct kvs_server *srv, char **out, size_t *out_len)
 {
     const struct kvs_server_counters *k = &srv->counters;
@@ -183,6 +188,7 @@ int kvs_server_stats_text(struct kvs_server *srv, char **out, size_t *out_len)
     appendf(&t, "pages_free %u\n", st.pages_free);
     appendf(&t, "max_object %llu\n", (unsigned long long)srv->limits.max_object);
     appendf(&t, "max_frame %u\n", srv->limits.max_frame);
+    if (srv->stats_extra) srv->stats_extra(srv->stats_extra_arg, stats_line, &t);
 
     /* Per class, only those in use: a reader sees where the memory went. */
     int n = kvs_pool_nclasses(kvs_store_pool(srv->store));

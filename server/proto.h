@@ -55,6 +55,10 @@ struct kvs_server {
     struct kvs_server_counters counters;
     uint64_t started_ns;
     uint32_t features; /* KVS_FEAT_* announced in HELLO (main sets KVS_FEAT_RDMA) */
+    /* More STATS lines, "name value" (kvstored's RDMA side sets it); NULL: none. */
+    void (*stats_extra)(void *arg, void (*line)(void *text, const char *name, uint64_t value),
+                        void *text);
+    void *stats_extra_arg;
     /*
      * The shared secret (kvstored --auth-file), or NULL: no authentication.
      * With a secret, main also sets KVS_FEAT_AUTH and a connection serves

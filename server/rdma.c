@@ -775,6 +775,23 @@ int kvs_rdma_fd(const struct kvs_rdma *r)
     return r->epfd;
 }
 
+void kvs_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64_t value),
+                    void *text)
+{
+    const struct kvs_rdma_counters *k = &((struct kvs_rdma *)arg)->ctr;
+    line(text, "rdma_connections_current", k->conns_current);
+    line(text, "rdma_connections_total", k->conns_total);
+    line(text, "rdma_reserves", k->reserves);
+    line(text, "rdma_commits", k->commits);
+    line(text, "rdma_aborts", k->aborts);
+    line(text, "rdma_leases", k->leases);
+    line(text, "rdma_releases", k->releases);
+    line(text, "rdma_bad_tokens", k->bad_tokens);
+    line(text, "rdma_lease_expiries", k->lease_expiries);
+    line(text, "rdma_messages_in", k->messages_in);
+    line(text, "rdma_messages_out", k->messages_out);
+}
+
 const struct kvs_rdma_counters *kvs_rdma_counters(const struct kvs_rdma *r)
 {
     return &r->ctr;

@@ -48,6 +48,9 @@ int kvs_rdma_fd(const struct kvs_rdma *r);
 /* Handles every pending connection event, completion and lease expiry; never blocks. */
 void kvs_rdma_service(void *r);
 const struct kvs_rdma_counters *kvs_rdma_counters(const struct kvs_rdma *r);
+/* STATS lines "rdma_* value" (struct kvs_server's stats_extra hook; arg is the kvs_rdma). */
+void kvs_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64_t value),
+                    void *text);
 /* Closes every connection (dropping their reservations and leases), then the listener. */
 void kvs_rdma_destroy(struct kvs_rdma *r);
 

@@ -95,6 +95,7 @@ static void test_round_trip_sizes(void **state)
     ssize_t n = kvs_server_stats(c, text, sizeof(text));
     assert_true(n > 0);
     assert_non_null(strstr(text, "items "));
+    assert_non_null(strstr(text, "\nrdma_commits "));
     kvs_close(c);
 }
 
