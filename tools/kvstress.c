@@ -921,6 +921,34 @@ static int parse_args(int argc, char **argv)
     return 0;
 }
 
+/*
+ * Replaces the closing brace of the JSON object in json[0..len) with
+ * ,"errors":{"put":{"ENAME":n,...},"get":{...}}} and returns the new length.
+ */
+static int append_error_counts(char *json, size_t cap, int len)
+{
+    if (len <= 0 || (size_t)len >= cap) return len;
+    size_t at = (size_t)len - 1; /* over the final '}' */
+    at += (size_t)snprintf(json + at, cap - at, ",\"errors\":{");
+    for (int k = 0; k < OP_KINDS && at < cap; k++) {
+        at += (size_t)snprintf(json + at, cap - at, "%s\"%s\":{", k ? "," : "", opname[k]);
+        int first = 1;
+        for (int e = 1; e < NSTATUS && at < cap; e++) {
+            uint64_t v = atomic_load(&fig.err[k][e]);
+            if (!v) continue;
+            const char *name = e < NSTATUS - 1 ? strerrorname_np(e) : NULL;
+            char num[16];
+            snprintf(num, sizeof(num), "E%d", e);
+            at += (size_t)snprintf(json + at, cap - at, "%s\"%s\":%" PRIu64, first ? "" : ",",
+                                   name ? name : num, v);
+            first = 0;
+        }
+        if (at < cap) at += (size_t)snprintf(json + at, cap - at, "}");
+    }
+    if (at < cap) at += (size_t)snprintf(json + at, cap - at, "}}");
+    return at < cap ? (int)at : (int)cap - 1;
+}
+
 /* --memory SIZE in bytes (K/M/G suffixes, powers of 1024), for the RSS bound. */
 static uint64_t parse_size(const char *s)
 {
@@ -1224,6 +1252,7 @@ int main(int argc, char **argv)
         restarts_without_ok, worst_recovery_ms, mem.server_max, mem.server_bound, mem.client_max,
         client_growth, sc.used ? sc.ok && sc.file_read : -1, wr.ran ? wr.flush_rc : 0,
         wr.ran ? wr.ok : -1, !fail);
+    jn = append_error_counts(json, sizeof(json), jn);
     printf("%s\n", json);
     if (opt.json_path) {
         FILE *f = fopen(opt.json_path, "w");
