@@ -3,11 +3,13 @@
  *
  * One mutex per batcher guards the forming ("open") batch of each op kind,
  * the FIFO of sealed batches waiting for an in-flight slot, the in-flight
- * list and the pending-put table. Batches are sent by the calling thread
- * when it can (adaptive policy, nothing in flight), otherwise by a flusher
- * thread that sleeps on a condvar until a window expires or a slot frees.
- * Each caller sleeps on its own op (a futex word), so a completion wakes
- * exactly its callers. Nothing spins.
+ * list and the pending-put table. Batches are sent without a thread hop
+ * whenever possible: by the calling thread whose op makes a batch due, by a
+ * synchronous caller a completion wakes anyway (the "leader"), or by the
+ * synchronous caller that opened a batch when its window ends. The flusher
+ * thread (condvar, no spinning) is the fallback: async/write-behind ops and
+ * batches nobody else will send. Callers sleep on their batch's futex word,
+ * so a completion wakes all of them with one system call. Nothing spins.
  */
 #include "batcher.h"
 
