@@ -24,7 +24,7 @@ $(BUILD)/rdma-tests/%: $(BUILD)/obj/tests/rdma/%.o $(call obj,$(TLIB_SRCS)) $(RD
 	    $(AR_WIRE) -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) $(SODIUM_LIBS) -ldl -lm
 
 .PHONY: rxe-image test-rdma rdma-tests
-rdma-tests: all $(RDMA_TEST_BINS)
+rdma-tests: tests $(RDMA_TEST_BINS)
 
 rxe-image:
 	@scripts/deps.sh rdma

@@ -41,9 +41,16 @@ static int spawn(struct kvt_server *s, int port)
     argv[argc++] = (char *)kvt_build_path("bin/kvstored");
     argv[argc++] = "--listen";
     argv[argc++] = listen;
-    for (char *save = NULL, *tok = strtok_r(argbuf, " ", &save); tok && argc < 62;
+    for (char *save = NULL, *tok = strtok_r(argbuf, " ", &save); tok && argc < 60;
          tok = strtok_r(NULL, " ", &save))
         argv[argc++] = tok;
+    const char *rdma_addr = getenv("KVS_TEST_RDMA_ADDR");
+    char rdma_listen[96];
+    if (rdma_addr && *rdma_addr) {
+        snprintf(rdma_listen, sizeof(rdma_listen), "%s:%d", rdma_addr, s->rdma_port);
+        argv[argc++] = "--rdma-listen";
+        argv[argc++] = rdma_listen;
+    }
     argv[argc] = NULL;
 
     int pipefd[2];
@@ -84,6 +91,14 @@ static int spawn(struct kvt_server *s, int port)
         if (colon) got = atoi(colon + 1);
         break;
     }
+    int rdma_got = 0;
+    while (got > 0 && rdma_addr && *rdma_addr && fgets(line, sizeof(line), out)) {
+        char *p = strstr(line, "rdma listening on ");
+        if (!p) continue;
+        char *colon = strrchr(p, ':');
+        if (colon) rdma_got = atoi(colon + 1);
+        break;
+    }
     alarm(0);
     /* Keep draining its stdout in the background so that it never blocks on a full pipe. */
     if (got > 0 && fork() == 0) {
@@ -101,6 +116,10 @@ static int spawn(struct kvt_server *s, int port)
     s->pid = pid;
     s->port = got;
     snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", got);
+    if (rdma_got > 0) {
+        s->rdma_port = rdma_got;
+        snprintf(s->addr, sizeof(s->addr), "rdma://%s:%d", rdma_addr, rdma_got);
+    }
     return 0;
 }
 

@@ -14,12 +14,18 @@ struct kvt_server {
     int port;
     char addr[64];  /* "127.0.0.1:PORT", ready for kvs_open */
     char args[512]; /* extra arguments it was started with */
+    int rdma_port;  /* with $KVS_TEST_RDMA_ADDR: its RDMA port (addr is then rdma://) */
 };
 
 /* Path of a built binary or library: $KVS_TEST_BUILD (default "build") + "/" + rel. */
 const char *kvt_build_path(const char *rel);
 
 /*
+ * With KVS_TEST_RDMA_ADDR set (inside the soft-RoCE VM, make test-rdma),
+ * kvstored also gets --rdma-listen $KVS_TEST_RDMA_ADDR:0 (the same RDMA
+ * port again on restart) and addr becomes "rdma://ADDR:RPORT", so the
+ * client tests run over the rdma transport.
+ *
  * Starts kvstored --listen 127.0.0.1:PORT (port 0 picks one) plus extra
  * args (space-separated, may be NULL) and waits for its "listening on" line.
  * Returns 0 or -1 (with a message on stderr).
