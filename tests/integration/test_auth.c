@@ -28,6 +28,7 @@
 #include "auth.h"
 #include "kvstore.h"
 #include "kvtest.h"
+#include "rawwire.h"
 #include "wire.h"
 
 #define SECRET "correct horse battery staple"
@@ -251,50 +252,14 @@ static void test_server_refuses_bad_secret_files(void **state)
 
 /* ---- raw sockets ---- */
 
-static int connect_to(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {.tv_sec = 10};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    return fd;
-}
-
-static void send_all(int fd, const void *p, size_t len)
-{
-    const uint8_t *b = p;
-    while (len > 0) {
-        ssize_t n = send(fd, b, len, MSG_NOSIGNAL);
-        assert_true(n > 0);
-        b += n;
-        len -= (size_t)n;
-    }
-}
-
-static int recv_all(int fd, void *p, size_t len)
-{
-    uint8_t *b = p;
-    while (len > 0) {
-        ssize_t n = recv(fd, b, len, 0);
-        if (n <= 0) return -1;
-        b += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Reads one reply frame; body_len is checked against cap. */
 static void read_frame(int fd, struct kvs_wire_hdr *h, uint8_t *body, size_t cap)
 {
     uint8_t hdr[KVS_WIRE_HDR_LEN];
-    assert_int_equal(recv_all(fd, hdr, sizeof(hdr)), 0);
+    assert_int_equal(kvt_raw_recv_all(fd, hdr, sizeof(hdr)), 0);
     assert_int_equal(kvs_wire_hdr_decode(hdr, h, 1u << 20), 0);
     assert_true(h->body_len <= cap);
-    assert_int_equal(recv_all(fd, body, h->body_len), 0);
+    assert_int_equal(kvt_raw_recv_all(fd, body, h->body_len), 0);
 }
 
 /* Asserts that the next frame is ERROR(-EACCES) and that the server then closes. */
@@ -314,7 +279,7 @@ static uint32_t raw_hello(int fd, uint8_t nonce[KVS_WIRE_NONCE_LEN])
     uint8_t out[KVS_WIRE_HDR_LEN], body[256];
     struct kvs_wire_hdr h = {.opcode = KVS_OP_HELLO};
     kvs_wire_hdr_encode(out, &h);
-    send_all(fd, out, sizeof(out));
+    kvt_raw_send_all(fd, out, sizeof(out));
     read_frame(fd, &h, body, sizeof(body));
     assert_int_equal(h.opcode, KVS_OP_HELLO | KVS_OP_REPLY);
     struct kvs_wire_hello hello;
@@ -359,7 +324,7 @@ static unsigned long long raw_stat(int fd, const char *name)
     uint8_t out[KVS_WIRE_HDR_LEN];
     struct kvs_wire_hdr h = {.opcode = KVS_OP_STATS, .id = 3};
     kvs_wire_hdr_encode(out, &h);
-    send_all(fd, out, sizeof(out));
+    kvt_raw_send_all(fd, out, sizeof(out));
     read_frame(fd, &h, body, sizeof(body) - 1);
     assert_int_equal(h.opcode, KVS_OP_STATS | KVS_OP_REPLY);
     body[h.body_len] = '\0';
@@ -373,12 +338,12 @@ static unsigned long long raw_stat(int fd, const char *name)
 /* A raw connection that passed AUTH with the right secret (the server's proof checked). */
 static int authed_conn(void)
 {
-    int fd = connect_to(auth_srv.port);
+    int fd = kvt_raw_connect(auth_srv.port, 10);
     uint8_t snonce[KVS_WIRE_NONCE_LEN], cnonce[KVS_WIRE_NONCE_LEN], frame[88], body[256];
     assert_true(raw_hello(fd, snonce) & KVS_FEAT_AUTH);
     kvs_auth_nonce(cnonce);
     auth_frame(frame, snonce, cnonce, SECRET);
-    send_all(fd, frame, sizeof(frame));
+    kvt_raw_send_all(fd, frame, sizeof(frame));
     struct kvs_wire_hdr h;
     read_frame(fd, &h, body, sizeof(body));
     assert_int_equal(h.opcode, KVS_OP_AUTH | KVS_OP_REPLY);
@@ -398,14 +363,14 @@ static void test_raw_request_before_auth_refused(void **state)
 
     /* A GET with no HELLO at all. */
     uint8_t frame[128];
-    int fd = connect_to(auth_srv.port);
-    send_all(fd, frame, get_frame(frame, "auth/a"));
+    int fd = kvt_raw_connect(auth_srv.port, 10);
+    kvt_raw_send_all(fd, frame, get_frame(frame, "auth/a"));
     expect_eacces_and_close(fd);
     close(fd);
 
     /* A PUT after HELLO, before AUTH. */
     uint8_t nonce[KVS_WIRE_NONCE_LEN];
-    fd = connect_to(auth_srv.port);
+    fd = kvt_raw_connect(auth_srv.port, 10);
     raw_hello(fd, nonce);
     struct kvs_wire_hdr h = {
         .opcode = KVS_OP_PUT, .count = 1, .body_len = KVS_WIRE_ENTRY_LEN + 6 + 5, .id = 4};
@@ -415,21 +380,21 @@ static void test_raw_request_before_auth_refused(void **state)
            "auth/x"
            "hello",
            11);
-    send_all(fd, frame, KVS_WIRE_HDR_LEN + h.body_len);
+    kvt_raw_send_all(fd, frame, KVS_WIRE_HDR_LEN + h.body_len);
     expect_eacces_and_close(fd);
     close(fd);
 
     /* STATS is refused too: counters are not for strangers. */
-    fd = connect_to(auth_srv.port);
+    fd = kvt_raw_connect(auth_srv.port, 10);
     h = (struct kvs_wire_hdr){.opcode = KVS_OP_STATS, .id = 5};
     kvs_wire_hdr_encode(frame, &h);
-    send_all(fd, frame, KVS_WIRE_HDR_LEN);
+    kvt_raw_send_all(fd, frame, KVS_WIRE_HDR_LEN);
     expect_eacces_and_close(fd);
     close(fd);
 
     /* Nothing was stored, and the refusals were counted. */
     assert_int_equal(raw_stat(admin, "auth_failures"), failures + 3);
-    send_all(admin, frame, get_frame(frame, "auth/x"));
+    kvt_raw_send_all(admin, frame, get_frame(frame, "auth/x"));
     uint8_t body[256];
     read_frame(admin, &h, body, sizeof(body));
     assert_int_equal(h.opcode, KVS_OP_GET | KVS_OP_REPLY);
@@ -442,12 +407,12 @@ static void test_wrong_mac_refused(void **state)
     (void)state;
     int admin = authed_conn();
     unsigned long long failures = raw_stat(admin, "auth_failures");
-    int fd = connect_to(auth_srv.port);
+    int fd = kvt_raw_connect(auth_srv.port, 10);
     uint8_t snonce[KVS_WIRE_NONCE_LEN], cnonce[KVS_WIRE_NONCE_LEN], frame[88];
     raw_hello(fd, snonce);
     kvs_auth_nonce(cnonce);
     auth_frame(frame, snonce, cnonce, "not the secret");
-    send_all(fd, frame, sizeof(frame));
+    kvt_raw_send_all(fd, frame, sizeof(frame));
     expect_eacces_and_close(fd);
     close(fd);
     assert_int_equal(raw_stat(admin, "auth_failures"), failures + 1);
@@ -462,22 +427,22 @@ static void test_replayed_auth_refused(void **state)
     uint8_t frame[88], body[256];
     struct kvs_wire_hdr h;
 
-    int fd = connect_to(auth_srv.port);
+    int fd = kvt_raw_connect(auth_srv.port, 10);
     raw_hello(fd, n1);
     kvs_auth_nonce(cnonce);
     auth_frame(frame, n1, cnonce, SECRET);
-    send_all(fd, frame, sizeof(frame));
+    kvt_raw_send_all(fd, frame, sizeof(frame));
     read_frame(fd, &h, body, sizeof(body));
     assert_int_equal(h.opcode, KVS_OP_AUTH | KVS_OP_REPLY); /* accepted there */
     /* The same frame again on that connection: its nonce is used up. */
-    send_all(fd, frame, sizeof(frame));
+    kvt_raw_send_all(fd, frame, sizeof(frame));
     expect_eacces_and_close(fd);
     close(fd);
 
-    fd = connect_to(auth_srv.port);
+    fd = kvt_raw_connect(auth_srv.port, 10);
     raw_hello(fd, n2);
     assert_memory_not_equal(n1, n2, KVS_WIRE_NONCE_LEN);
-    send_all(fd, frame, sizeof(frame)); /* the recorded frame */
+    kvt_raw_send_all(fd, frame, sizeof(frame)); /* the recorded frame */
     expect_eacces_and_close(fd);
     close(fd);
 }
@@ -490,7 +455,7 @@ static void test_unauthenticated_idle_cut(void **state)
     char args[256];
     snprintf(args, sizeof(args), "--memory 16M --stall-timeout 1 --auth-file %s", good_file);
     assert_int_equal(kvt_server_start(&s, 0, args), 0);
-    int fd = connect_to(s.port);
+    int fd = kvt_raw_connect(s.port, 10);
     uint8_t nonce[KVS_WIRE_NONCE_LEN], byte;
     raw_hello(fd, nonce);
     /* The server closes it within a few sweeps; the socket's own timeout bounds the wait (10 s). */
@@ -503,11 +468,11 @@ static void test_unauthenticated_idle_cut(void **state)
 static void test_plain_server_hello_unchanged(void **state)
 {
     (void)state;
-    int fd = connect_to(plain_srv.port);
+    int fd = kvt_raw_connect(plain_srv.port, 10);
     uint8_t out[KVS_WIRE_HDR_LEN], body[256];
     struct kvs_wire_hdr h = {.opcode = KVS_OP_HELLO};
     kvs_wire_hdr_encode(out, &h);
-    send_all(fd, out, sizeof(out));
+    kvt_raw_send_all(fd, out, sizeof(out));
     read_frame(fd, &h, body, sizeof(body));
     assert_int_equal(h.body_len, KVS_WIRE_HELLO_LEN);
     struct kvs_wire_hello hello;

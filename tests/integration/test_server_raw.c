@@ -23,110 +23,12 @@
 #include <cmocka.h>
 
 #include "kvtest.h"
+#include "rawwire.h"
 #include "wire.h"
 
 #define MIB (1u << 20)
 
-/* ---- raw socket helpers (every wait bounded by a 10 s socket timeout) ---- */
-
-static int connect_to(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {.tv_sec = 10};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    return fd;
-}
-
-static void send_all(int fd, const void *p, size_t len)
-{
-    const uint8_t *b = p;
-    while (len > 0) {
-        ssize_t n = send(fd, b, len, MSG_NOSIGNAL);
-        assert_true(n > 0);
-        b += n;
-        len -= (size_t)n;
-    }
-}
-
-/* Reads exactly len bytes; returns 0, or -1 on EOF/error before that. */
-static int recv_all(int fd, void *p, size_t len)
-{
-    uint8_t *b = p;
-    while (len > 0) {
-        ssize_t n = recv(fd, b, len, 0);
-        if (n <= 0) return -1;
-        b += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-struct buf {
-    uint8_t *p;
-    size_t len, cap, frame_start;
-    uint32_t count;
-};
-
-static void buf_put(struct buf *b, const void *data, size_t len)
-{
-    if (b->len + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + len)
-            cap *= 2;
-        b->p = realloc(b->p, cap);
-        assert_non_null(b->p);
-        b->cap = cap;
-    }
-    if (len) memcpy(b->p + b->len, data, len);
-    b->len += len;
-}
-
-static void req_begin(struct buf *b, uint8_t op, uint64_t id)
-{
-    uint8_t h[KVS_WIRE_HDR_LEN];
-    struct kvs_wire_hdr hdr = {.opcode = op, .id = id};
-    kvs_wire_hdr_encode(h, &hdr);
-    b->frame_start = b->len;
-    b->count = 0;
-    buf_put(b, h, sizeof(h));
-}
-
-static void req_entry(struct buf *b, const char *key, uint32_t len, const void *val)
-{
-    uint8_t e[KVS_WIRE_ENTRY_LEN];
-    uint16_t klen = (uint16_t)strlen(key);
-    kvs_wire_entry_encode(e, klen, len);
-    buf_put(b, e, sizeof(e));
-    buf_put(b, key, klen);
-    if (val) buf_put(b, val, len);
-    b->count++;
-}
-
-static void req_end(struct buf *b)
-{
-    uint8_t *h = b->p + b->frame_start;
-    kvs_put_u32(h + 8, b->count);
-    kvs_put_u32(h + 12, (uint32_t)(b->len - b->frame_start - KVS_WIRE_HDR_LEN));
-}
-
-static void req_put(struct buf *b, uint64_t id, const char *key, const void *val, uint32_t len)
-{
-    req_begin(b, KVS_OP_PUT, id);
-    req_entry(b, key, len, val);
-    req_end(b);
-}
-
-static void req_get(struct buf *b, uint64_t id, const char *key, uint32_t cap)
-{
-    req_begin(b, KVS_OP_GET, id);
-    req_entry(b, key, cap, NULL);
-    req_end(b);
-}
+/* ---- replies (sockets from kvt_raw_connect: every wait bounded by 10 s) ---- */
 
 struct reply {
     struct kvs_wire_hdr hdr;
@@ -138,12 +40,12 @@ static int read_reply(int fd, struct reply *r)
 {
     uint8_t h[KVS_WIRE_HDR_LEN];
     r->body = NULL;
-    if (recv_all(fd, h, sizeof(h)) < 0) return -1;
+    if (kvt_raw_recv_all(fd, h, sizeof(h)) < 0) return -1;
     assert_int_equal(kvs_wire_hdr_decode(h, &r->hdr, UINT32_MAX), 0);
     assert_true(r->hdr.opcode & KVS_OP_REPLY);
     r->body = malloc(r->hdr.body_len + 1);
     assert_non_null(r->body);
-    assert_int_equal(recv_all(fd, r->body, r->hdr.body_len), 0);
+    assert_int_equal(kvt_raw_recv_all(fd, r->body, r->hdr.body_len), 0);
     r->body[r->hdr.body_len] = 0;
     return 0;
 }
@@ -171,10 +73,10 @@ static int closed_by_peer(int fd)
 /* A counter from a STATS reply, or -1 if absent. */
 static long long stat_value(int fd, const char *name)
 {
-    struct buf b = {0};
-    req_begin(&b, KVS_OP_STATS, 999);
-    req_end(&b);
-    send_all(fd, b.p, b.len);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, KVS_OP_STATS, 999);
+    kvt_req_end(&b);
+    kvt_raw_send_all(fd, b.p, b.len);
     free(b.p);
     struct reply r;
     assert_int_equal(read_reply(fd, &r), 0);
@@ -231,16 +133,16 @@ static int teardown(void **state)
 static void test_put_get_roundtrip(void **state)
 {
     struct kvt_server *s = *state;
-    int fd = connect_to(s->port);
+    int fd = kvt_raw_connect(s->port, 10);
     static uint8_t val[8 * MIB]; /* bigger than any socket buffer: partial reads and writes */
     kvt_fill_value(val, sizeof(val), "big", 1);
-    struct buf b = {0};
-    req_put(&b, 1, "big", val, sizeof(val));
-    req_put(&b, 2, "small", "abc", 3);
-    req_get(&b, 3, "big", sizeof(val));
-    req_get(&b, 4, "small", 2);
-    req_get(&b, 5, "none", 10);
-    send_all(fd, b.p, b.len);
+    struct kvt_reqbuf b = {0};
+    kvt_req_put(&b, 1, "big", val, sizeof(val));
+    kvt_req_put(&b, 2, "small", "abc", 3);
+    kvt_req_get(&b, 3, "big", sizeof(val));
+    kvt_req_get(&b, 4, "small", 2);
+    kvt_req_get(&b, 5, "none", 10);
+    kvt_raw_send_all(fd, b.p, b.len);
 
     struct reply r;
     const uint8_t *data;
@@ -270,9 +172,9 @@ static void test_put_get_roundtrip(void **state)
 /* GET one key on fd and check it is a whole value of key; returns its version. */
 static unsigned get_version(int fd, const char *key, uint32_t cap)
 {
-    struct buf b = {0};
-    req_get(&b, 7, key, cap);
-    send_all(fd, b.p, b.len);
+    struct kvt_reqbuf b = {0};
+    kvt_req_get(&b, 7, key, cap);
+    kvt_raw_send_all(fd, b.p, b.len);
     free(b.p);
     struct reply r;
     const uint8_t *data;
@@ -293,30 +195,30 @@ static unsigned get_version(int fd, const char *key, uint32_t cap)
 static void test_put_visible_only_when_complete(void **state)
 {
     struct kvt_server *s = *state;
-    int writer = connect_to(s->port);
-    int reader = connect_to(s->port);
+    int writer = kvt_raw_connect(s->port, 10);
+    int reader = kvt_raw_connect(s->port, 10);
     static uint8_t v1[2 * MIB], v2[2 * MIB];
     kvt_fill_value(v1, sizeof(v1), "torn", 1);
     kvt_fill_value(v2, sizeof(v2), "torn", 2);
-    struct buf b = {0};
-    req_put(&b, 1, "torn", v1, sizeof(v1));
-    send_all(writer, b.p, b.len);
+    struct kvt_reqbuf b = {0};
+    kvt_req_put(&b, 1, "torn", v1, sizeof(v1));
+    kvt_raw_send_all(writer, b.p, b.len);
     struct reply r;
     assert_int_equal(read_reply(writer, &r), 0);
     free(r.body);
     assert_int_equal(get_version(reader, "torn", sizeof(v1)), 1);
 
     b.len = 0;
-    req_put(&b, 2, "torn", v2, sizeof(v2));
+    kvt_req_put(&b, 2, "torn", v2, sizeof(v2));
     size_t cuts[] = {b.len / 4, b.len / 2, b.len - 1};
     size_t sent = 0;
     for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
-        send_all(writer, b.p + sent, cuts[i] - sent);
+        kvt_raw_send_all(writer, b.p + sent, cuts[i] - sent);
         sent = cuts[i];
         usleep(20000); /* let the server take those bytes into the new slot */
         assert_int_equal(get_version(reader, "torn", sizeof(v1)), 1);
     }
-    send_all(writer, b.p + sent, b.len - sent);
+    kvt_raw_send_all(writer, b.p + sent, b.len - sent);
     assert_int_equal(read_reply(writer, &r), 0);
     assert_int_equal(status0(&r, NULL, NULL), 0);
     free(r.body);
@@ -330,17 +232,17 @@ static void test_put_visible_only_when_complete(void **state)
 static void test_pipelined(void **state)
 {
     struct kvt_server *s = *state;
-    int fd = connect_to(s->port);
-    struct buf b = {0};
+    int fd = kvt_raw_connect(s->port, 10);
+    struct kvt_reqbuf b = {0};
     char key[32], val[64];
     const int n = 200;
     for (int i = 0; i < n; i++) {
         snprintf(key, sizeof(key), "key-%d", i);
         snprintf(val, sizeof(val), "value-%d", i);
-        req_put(&b, (uint64_t)(2 * i), key, val, (uint32_t)strlen(val));
-        req_get(&b, (uint64_t)(2 * i + 1), key, sizeof(val));
+        kvt_req_put(&b, (uint64_t)(2 * i), key, val, (uint32_t)strlen(val));
+        kvt_req_get(&b, (uint64_t)(2 * i + 1), key, sizeof(val));
     }
-    send_all(fd, b.p, b.len);
+    kvt_raw_send_all(fd, b.p, b.len);
     for (int i = 0; i < 2 * n; i++) {
         struct reply r;
         const uint8_t *data;
@@ -363,24 +265,24 @@ static void test_pipelined(void **state)
 static void test_malformed_closes_only_its_connection(void **state)
 {
     struct kvt_server *s = *state;
-    int good = connect_to(s->port);
-    int bad = connect_to(s->port);
-    struct buf b = {0};
-    req_put(&b, 1, "k", "v", 1);
-    send_all(good, b.p, b.len);
+    int good = kvt_raw_connect(s->port, 10);
+    int bad = kvt_raw_connect(s->port, 10);
+    struct kvt_reqbuf b = {0};
+    kvt_req_put(&b, 1, "k", "v", 1);
+    kvt_raw_send_all(good, b.p, b.len);
     struct reply r;
     assert_int_equal(read_reply(good, &r), 0);
     free(r.body);
 
     /* Half a good frame on the good connection: the bad one must not disturb it. */
     b.len = 0;
-    req_get(&b, 2, "k", 1);
-    send_all(good, b.p, 10);
+    kvt_req_get(&b, 2, "k", 1);
+    kvt_raw_send_all(good, b.p, 10);
 
     static const char *const kinds[] = {"magic", "version", "oversize", "klen0", "count"};
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
-        struct buf m = {0};
-        req_get(&m, 77, "key", 1);
+        struct kvt_reqbuf m = {0};
+        kvt_req_get(&m, 77, "key", 1);
         if (k == 0) m.p[0] = 'X';
         if (k == 1) m.p[4] = 9;
         if (k == 2) kvs_put_u32(m.p + 12, 1u << 30);
@@ -388,10 +290,10 @@ static void test_malformed_closes_only_its_connection(void **state)
         if (k == 4) kvs_put_u32(m.p + 8, 0);
         if (k > 0) {
             close(bad);
-            bad = connect_to(s->port);
+            bad = kvt_raw_connect(s->port, 10);
         }
-        send_all(bad, m.p, m.len);
-        send_all(bad, m.p, m.len); /* trailing input must not reset away the ERROR reply */
+        kvt_raw_send_all(bad, m.p, m.len);
+        kvt_raw_send_all(bad, m.p, m.len); /* trailing input must not reset away the ERROR reply */
         assert_int_equal(read_reply(bad, &r), 0);
         assert_int_equal(r.hdr.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
         int32_t status = (int32_t)kvs_get_u32(r.body);
@@ -402,7 +304,7 @@ static void test_malformed_closes_only_its_connection(void **state)
     }
     close(bad);
 
-    send_all(good, b.p + 10, b.len - 10);
+    kvt_raw_send_all(good, b.p + 10, b.len - 10);
     assert_int_equal(read_reply(good, &r), 0);
     const uint8_t *data;
     uint32_t len;
@@ -417,13 +319,13 @@ static void test_malformed_closes_only_its_connection(void **state)
 static void test_unknown_opcode_keeps_connection(void **state)
 {
     struct kvt_server *s = *state;
-    int fd = connect_to(s->port);
-    struct buf b = {0};
-    req_begin(&b, 0x55, 5);
-    buf_put(&b, "ignored body", 12);
-    req_end(&b);
-    req_put(&b, 6, "k", "v", 1);
-    send_all(fd, b.p, b.len);
+    int fd = kvt_raw_connect(s->port, 10);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, 0x55, 5);
+    kvt_reqbuf_put(&b, "ignored body", 12);
+    kvt_req_end(&b);
+    kvt_req_put(&b, 6, "k", "v", 1);
+    kvt_raw_send_all(fd, b.p, b.len);
     struct reply r;
     assert_int_equal(read_reply(fd, &r), 0);
     assert_int_equal(r.hdr.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
@@ -441,7 +343,7 @@ static void test_unknown_opcode_keeps_connection(void **state)
 static void test_stats_counters_move(void **state)
 {
     struct kvt_server *s = *state;
-    int fd = connect_to(s->port);
+    int fd = kvt_raw_connect(s->port, 10);
     long long puts = stat_value(fd, "keys_put");
     long long in = stat_value(fd, "bytes_in");
     long long hits = stat_value(fd, "get_hits");
@@ -451,16 +353,16 @@ static void test_stats_counters_move(void **state)
     assert_int_equal(stat_value(fd, "connections_current"), 1);
     assert_int_equal(stat_value(fd, "memory_total"), 64ll * MIB);
 
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     static uint8_t val[4096];
-    req_begin(&b, KVS_OP_PUT, 1);
-    req_entry(&b, "a", sizeof(val), val);
-    req_entry(&b, "b", sizeof(val), val);
-    req_entry(&b, "c", sizeof(val), val);
-    req_end(&b);
-    req_get(&b, 2, "a", sizeof(val));
-    req_get(&b, 3, "zz", sizeof(val));
-    send_all(fd, b.p, b.len);
+    kvt_req_begin(&b, KVS_OP_PUT, 1);
+    kvt_req_entry(&b, "a", sizeof(val), val);
+    kvt_req_entry(&b, "b", sizeof(val), val);
+    kvt_req_entry(&b, "c", sizeof(val), val);
+    kvt_req_end(&b);
+    kvt_req_get(&b, 2, "a", sizeof(val));
+    kvt_req_get(&b, 3, "zz", sizeof(val));
+    kvt_raw_send_all(fd, b.p, b.len);
     struct reply r;
     for (int i = 0; i < 3; i++) {
         assert_int_equal(read_reply(fd, &r), 0);
@@ -485,23 +387,23 @@ static void test_many_connections(void **state)
     enum { N = 64 };
     int fds[N];
     for (int i = 0; i < N; i++)
-        fds[i] = connect_to(s->port);
+        fds[i] = kvt_raw_connect(s->port, 10);
     char key[32];
     for (int i = 0; i < N; i++) {
-        struct buf b = {0};
+        struct kvt_reqbuf b = {0};
         snprintf(key, sizeof(key), "c%d", i);
-        req_put(&b, 1, key, key, (uint32_t)strlen(key));
-        send_all(fds[i], b.p, b.len);
+        kvt_req_put(&b, 1, key, key, (uint32_t)strlen(key));
+        kvt_raw_send_all(fds[i], b.p, b.len);
         free(b.p);
     }
     for (int i = N - 1; i >= 0; i--) {
         struct reply r;
         assert_int_equal(read_reply(fds[i], &r), 0);
         free(r.body);
-        struct buf b = {0};
+        struct kvt_reqbuf b = {0};
         snprintf(key, sizeof(key), "c%d", i);
-        req_get(&b, 2, key, 32);
-        send_all(fds[i], b.p, b.len);
+        kvt_req_get(&b, 2, key, 32);
+        kvt_raw_send_all(fds[i], b.p, b.len);
         free(b.p);
         const uint8_t *data;
         uint32_t len;
@@ -519,10 +421,10 @@ static void test_many_connections(void **state)
 static void test_max_conns(void **state)
 {
     struct kvt_server *s = *state;
-    int a = connect_to(s->port);
-    int b = connect_to(s->port);
+    int a = kvt_raw_connect(s->port, 10);
+    int b = kvt_raw_connect(s->port, 10);
     assert_int_equal(stat_value(a, "connections_current"), 2);
-    int c = connect_to(s->port);
+    int c = kvt_raw_connect(s->port, 10);
     assert_true(closed_by_peer(c));
     close(c);
     assert_int_equal(stat_value(b, "connections_refused"), 1);
@@ -530,11 +432,11 @@ static void test_max_conns(void **state)
     /* A slot is free again once a client leaves (bounded retry: the close is asynchronous). */
     int ok = 0;
     for (int i = 0; i < 100 && !ok; i++) {
-        c = connect_to(s->port);
-        struct buf q = {0};
-        req_begin(&q, KVS_OP_HELLO, 1);
-        req_end(&q);
-        send_all(c, q.p, q.len);
+        c = kvt_raw_connect(s->port, 10);
+        struct kvt_reqbuf q = {0};
+        kvt_req_begin(&q, KVS_OP_HELLO, 1);
+        kvt_req_end(&q);
+        kvt_raw_send_all(c, q.p, q.len);
         free(q.p);
         struct reply r;
         if (read_reply(c, &r) == 0) {
@@ -563,11 +465,11 @@ static void test_out_of_descriptors(void **state)
     if (system(cmd) != 0) skip();
     enum { N = 40 };
     int fds[N], served = 0, refused = 0;
-    struct buf q = {0};
-    req_begin(&q, KVS_OP_HELLO, 1);
-    req_end(&q);
+    struct kvt_reqbuf q = {0};
+    kvt_req_begin(&q, KVS_OP_HELLO, 1);
+    kvt_req_end(&q);
     for (int i = 0; i < N; i++) {
-        fds[i] = connect_to(s->port);
+        fds[i] = kvt_raw_connect(s->port, 10);
         send(fds[i], q.p, q.len, MSG_NOSIGNAL);
     }
     for (int i = 0; i < N; i++) {
@@ -587,7 +489,7 @@ static void test_out_of_descriptors(void **state)
         close(fds[i]);
     snprintf(cmd, sizeof(cmd), "prlimit --pid %d --nofile=1024:", (int)s->pid);
     assert_int_equal(system(cmd), 0);
-    int fd = connect_to(s->port);
+    int fd = kvt_raw_connect(s->port, 10);
     assert_true(stat_value(fd, "connections_refused") >= refused);
     close(fd);
     free(q.p);
@@ -602,12 +504,12 @@ static void test_stalled_peer_cut(void **state)
     (void)state;
     struct kvt_server s;
     assert_int_equal(kvt_server_start(&s, 0, "--memory 16M --stall-timeout 1"), 0);
-    int idle = connect_to(s.port);
-    int stuck = connect_to(s.port);
+    int idle = kvt_raw_connect(s.port, 10);
+    int stuck = kvt_raw_connect(s.port, 10);
     static uint8_t val[MIB];
-    struct buf b = {0};
-    req_put(&b, 1, "k", val, sizeof(val));
-    send_all(stuck, b.p, b.len / 2);
+    struct kvt_reqbuf b = {0};
+    kvt_req_put(&b, 1, "k", val, sizeof(val));
+    kvt_raw_send_all(stuck, b.p, b.len / 2);
     assert_true(closed_by_peer(stuck)); /* bounded by the 10 s socket timeout */
     close(stuck);
     assert_int_equal(stat_value(idle, "pinned_items"), 0);
@@ -629,15 +531,15 @@ static void test_stalled_peer_cut(void **state)
 static void test_slow_reader_back_pressure(void **state)
 {
     struct kvt_server *s = *state;
-    int fd = connect_to(s->port);
+    int fd = kvt_raw_connect(s->port, 10);
     static uint8_t val[64 * 1024];
     kvt_fill_value(val, sizeof(val), "bp", 3);
-    struct buf b = {0};
-    req_put(&b, 0, "bp", val, sizeof(val));
+    struct kvt_reqbuf b = {0};
+    kvt_req_put(&b, 0, "bp", val, sizeof(val));
     const int n = 400; /* 25 MiB of replies, about 13 KB of requests */
     for (int i = 1; i <= n; i++)
-        req_get(&b, (uint64_t)i, "bp", sizeof(val));
-    send_all(fd, b.p, b.len);
+        kvt_req_get(&b, (uint64_t)i, "bp", sizeof(val));
+    kvt_raw_send_all(fd, b.p, b.len);
     /* Half-close: requests still held back by back-pressure must be answered all the same. */
     assert_int_equal(shutdown(fd, SHUT_WR), 0);
     usleep(200000); /* let the server hit its output limit */
@@ -665,16 +567,16 @@ static void test_sigterm_with_clients(void **state)
     (void)state;
     struct kvt_server s;
     assert_int_equal(kvt_server_start(&s, 0, "--memory 16M"), 0);
-    int fd = connect_to(s.port);
-    int idle = connect_to(s.port);
+    int fd = kvt_raw_connect(s.port, 10);
+    int idle = kvt_raw_connect(s.port, 10);
     static uint8_t val[MIB];
-    struct buf b = {0};
-    req_put(&b, 1, "k", val, sizeof(val));
+    struct kvt_reqbuf b = {0};
+    kvt_req_put(&b, 1, "k", val, sizeof(val));
     for (int i = 0; i < 20; i++)
-        req_get(&b, 2, "k", sizeof(val));
-    send_all(fd, b.p, b.len);
-    req_put(&b, 3, "half", val, sizeof(val));
-    send_all(idle, b.p + b.len - 1000, 500); /* garbage mid-stream, never finished */
+        kvt_req_get(&b, 2, "k", sizeof(val));
+    kvt_raw_send_all(fd, b.p, b.len);
+    kvt_req_put(&b, 3, "half", val, sizeof(val));
+    kvt_raw_send_all(idle, b.p + b.len - 1000, 500); /* garbage mid-stream, never finished */
     int status = kvt_server_stop(&s);
     assert_true(status >= 0 && WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
@@ -720,7 +622,7 @@ static void test_options_accepted(void **state)
         kvt_server_start(&s, 0, "--memory 3MiB --max-object 1K --max-frame 64KiB --max-conns 5"),
         0);
     assert_true(s.port > 0);
-    int fd = connect_to(s.port);
+    int fd = kvt_raw_connect(s.port, 10);
     assert_int_equal(stat_value(fd, "memory_total"), 3ll * MIB);
     assert_int_equal(stat_value(fd, "max_object"), 1024);
     assert_int_equal(stat_value(fd, "max_frame"), 65536);

@@ -24,31 +24,8 @@
 #include <cmocka.h>
 
 #include "kvtest.h"
+#include "rawwire.h"
 #include "wire.h"
-
-static int connect_to(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {.tv_sec = 30};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    return fd;
-}
-
-static void send_all(int fd, const void *p, size_t len)
-{
-    const uint8_t *b = p;
-    while (len > 0) {
-        ssize_t n = send(fd, b, len, MSG_NOSIGNAL);
-        assert_true(n > 0);
-        b += n;
-        len -= (size_t)n;
-    }
-}
 
 /* One request frame with one entry (value only for PUT) into out; returns its length. */
 static size_t frame(uint8_t *out, uint8_t op, uint64_t id, const char *key, const void *val,
@@ -131,29 +108,30 @@ static void test_valgrind_clean_shutdown(void **state)
 
     static uint8_t val[200000], buf[300000];
     kvt_fill_value(val, sizeof(val), "v", 1);
-    int a = connect_to(port), b = connect_to(port), c = connect_to(port), d = connect_to(port);
+    int a = kvt_raw_connect(port, 30), b = kvt_raw_connect(port, 30), c = kvt_raw_connect(port, 30),
+        d = kvt_raw_connect(port, 30);
     for (int i = 0; i < 20; i++) {
         char key[16];
         snprintf(key, sizeof(key), "k%d", i);
         size_t n = frame(buf, KVS_OP_PUT, (uint64_t)i, key, val, (uint32_t)(1000 + i * 9000));
-        send_all(a, buf, n);
+        kvt_raw_send_all(a, buf, n);
         assert_int_equal(read_status(a), 0);
     }
     size_t n = frame(buf, KVS_OP_GET, 99, "k3", NULL, sizeof(val));
-    send_all(a, buf, n);
+    kvt_raw_send_all(a, buf, n);
     assert_int_equal(read_status(a), 0);
     n = frame(buf, KVS_OP_REMOVE, 100, "k4", NULL, 0);
-    send_all(a, buf, n);
+    kvt_raw_send_all(a, buf, n);
     assert_int_equal(read_status(a), 0);
 
     /* b: a PUT cut in the middle (reserved slot); c: GET replies never read; d: garbage. */
     n = frame(buf, KVS_OP_PUT, 1, "half", val, sizeof(val));
-    send_all(b, buf, n / 2);
+    kvt_raw_send_all(b, buf, n / 2);
     for (int i = 0; i < 30; i++) {
         n = frame(buf, KVS_OP_GET, (uint64_t)i, "k19", NULL, sizeof(val));
-        send_all(c, buf, n);
+        kvt_raw_send_all(c, buf, n);
     }
-    send_all(d, "not a frame, not at all.", 24);
+    kvt_raw_send_all(d, "not a frame, not at all.", 24);
     usleep(500000);
 
     kill(pid, SIGTERM);

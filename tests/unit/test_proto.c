@@ -16,81 +16,17 @@
 #include <cmocka.h>
 
 #include "proto.h"
+#include "rawwire.h"
 #include "wire.h"
 
 #define MIB (1u << 20)
-
-/* ---- building requests ---- */
-
-struct buf {
-    uint8_t *p;
-    size_t len, cap;
-    size_t frame_start;
-    uint32_t count;
-};
-
-static void buf_put(struct buf *b, const void *data, size_t len)
-{
-    if (b->len + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + len)
-            cap *= 2;
-        b->p = realloc(b->p, cap);
-        assert_non_null(b->p);
-        b->cap = cap;
-    }
-    if (len) memcpy(b->p + b->len, data, len);
-    b->len += len;
-}
-
-static void req_begin(struct buf *b, uint8_t op, uint64_t id)
-{
-    uint8_t h[KVS_WIRE_HDR_LEN];
-    struct kvs_wire_hdr hdr = {.opcode = op, .id = id};
-    kvs_wire_hdr_encode(h, &hdr);
-    b->frame_start = b->len;
-    b->count = 0;
-    buf_put(b, h, sizeof(h));
-}
-
-static void req_entry(struct buf *b, const char *key, uint16_t klen, uint32_t len, const void *val)
-{
-    uint8_t e[KVS_WIRE_ENTRY_LEN];
-    kvs_wire_entry_encode(e, klen, len);
-    buf_put(b, e, sizeof(e));
-    buf_put(b, key, klen);
-    if (val) buf_put(b, val, len);
-    b->count++;
-}
-
-/* Patches count and body_len of the frame begun last. */
-static void req_end(struct buf *b)
-{
-    uint8_t *h = b->p + b->frame_start;
-    kvs_put_u32(h + 8, b->count);
-    kvs_put_u32(h + 12, (uint32_t)(b->len - b->frame_start - KVS_WIRE_HDR_LEN));
-}
-
-static void req_put(struct buf *b, uint64_t id, const char *key, const void *val, uint32_t len)
-{
-    req_begin(b, KVS_OP_PUT, id);
-    req_entry(b, key, (uint16_t)strlen(key), len, val);
-    req_end(b);
-}
-
-static void req_get(struct buf *b, uint64_t id, const char *key, uint32_t cap)
-{
-    req_begin(b, KVS_OP_GET, id);
-    req_entry(b, key, (uint16_t)strlen(key), cap, NULL);
-    req_end(b);
-}
 
 /* ---- the connection under test ---- */
 
 struct fixture {
     struct kvs_server srv;
     struct kvs_proto_conn *conn;
-    struct buf out; /* every reply byte sent so far */
+    struct kvt_reqbuf out; /* every reply byte sent so far */
     size_t read_pos;
 };
 
@@ -140,7 +76,7 @@ static void drain(struct fixture *f)
         assert_true(n > 0);
         size_t total = 0;
         for (int i = 0; i < n; i++) {
-            buf_put(&f->out, iov[i].iov_base, iov[i].iov_len);
+            kvt_reqbuf_put(&f->out, iov[i].iov_base, iov[i].iov_len);
             total += iov[i].iov_len;
         }
         kvs_proto_sent(f->conn, total);
@@ -149,7 +85,7 @@ static void drain(struct fixture *f)
 }
 
 /* Feeds all of data, chunk bytes at a time (0: all at once), draining replies as it goes. */
-static void feed(struct fixture *f, const struct buf *b, size_t chunk)
+static void feed(struct fixture *f, const struct kvt_reqbuf *b, size_t chunk)
 {
     size_t off = 0;
     for (int guard = 0; off < b->len && guard < 10000000; guard++) {
@@ -220,14 +156,14 @@ static int32_t error_status(const struct reply *r)
 static void test_put_get_roundtrip(void **state)
 {
     struct fixture *f = *state;
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     uint8_t val[5000];
     for (size_t i = 0; i < sizeof(val); i++)
         val[i] = (uint8_t)(i * 7);
-    req_put(&b, 1, "key", val, sizeof(val));
-    req_get(&b, 2, "key", sizeof(val));
-    req_get(&b, 3, "key", sizeof(val) - 1); /* too small: -ERANGE and the length */
-    req_get(&b, 4, "missing", 100);
+    kvt_req_put(&b, 1, "key", val, sizeof(val));
+    kvt_req_get(&b, 2, "key", sizeof(val));
+    kvt_req_get(&b, 3, "key", sizeof(val) - 1); /* too small: -ERANGE and the length */
+    kvt_req_get(&b, 4, "missing", 100);
     feed(f, &b, 0);
 
     struct reply r;
@@ -257,30 +193,30 @@ static void test_put_get_roundtrip(void **state)
 static void test_batch_mixed_statuses(void **state)
 {
     struct fixture *f = *state;
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     static uint8_t big[MIB + 1];
-    req_begin(&b, KVS_OP_PUT, 10);
-    req_entry(&b, "a", 1, 3, "AAA");
-    req_entry(&b, "toobig", 6, sizeof(big), big); /* over max_object: skipped, -E2BIG */
-    req_entry(&b, "n\0l", 3, 2, "NN");            /* NUL in key: -EINVAL */
-    req_entry(&b, "empty", 5, 0, "");
-    req_entry(&b, "b", 1, 2, "BB");
-    req_end(&b);
-    req_begin(&b, KVS_OP_GET, 11);
-    req_entry(&b, "a", 1, 10, NULL);
-    req_entry(&b, "toobig", 6, 10, NULL);
-    req_entry(&b, "empty", 5, 0, NULL);
-    req_entry(&b, "b", 1, 2, NULL);
-    req_entry(&b, "n\0l", 3, 2, NULL);
-    req_end(&b);
-    req_begin(&b, KVS_OP_EXISTS, 12);
-    req_entry(&b, "a", 1, 0, NULL);
-    req_entry(&b, "zz", 2, 0, NULL);
-    req_end(&b);
-    req_begin(&b, KVS_OP_REMOVE, 13);
-    req_entry(&b, "a", 1, 0, NULL);
-    req_entry(&b, "a", 1, 0, NULL);
-    req_end(&b);
+    kvt_req_begin(&b, KVS_OP_PUT, 10);
+    kvt_req_entry_klen(&b, "a", 1, 3, "AAA");
+    kvt_req_entry_klen(&b, "toobig", 6, sizeof(big), big); /* over max_object: skipped, -E2BIG */
+    kvt_req_entry_klen(&b, "n\0l", 3, 2, "NN");            /* NUL in key: -EINVAL */
+    kvt_req_entry_klen(&b, "empty", 5, 0, "");
+    kvt_req_entry_klen(&b, "b", 1, 2, "BB");
+    kvt_req_end(&b);
+    kvt_req_begin(&b, KVS_OP_GET, 11);
+    kvt_req_entry_klen(&b, "a", 1, 10, NULL);
+    kvt_req_entry_klen(&b, "toobig", 6, 10, NULL);
+    kvt_req_entry_klen(&b, "empty", 5, 0, NULL);
+    kvt_req_entry_klen(&b, "b", 1, 2, NULL);
+    kvt_req_entry_klen(&b, "n\0l", 3, 2, NULL);
+    kvt_req_end(&b);
+    kvt_req_begin(&b, KVS_OP_EXISTS, 12);
+    kvt_req_entry_klen(&b, "a", 1, 0, NULL);
+    kvt_req_entry_klen(&b, "zz", 2, 0, NULL);
+    kvt_req_end(&b);
+    kvt_req_begin(&b, KVS_OP_REMOVE, 13);
+    kvt_req_entry_klen(&b, "a", 1, 0, NULL);
+    kvt_req_entry_klen(&b, "a", 1, 0, NULL);
+    kvt_req_end(&b);
     feed(f, &b, 0);
 
     struct reply r;
@@ -316,27 +252,27 @@ static void test_batch_mixed_statuses(void **state)
 static void test_bytewise_same_as_whole(void **state)
 {
     (void)state;
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     uint8_t val[9000];
     for (size_t i = 0; i < sizeof(val); i++)
         val[i] = (uint8_t)(i ^ (i >> 8));
-    req_put(&b, 1, "x", val, sizeof(val)); /* larger than the 4 KiB read buffer */
-    req_put(&b, 2, "y", "hello", 5);
-    req_get(&b, 3, "x", sizeof(val));
-    req_begin(&b, KVS_OP_GET, 4);
-    req_entry(&b, "y", 1, 5, NULL);
-    req_entry(&b, "x", 1, 10, NULL);
-    req_entry(&b, "q", 1, 10, NULL);
-    req_end(&b);
-    req_begin(&b, 0x33, 5); /* unknown opcode with a body */
-    buf_put(&b, "garbage!", 8);
-    req_end(&b);
-    req_get(&b, 6, "y", 5);
-    req_begin(&b, KVS_OP_HELLO, 7);
-    req_end(&b);
+    kvt_req_put(&b, 1, "x", val, sizeof(val)); /* larger than the 4 KiB read buffer */
+    kvt_req_put(&b, 2, "y", "hello", 5);
+    kvt_req_get(&b, 3, "x", sizeof(val));
+    kvt_req_begin(&b, KVS_OP_GET, 4);
+    kvt_req_entry_klen(&b, "y", 1, 5, NULL);
+    kvt_req_entry_klen(&b, "x", 1, 10, NULL);
+    kvt_req_entry_klen(&b, "q", 1, 10, NULL);
+    kvt_req_end(&b);
+    kvt_req_begin(&b, 0x33, 5); /* unknown opcode with a body */
+    kvt_reqbuf_put(&b, "garbage!", 8);
+    kvt_req_end(&b);
+    kvt_req_get(&b, 6, "y", 5);
+    kvt_req_begin(&b, KVS_OP_HELLO, 7);
+    kvt_req_end(&b);
 
     static const size_t chunks[] = {0, 1, 7, 4095};
-    struct buf first = {0};
+    struct kvt_reqbuf first = {0};
     for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
         void *st;
         assert_int_equal(setup(&st), 0);
@@ -344,7 +280,7 @@ static void test_bytewise_same_as_whole(void **state)
         feed(f, &b, chunks[c]);
         assert_false(kvs_proto_closing(f->conn));
         if (c == 0) {
-            buf_put(&first, f->out.p, f->out.len);
+            kvt_reqbuf_put(&first, f->out.p, f->out.len);
             struct reply r;
             for (uint64_t id = 1; id <= 7; id++) {
                 next_reply(f, &r);
@@ -364,12 +300,12 @@ static void test_bytewise_same_as_whole(void **state)
 static void test_hello_and_stats(void **state)
 {
     struct fixture *f = *state;
-    struct buf b = {0};
-    req_put(&b, 1, "k", "v", 1);
-    req_begin(&b, KVS_OP_HELLO, 2);
-    req_end(&b);
-    req_begin(&b, KVS_OP_STATS, 3);
-    req_end(&b);
+    struct kvt_reqbuf b = {0};
+    kvt_req_put(&b, 1, "k", "v", 1);
+    kvt_req_begin(&b, KVS_OP_HELLO, 2);
+    kvt_req_end(&b);
+    kvt_req_begin(&b, KVS_OP_STATS, 3);
+    kvt_req_end(&b);
     feed(f, &b, 0);
 
     struct reply r;
@@ -407,12 +343,13 @@ static void test_hello_and_stats(void **state)
 }
 
 /* Sends one malformed frame after a good one: good reply, ERROR with status, then closing. */
-static void expect_fatal(struct fixture *f, const struct buf *bad, int32_t status, uint64_t id)
+static void expect_fatal(struct fixture *f, const struct kvt_reqbuf *bad, int32_t status,
+                         uint64_t id)
 {
-    struct buf b = {0};
-    req_put(&b, 100, "good", "1", 1);
-    buf_put(&b, bad->p, bad->len);
-    req_get(&b, 101, "good", 1); /* after the bad frame: never answered */
+    struct kvt_reqbuf b = {0};
+    kvt_req_put(&b, 100, "good", "1", 1);
+    kvt_reqbuf_put(&b, bad->p, bad->len);
+    kvt_req_get(&b, 101, "good", 1); /* after the bad frame: never answered */
     feed(f, &b, 0);
     struct reply r;
     next_reply(f, &r);
@@ -431,8 +368,8 @@ static void expect_fatal(struct fixture *f, const struct buf *bad, int32_t statu
 
 static void test_bad_magic(void **state)
 {
-    struct buf b = {0};
-    req_get(&b, 5, "k", 1);
+    struct kvt_reqbuf b = {0};
+    kvt_req_get(&b, 5, "k", 1);
     b.p[0] ^= 0xff;
     expect_fatal(*state, &b, -EPROTO, 0);
     free(b.p);
@@ -440,8 +377,8 @@ static void test_bad_magic(void **state)
 
 static void test_bad_version(void **state)
 {
-    struct buf b = {0};
-    req_get(&b, 5, "k", 1);
+    struct kvt_reqbuf b = {0};
+    kvt_req_get(&b, 5, "k", 1);
     b.p[4] = 2;
     expect_fatal(*state, &b, -EPROTO, 0);
     free(b.p);
@@ -449,8 +386,8 @@ static void test_bad_version(void **state)
 
 static void test_oversize_body(void **state)
 {
-    struct buf b = {0};
-    req_get(&b, 6, "k", 1);
+    struct kvt_reqbuf b = {0};
+    kvt_req_get(&b, 6, "k", 1);
     kvs_put_u32(b.p + 12, 4 * MIB + 1);
     expect_fatal(*state, &b, -EMSGSIZE, 6);
     free(b.p);
@@ -458,10 +395,10 @@ static void test_oversize_body(void **state)
 
 static void test_count_larger_than_entries(void **state)
 {
-    struct buf b = {0};
-    req_begin(&b, KVS_OP_GET, 7);
-    req_entry(&b, "a-long-enough-key", 17, 1, NULL);
-    req_end(&b);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, KVS_OP_GET, 7);
+    kvt_req_entry_klen(&b, "a-long-enough-key", 17, 1, NULL);
+    kvt_req_end(&b);
     kvs_put_u32(b.p + 8, 2); /* claims 2 entries, holds 1 */
     expect_fatal(*state, &b, -EBADMSG, 7);
     free(b.p);
@@ -469,11 +406,11 @@ static void test_count_larger_than_entries(void **state)
 
 static void test_count_smaller_than_entries(void **state)
 {
-    struct buf b = {0};
-    req_begin(&b, KVS_OP_GET, 8);
-    req_entry(&b, "a", 1, 1, NULL);
-    req_entry(&b, "b", 1, 1, NULL);
-    req_end(&b);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, KVS_OP_GET, 8);
+    kvt_req_entry_klen(&b, "a", 1, 1, NULL);
+    kvt_req_entry_klen(&b, "b", 1, 1, NULL);
+    kvt_req_end(&b);
     kvs_put_u32(b.p + 8, 1); /* claims 1 entry, body holds 2 */
     expect_fatal(*state, &b, -EBADMSG, 8);
     free(b.p);
@@ -481,10 +418,10 @@ static void test_count_smaller_than_entries(void **state)
 
 static void test_truncated_entry(void **state)
 {
-    struct buf b = {0};
-    req_begin(&b, KVS_OP_PUT, 9);
-    req_entry(&b, "k", 1, 4, "vvvv");
-    req_end(&b);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, KVS_OP_PUT, 9);
+    kvt_req_entry_klen(&b, "k", 1, 4, "vvvv");
+    kvt_req_end(&b);
     kvs_put_u32(b.p + KVS_WIRE_HDR_LEN + 4, 40); /* value says 40 bytes, body has 4 */
     expect_fatal(*state, &b, -EBADMSG, 9);
     free(b.p);
@@ -492,11 +429,11 @@ static void test_truncated_entry(void **state)
 
 static void test_klen_zero(void **state)
 {
-    struct buf b = {0};
-    req_begin(&b, KVS_OP_GET, 10);
-    req_entry(&b, "k", 1, 1, NULL);
-    buf_put(&b, "pad", 3);
-    req_end(&b);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, KVS_OP_GET, 10);
+    kvt_req_entry_klen(&b, "k", 1, 1, NULL);
+    kvt_reqbuf_put(&b, "pad", 3);
+    kvt_req_end(&b);
     kvs_put_u16(b.p + KVS_WIRE_HDR_LEN, 0);
     expect_fatal(*state, &b, -EBADMSG, 10);
     free(b.p);
@@ -504,32 +441,32 @@ static void test_klen_zero(void **state)
 
 static void test_klen_over_512(void **state)
 {
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     char key[513];
     memset(key, 'k', sizeof(key));
-    req_begin(&b, KVS_OP_GET, 11);
-    req_entry(&b, key, sizeof(key), 1, NULL);
-    req_end(&b);
+    kvt_req_begin(&b, KVS_OP_GET, 11);
+    kvt_req_entry_klen(&b, key, sizeof(key), 1, NULL);
+    kvt_req_end(&b);
     expect_fatal(*state, &b, -EBADMSG, 11);
     free(b.p);
 }
 
 static void test_body_on_hello(void **state)
 {
-    struct buf b = {0};
-    req_begin(&b, KVS_OP_HELLO, 12);
-    buf_put(&b, "xx", 2);
-    req_end(&b);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, KVS_OP_HELLO, 12);
+    kvt_reqbuf_put(&b, "xx", 2);
+    kvt_req_end(&b);
     expect_fatal(*state, &b, -EBADMSG, 12);
     free(b.p);
 }
 
 static void test_reply_opcode_as_request(void **state)
 {
-    struct buf b = {0};
-    req_begin(&b, KVS_OP_GET | KVS_OP_REPLY, 13);
-    req_entry(&b, "a", 1, 0, NULL);
-    req_end(&b);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, KVS_OP_GET | KVS_OP_REPLY, 13);
+    kvt_req_entry_klen(&b, "a", 1, 0, NULL);
+    kvt_req_end(&b);
     kvs_put_u32(b.p + 8, 0); /* a plausible reply: count 0 ... */
     kvs_put_u32(b.p + 12, 0);
     b.len = KVS_WIRE_HDR_LEN;
@@ -539,10 +476,10 @@ static void test_reply_opcode_as_request(void **state)
 
 static void test_length_on_exists_entry(void **state)
 {
-    struct buf b = {0};
-    req_begin(&b, KVS_OP_EXISTS, 14);
-    req_entry(&b, "a", 1, 5, NULL);
-    req_end(&b);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, KVS_OP_EXISTS, 14);
+    kvt_req_entry_klen(&b, "a", 1, 5, NULL);
+    kvt_req_end(&b);
     expect_fatal(*state, &b, -EBADMSG, 14);
     free(b.p);
 }
@@ -551,9 +488,9 @@ static void test_length_on_exists_entry(void **state)
 static void test_half_written_put_aborted(void **state)
 {
     struct fixture *f = *state;
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     static uint8_t val[100000];
-    req_put(&b, 1, "k", val, sizeof(val));
+    kvt_req_put(&b, 1, "k", val, sizeof(val));
     assert_int_equal(kvs_proto_feed(f->conn, b.p, b.len / 2), b.len / 2);
     struct kvs_store_stats st;
     kvs_store_stats(f->srv.store, &st);
@@ -572,13 +509,13 @@ static void test_half_written_put_aborted(void **state)
 static void test_unknown_opcode_then_good_frame(void **state)
 {
     struct fixture *f = *state;
-    struct buf b = {0};
-    req_begin(&b, 0x42, 20);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, 0x42, 20);
     for (int i = 0; i < 1000; i++)
-        buf_put(&b, "0123456789", 10);
-    req_end(&b);
-    req_put(&b, 21, "k", "v", 1);
-    req_get(&b, 22, "k", 1);
+        kvt_reqbuf_put(&b, "0123456789", 10);
+    kvt_req_end(&b);
+    kvt_req_put(&b, 21, "k", "v", 1);
+    kvt_req_get(&b, 22, "k", 1);
     feed(f, &b, 0);
     struct reply r;
     next_reply(f, &r);
@@ -600,11 +537,11 @@ static void test_unknown_opcode_then_good_frame(void **state)
 static void test_rdma_opcode_not_served_over_tcp(void **state)
 {
     struct fixture *f = *state;
-    struct buf b = {0};
-    req_begin(&b, KVS_OP_RDMA_RESERVE, 30);
-    req_entry(&b, "k", 1, 100, NULL);
-    req_end(&b);
-    req_put(&b, 31, "k", "v", 1);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, KVS_OP_RDMA_RESERVE, 30);
+    kvt_req_entry_klen(&b, "k", 1, 100, NULL);
+    kvt_req_end(&b);
+    kvt_req_put(&b, 31, "k", "v", 1);
     feed(f, &b, 0);
     struct reply r;
     next_reply(f, &r);
@@ -625,12 +562,12 @@ static void test_rdma_opcode_not_served_over_tcp(void **state)
 static void test_put_value_read_into_slot(void **state)
 {
     struct fixture *f = *state;
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     static uint8_t val[300000];
     for (size_t i = 0; i < sizeof(val); i++)
         val[i] = (uint8_t)(i * 13);
-    req_put(&b, 1, "big", val, sizeof(val));
-    req_put(&b, 2, "small", "xyz", 3);
+    kvt_req_put(&b, 1, "big", val, sizeof(val));
+    kvt_req_put(&b, 2, "small", "xyz", 3);
     uint8_t *pool = kvs_pool_base(kvs_store_pool(f->srv.store));
     size_t pool_size = kvs_pool_size(kvs_store_pool(f->srv.store));
     size_t direct = 0, off = 0;
@@ -676,14 +613,14 @@ static void test_put_value_read_into_slot(void **state)
 static void test_get_reply_pinned_until_sent(void **state)
 {
     struct fixture *f = *state;
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     uint8_t v1[3000], v2[3000];
     memset(v1, 1, sizeof(v1));
     memset(v2, 2, sizeof(v2));
-    req_put(&b, 1, "k", v1, sizeof(v1));
-    req_get(&b, 2, "k", sizeof(v1));
-    req_put(&b, 3, "k", v2, sizeof(v2));
-    req_get(&b, 4, "k", sizeof(v2));
+    kvt_req_put(&b, 1, "k", v1, sizeof(v1));
+    kvt_req_get(&b, 2, "k", sizeof(v1));
+    kvt_req_put(&b, 3, "k", v2, sizeof(v2));
+    kvt_req_get(&b, 4, "k", sizeof(v2));
     assert_int_equal(kvs_proto_feed(f->conn, b.p, b.len), b.len);
     struct kvs_store_stats st;
     kvs_store_stats(f->srv.store, &st);
@@ -706,12 +643,12 @@ static void test_get_reply_pinned_until_sent(void **state)
 static void test_back_pressure(void **state)
 {
     struct fixture *f = *state; /* out_limit 1 KiB */
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     uint8_t val[2000];
     memset(val, 9, sizeof(val));
-    req_put(&b, 0, "k", val, sizeof(val));
+    kvt_req_put(&b, 0, "k", val, sizeof(val));
     for (uint64_t id = 1; id <= 300; id++)
-        req_get(&b, id, "k", sizeof(val));
+        kvt_req_get(&b, id, "k", sizeof(val));
     size_t took = kvs_proto_feed(f->conn, b.p, b.len);
     assert_true(took < b.len);
     assert_false(kvs_proto_want_input(f->conn));
@@ -720,8 +657,8 @@ static void test_back_pressure(void **state)
     struct iovec iov[2];
     assert_int_equal(kvs_proto_recv_iov(f->conn, iov), 0);
 
-    struct buf rest = {0};
-    buf_put(&rest, b.p + took, b.len - took);
+    struct kvt_reqbuf rest = {0};
+    kvt_reqbuf_put(&rest, b.p + took, b.len - took);
     feed(f, &rest, 0);
     struct reply r;
     next_reply(f, &r);
@@ -739,15 +676,15 @@ static void test_back_pressure(void **state)
 static void test_get_reply_bounded_by_max_frame(void **state)
 {
     struct fixture *f = *state; /* max_frame 4 MiB, max_object 1 MiB */
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     static uint8_t val[MIB];
     const char *keys[] = {"k0", "k1", "k2", "k3", "k4"};
     for (int i = 0; i < 5; i++)
-        req_put(&b, (uint64_t)i, keys[i], val, sizeof(val));
-    req_begin(&b, KVS_OP_GET, 9);
+        kvt_req_put(&b, (uint64_t)i, keys[i], val, sizeof(val));
+    kvt_req_begin(&b, KVS_OP_GET, 9);
     for (int i = 0; i < 5; i++)
-        req_entry(&b, keys[i], 2, MIB, NULL);
-    req_end(&b);
+        kvt_req_entry_klen(&b, keys[i], 2, MIB, NULL);
+    kvt_req_end(&b);
     feed(f, &b, 0);
     struct reply r;
     for (int i = 0; i < 5; i++) {
@@ -768,23 +705,23 @@ static void test_get_reply_bounded_by_max_frame(void **state)
 static void test_put_nospace_when_all_pinned(void **state)
 {
     struct fixture *f = *state; /* 8 MiB pool */
-    struct buf b = {0};
+    struct kvt_reqbuf b = {0};
     static uint8_t val[MIB];
     char key[16];
     for (int i = 0; i < 8; i++) {
         snprintf(key, sizeof(key), "k%d", i);
-        req_put(&b, 0, key, val, sizeof(val)); /* a 1-page run each: the pool is full */
+        kvt_req_put(&b, 0, key, val, sizeof(val)); /* a 1-page run each: the pool is full */
     }
     feed(f, &b, 0);
     b.len = 0;
     /* A GET that does not fit its buffer pins nothing. */
-    req_begin(&b, KVS_OP_GET, 1);
+    kvt_req_begin(&b, KVS_OP_GET, 1);
     for (int i = 0; i < 8; i++) {
         snprintf(key, sizeof(key), "k%d", i);
-        req_entry(&b, key, 2, 0, NULL); /* capacity 0: -ERANGE, pins nothing */
+        kvt_req_entry_klen(&b, key, 2, 0, NULL); /* capacity 0: -ERANGE, pins nothing */
     }
-    req_end(&b);
-    req_put(&b, 2, "new", val, 100);
+    kvt_req_end(&b);
+    kvt_req_put(&b, 2, "new", val, 100);
     feed(f, &b, 0);
     struct reply r;
     for (int i = 0; i < 8; i++)
@@ -800,10 +737,10 @@ static void test_put_nospace_when_all_pinned(void **state)
     b.len = 0;
     for (int i = 1; i < 8; i++) {
         snprintf(key, sizeof(key), "k%d", i);
-        req_get(&b, 3, key, MIB);
+        kvt_req_get(&b, 3, key, MIB);
     }
-    req_get(&b, 3, "new", MIB);
-    req_put(&b, 4, "x", val, 200000);
+    kvt_req_get(&b, 3, "new", MIB);
+    kvt_req_put(&b, 4, "x", val, 200000);
     assert_int_equal(kvs_proto_feed(f->conn, b.p, b.len), b.len);
     kvs_store_stats(f->srv.store, &st);
     assert_int_equal(st.pinned, st.items);
