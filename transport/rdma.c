@@ -99,7 +99,8 @@ struct kvs_conn {
     uint64_t sig_posted, sig_done; /* signaled WRs (wr_id = sequence) */
     int reply_idx;                 /* receive buffer holding the reply, or -1 */
     uint32_t reply_len;
-    uint32_t stall_ms; /* KVS_RDMA_TEST_STALL_MS: test hook, sleep between the two round trips */
+    uint32_t stall_ms;  /* KVS_RDMA_TEST_STALL_MS: test hook, sleep between the two round trips */
+    uint32_t token_xor; /* KVS_RDMA_TEST_TOKEN_XOR: test hook, names tokens it was not given */
     atomic_uint_fast64_t doorbells, wrs, cqes, round_trips, bounce_bytes, zero_copy_bytes,
         reconnects, split_chains;
 };
@@ -661,7 +662,7 @@ static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int pu
     len = KVS_WIRE_HDR_LEN;
     for (uint32_t i = 0; i < n; i++) {
         if (tokens[i] == TOKEN_NONE) continue;
-        kvs_put_u32(out + len, tokens[i]);
+        kvs_put_u32(out + len, tokens[i] ^ c->token_xor);
         kvs_put_u32(out + len + 4, put ? 1 : 0);
         len += KVS_WIRE_TOKEN_LEN;
     }
@@ -728,6 +729,7 @@ static int rdma_create(const struct kvs_endpoint *ep, const struct kvs_transport
     c->autosel = strcmp(ep->scheme, "auto") == 0;
     c->reply_idx = -1;
     c->stall_ms = env_u32("KVS_RDMA_TEST_STALL_MS", 0, 0, 600000);
+    c->token_xor = env_u32("KVS_RDMA_TEST_TOKEN_XOR", 0, 0, UINT32_MAX);
     pthread_mutex_init(&c->mu, NULL);
     if (c->autosel) {
         int rc = kvs_tcp_transport.create(ep, cfg, &c->tcp);

@@ -461,6 +461,46 @@ static void test_lease_expiry(void **state)
     free(oregion);
 }
 
+/*
+ * A client naming tokens it was not given (another index, another
+ * generation, a read lease as a reservation): the server refuses each key
+ * with -EINVAL and counts it; nothing is committed; the connection, once
+ * its own leases have expired, is cut and nothing stays pinned.
+ */
+static void test_bad_tokens(void **state)
+{
+    (void)state;
+    static const char *const xors[] = {"32768", "65536", "4294967295"};
+    for (size_t x = 0; x < sizeof(xors) / sizeof(xors[0]); x++) {
+        long long bad_before = server_stat("rdma_bad_tokens");
+        setenv("KVS_RDMA_TEST_TOKEN_XOR", xors[x], 1);
+        struct kvs_conn *conn = open_conn();
+        unsetenv("KVS_RDMA_TEST_TOKEN_XOR");
+        uint8_t *bufs[4];
+        int32_t st[4];
+        char prefix[32];
+        snprintf(prefix, sizeof(prefix), "badtok%zu", x);
+        uint8_t *region = carve(bufs, 4, 256, 256, prefix, 1);
+        run_batch(conn, KVS_OP_PUT, prefix, 4, bufs, 256, st);
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(st[i], -EINVAL);
+        assert_true(server_stat("rdma_bad_tokens") >= bad_before + 4);
+        kvs_rdma_transport.destroy(conn); /* drops its real reservations */
+        struct kvs_conn *good = open_conn();
+        run_batch(good, KVS_OP_GET, prefix, 4, bufs, 256, st);
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(st[i], -ENOENT);
+        kvs_rdma_transport.destroy(good);
+        free(region);
+    }
+    long long pinned = -1;
+    for (int i = 0; i < 50 && pinned != 0; i++) {
+        pinned = server_stat("pinned_items");
+        if (pinned != 0) usleep(100 * 1000);
+    }
+    assert_int_equal(pinned, 0);
+}
+
 /* A client killed between RESERVE and COMMIT: the server drops what it held. */
 static void test_client_dies_mid_transfer(void **state)
 {
@@ -540,6 +580,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bounce_vs_registered),
         cmocka_unit_test(test_adjacent_slices_merge),
         cmocka_unit_test(test_lease_expiry),
+        cmocka_unit_test(test_bad_tokens),
         cmocka_unit_test(test_client_dies_mid_transfer),
         cmocka_unit_test(test_server_killed),
     };
