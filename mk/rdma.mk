@@ -3,7 +3,9 @@
 #   make rxe-image    build the cached VM image ($KVBATCH_RXE_CACHE, default
 #                     /var/cache/kvbatch-rxe) if it is missing or stale
 #   make test-rdma    build, then inside the VM: a verbs smoke check and the
-#                     RDMA tests (tests/rdma/test_*.c)
+#                     RDMA tests (tests/rdma/test_*.c), then the client
+#                     integration tests over rdma (scripts/rxe-tests.sh)
+#   make bench-rdma   the RDMA figures of docs/rdma.md (scripts/rxe-bench.sh)
 #
 # Root is needed (debootstrap, chroot). BUILD must lie inside the source
 # tree: the VM sees the tree over 9p at the same path.
@@ -35,3 +37,11 @@ test-rdma:
 	@$(MAKE) --no-print-directory rdma-tests
 	@scripts/rxe-vm.sh image
 	@BUILD=$(BUILD) scripts/rxe-vm.sh run -t $(RXE_VM_TIMEOUT) -- scripts/rxe-tests.sh
+
+# The RDMA figures (docs/rdma.md): kvbench over rdma vs perftest, one VM run.
+.PHONY: bench-rdma
+bench-rdma:
+	@scripts/deps.sh rdma
+	@$(MAKE) --no-print-directory all
+	@scripts/rxe-vm.sh image
+	@BUILD=$(BUILD) scripts/rxe-vm.sh run -t $(RXE_VM_TIMEOUT) -- scripts/rxe-bench.sh
