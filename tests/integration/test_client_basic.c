@@ -21,26 +21,17 @@
 
 #define MAX_OBJECT (2u << 20) /* the server's --max-object in this test */
 
-struct fixture {
-    struct kvt_server srv;
-    kvs_client *c;
-};
-
 static int setup(void **state)
 {
-    static struct fixture f;
-    if (kvt_server_start(&f.srv, 0, "--memory 32M --max-object 2M") < 0) return -1;
-    f.c = kvs_open(f.srv.addr);
-    if (!f.c) return -1;
+    static struct kvt_client_fixture f;
+    if (kvt_client_setup(&f, "--memory 32M --max-object 2M") < 0) return -1;
     *state = &f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    kvs_close(f->c);
-    kvt_server_stop(&f->srv);
+    kvt_client_teardown(*state);
     return 0;
 }
 
@@ -78,7 +69,7 @@ static void put_get_size(kvs_client *c, size_t len)
 
 static void test_sizes(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     const size_t sizes[] = {0, 1, 4096, 1u << 20, MAX_OBJECT};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
         put_get_size(f->c, sizes[i]);
@@ -86,7 +77,7 @@ static void test_sizes(void **state)
 
 static void test_exact_capacity_and_overwrite(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     char buf[8];
     assert_int_equal(kvs_put(f->c, "ow", "first!", 6), 0);
     assert_int_equal(kvs_put(f->c, "ow", "second", 6), 0);
@@ -96,7 +87,7 @@ static void test_exact_capacity_and_overwrite(void **state)
 
 static void test_not_found(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     char buf[16];
     assert_int_equal(kvs_get(f->c, "never-put", buf, sizeof(buf)), -ENOENT);
     assert_int_equal(kvs_get(f->c, "never-put", NULL, 0), -ENOENT);
@@ -106,7 +97,7 @@ static void test_not_found(void **state)
 
 static void test_remove(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     assert_int_equal(kvs_put(f->c, "doomed", "x", 1), 0);
     assert_int_equal(kvs_remove(f->c, "doomed"), 0);
     assert_int_equal(kvs_exists(f->c, "doomed"), 0);
@@ -115,7 +106,7 @@ static void test_remove(void **state)
 
 static void test_erange_untouched_buffer(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     char buf[8];
     assert_int_equal(kvs_put(f->c, "ten", "0123456789", 10), 0);
     memset(buf, 'z', sizeof(buf));
@@ -129,7 +120,7 @@ static void test_erange_untouched_buffer(void **state)
 
 static void test_bad_keys_and_args(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     char big[KVS_MAX_KEY + 2];
     memset(big, 'k', sizeof(big));
     big[KVS_MAX_KEY + 1] = '\0'; /* 513 bytes */
@@ -206,7 +197,7 @@ static void test_eviction_under_pressure(void **state)
 
 static void test_server_stats_text(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     char text[8192];
     ssize_t len = kvs_server_stats(f->c, text, sizeof(text));
     assert_true(len > 0);
@@ -225,7 +216,7 @@ static void test_server_stats_text(void **state)
 
 static void test_register_is_noop_on_tcp(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     char buf[64];
     assert_int_equal(kvs_register_buffer(f->c, buf, sizeof(buf)), 0);
     assert_int_equal(kvs_unregister_buffer(f->c, buf), 0);
@@ -261,7 +252,7 @@ static void test_open_server_lists(void **state)
 
 static void test_open_from_environment(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     setenv("KVSTORE_SERVERS", f->srv.addr, 1);
     kvs_client *c = kvs_open(NULL);
     unsetenv("KVSTORE_SERVERS");
@@ -274,7 +265,7 @@ static void test_open_from_environment(void **state)
 
 static void test_connection_refused(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     /* A port nothing listens on: take a live server's port, then stop that server. */
     struct kvt_server gone;
     assert_int_equal(kvt_server_start(&gone, 0, "--memory 1M --max-object 64K"), 0);

@@ -21,33 +21,24 @@
 #include "kvstore.h"
 #include "kvtest.h"
 
-struct fixture {
-    struct kvt_server srv;
-    kvs_client *c;
-};
-
 /* A small --max-frame makes big batches travel as several frames. */
 static int setup(void **state)
 {
-    static struct fixture f;
-    if (kvt_server_start(&f.srv, 0, "--memory 64M --max-object 1M --max-frame 2M") < 0) return -1;
-    f.c = kvs_open(f.srv.addr);
-    if (!f.c) return -1;
+    static struct kvt_client_fixture f;
+    if (kvt_client_setup(&f, "--memory 64M --max-object 1M --max-frame 2M") < 0) return -1;
     *state = &f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    kvs_close(f->c);
-    kvt_server_stop(&f->srv);
+    kvt_client_teardown(*state);
     return 0;
 }
 
 static void test_mixed_outcomes(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     assert_int_equal(kvs_put(f->c, "mix-present", "hello", 5), 0);
     assert_int_equal(kvs_put(f->c, "mix-long", "0123456789", 10), 0);
 
@@ -101,7 +92,7 @@ static void test_mixed_outcomes(void **state)
 
 static void test_bad_calls(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     const char *keys[1] = {"k"};
     const void *vals[1] = {"v"};
     size_t lens[1] = {1};
@@ -130,7 +121,7 @@ static void test_bad_calls(void **state)
 /* Several frames per server: more keys than fit one --max-frame of 2 MiB. */
 static void test_batch_split_into_frames(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     enum { N = 300, LEN = 16 * 1024 }; /* ~4.8 MiB: at least 3 frames each way */
     const char **keys = calloc(N, sizeof(*keys));
     const void **vals = calloc(N, sizeof(*vals));
@@ -169,7 +160,7 @@ static void test_batch_split_into_frames(void **state)
 
 static void test_async_single(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     enum { N = 16 };
     kvs_op *ops[N];
     char keys[N][32], vals[N][32], bufs[N][32];
@@ -229,7 +220,7 @@ static int wait_calls(struct cb_state *s, int want)
 
 static void test_async_batches(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     enum { B = 8, K = 32, LEN = 4096 };
     static char names[B][K][40];
     static unsigned char vals[B][K][LEN], outs[B][K][LEN];
@@ -309,7 +300,7 @@ static void on_done_locking(void *arg, ssize_t nok)
 
 static void test_callback_not_inline(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     const char *keys[1] = {""}; /* fails locally: the op completes during the call itself */
     const void *vals[1] = {"v"};
     size_t lens[1] = {1};
@@ -324,7 +315,7 @@ static void test_callback_not_inline(void **state)
 
 static void test_flush_waits_for_ops(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     enum { B = 6, K = 16, LEN = 64 * 1024 };
     static unsigned char vals[K][LEN];
     static char names[B][K][40];
@@ -359,7 +350,7 @@ static void test_flush_waits_for_ops(void **state)
 
 static void test_close_with_ops_in_flight(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     kvs_client *c = kvs_open(f->srv.addr);
     assert_non_null(c);
     enum { B = 4, K = 8, LEN = 256 * 1024 };
@@ -433,7 +424,7 @@ static void chain_get_done(void *arg, ssize_t nok)
 
 static void test_submit_from_callback(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     static struct chain ch;
     static unsigned char vals[CH_KEYS][CH_LEN], outs[CH_KEYS][CH_LEN];
     memset(&ch, 0, sizeof(ch));
@@ -491,7 +482,7 @@ static void relay_next(void *arg, ssize_t nok)
 
 static void test_flush_not_starved_by_new_ops(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     static struct relay r;
     memset(&r, 0, sizeof(r));
     r.c = f->c;

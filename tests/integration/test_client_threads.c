@@ -20,26 +20,17 @@
 #include "kvstore.h"
 #include "kvtest.h"
 
-struct fixture {
-    struct kvt_server srv;
-    kvs_client *c;
-};
-
 static int setup(void **state)
 {
-    static struct fixture f;
-    if (kvt_server_start(&f.srv, 0, "--memory 64M --max-object 1M") < 0) return -1;
-    f.c = kvs_open(f.srv.addr);
-    if (!f.c) return -1;
+    static struct kvt_client_fixture f;
+    if (kvt_client_setup(&f, "--memory 64M --max-object 1M") < 0) return -1;
     *state = &f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    kvs_close(f->c);
-    kvt_server_stop(&f->srv);
+    kvt_client_teardown(*state);
     return 0;
 }
 
@@ -108,7 +99,7 @@ static void *worker_main(void *arg)
 
 static void test_sixteen_threads_one_client(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     pthread_t th[THREADS];
     struct worker w[THREADS];
     atomic_int errors = 0;
@@ -171,7 +162,7 @@ static void *reader_main(void *arg)
 
 static void test_one_key_never_torn(void **state)
 {
-    struct fixture *f = *state;
+    struct kvt_client_fixture *f = *state;
     pthread_t th[WRITERS + READERS];
     struct shared s[WRITERS + READERS];
     atomic_int torn = 0, errors = 0, reads_ok = 0;

@@ -1,5 +1,6 @@
 /*
- * kvtest.c - start and stop a real kvstored for integration tests.
+ * kvtest.c - start and stop a real kvstored for integration tests, and the
+ * client fixture built on it.
  */
 #include "kvtest.h"
 
@@ -173,6 +174,25 @@ int kvt_server_restart(struct kvt_server *s)
         usleep(100000);
     }
     return -1;
+}
+
+int kvt_client_setup(struct kvt_client_fixture *f, const char *server_args)
+{
+    if (kvt_server_start(&f->srv, 0, server_args) < 0) return -1;
+    f->c = kvs_open(f->srv.addr);
+    if (!f->c) {
+        fprintf(stderr, "kvtest: kvs_open(%s) failed\n", f->srv.addr);
+        kvt_server_stop(&f->srv);
+        return -1;
+    }
+    return 0;
+}
+
+void kvt_client_teardown(struct kvt_client_fixture *f)
+{
+    kvs_close(f->c);
+    f->c = NULL;
+    kvt_server_stop(&f->srv);
 }
 
 /* FNV-1a, enough to catch torn or foreign bytes. */

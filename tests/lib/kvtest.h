@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "kvstore.h"
+
 struct kvt_server {
     pid_t pid;
     int port;
@@ -37,6 +39,20 @@ int kvt_server_stop(struct kvt_server *s);
 void kvt_server_kill(struct kvt_server *s);
 /* Starts it again on the same port with the same args. */
 int kvt_server_restart(struct kvt_server *s);
+
+/* The usual client-test fixture: one kvstored and one client connected to it. */
+struct kvt_client_fixture {
+    struct kvt_server srv;
+    kvs_client *c;
+};
+
+/*
+ * Starts kvstored with server_args (as kvt_server_start) and opens a client
+ * on it. Returns 0, or -1 with nothing left running.
+ */
+int kvt_client_setup(struct kvt_client_fixture *f, const char *server_args);
+/* Closes the client, then stops the server. */
+void kvt_client_teardown(struct kvt_client_fixture *f);
 
 /* Monotonic clock in nanoseconds. */
 unsigned long long kvt_now_ns(void);
