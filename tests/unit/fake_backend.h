@@ -3,18 +3,25 @@
  * Batches complete inside the call (FAKE_SYNC), when the test says so
  * (FAKE_MANUAL, in any order), or on a completer thread (FAKE_THREAD, newest
  * first, so completions arrive out of order). Keys starting "err-" fail with
- * -EIO; refuse_batches makes every batch call fail as a whole.
+ * -EIO; refuse_batches makes every batch call fail as a whole. struct fake_env
+ * puts a batcher over it.
  */
 #ifndef FAKE_BACKEND_H
 #define FAKE_BACKEND_H
 
 #include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <cmocka.h>
 
 #include "batcher.h"
 
@@ -272,6 +279,52 @@ static inline void fake_nap(void)
 {
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
+}
+
+/* ---- a batcher over the fake, for batcher tests (asserts with cmocka) ---- */
+
+#define FAKE_LONG_WINDOW (10ull * 1000000000ull) /* never expires within a test */
+
+/* The batcher under test, its stats and the fake behind it. */
+struct fake_env {
+    struct fake f;
+    struct kvb_stats st;
+    struct kvb_batcher *b;
+};
+
+/* Batcher parameters with write-behind off and a 1 MiB write-behind byte bound. */
+static inline struct kvb_params fake_params(enum kvb_batch_policy pol, uint64_t window_ns,
+                                            uint32_t max_ops, uint64_t max_bytes,
+                                            uint32_t max_inflight)
+{
+    struct kvb_params p = {pol, window_ns, max_ops, max_bytes, max_inflight, 0, 1 << 20};
+    return p;
+}
+
+static inline void fake_env_up(struct fake_env *e, enum fake_mode mode, struct kvb_params p)
+{
+    fake_init(&e->f, mode);
+    kvb_stats_init(&e->st);
+    struct kvb_backend be = fake_backend(&e->f);
+    e->b = kvb_batcher_create(&p, &be, &e->st);
+    assert_non_null(e->b);
+}
+
+static inline void fake_env_down(struct fake_env *e)
+{
+    /* Manual completions left over would block destroy: finish them first. */
+    while (e->f.mode == FAKE_MANUAL && fake_complete(&e->f, 0))
+        ;
+    assert_int_equal(kvb_batcher_destroy(e->b, FAKE_LONG_WINDOW), 0);
+    fake_fini(&e->f);
+}
+
+/* Waits (bounded: 5 s) until the fake has seen n batch calls. */
+static inline void fake_wait_submitted(struct fake_env *e, int n)
+{
+    for (int i = 0; i < 5000 && atomic_load(&e->f.submitted) < n; i++)
+        fake_nap();
+    assert_int_equal(atomic_load(&e->f.submitted), n);
 }
 
 #endif

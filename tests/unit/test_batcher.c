@@ -12,78 +12,37 @@
 
 #include "fake_backend.h"
 
-#define LONG_WINDOW (10ull * 1000000000ull) /* never expires within a test */
-
-static struct kvb_params params(enum kvb_batch_policy pol, uint64_t window_ns, uint32_t max_ops,
-                                uint64_t max_bytes, uint32_t max_inflight)
-{
-    struct kvb_params p = {pol, window_ns, max_ops, max_bytes, max_inflight, 0, 1 << 20};
-    return p;
-}
-
-struct env {
-    struct fake f;
-    struct kvb_stats st;
-    struct kvb_batcher *b;
-};
-
-static void env_up(struct env *e, enum fake_mode mode, struct kvb_params p)
-{
-    fake_init(&e->f, mode);
-    kvb_stats_init(&e->st);
-    struct kvb_backend be = fake_backend(&e->f);
-    e->b = kvb_batcher_create(&p, &be, &e->st);
-    assert_non_null(e->b);
-}
-
-static void env_down(struct env *e)
-{
-    /* Manual completions left over would block destroy: finish them first. */
-    while (e->f.mode == FAKE_MANUAL && fake_complete(&e->f, 0))
-        ;
-    assert_int_equal(kvb_batcher_destroy(e->b, LONG_WINDOW), 0);
-    fake_fini(&e->f);
-}
-
-/* Waits (bounded: 5 s) until the fake has seen n batch calls. */
-static void wait_submitted(struct env *e, int n)
-{
-    for (int i = 0; i < 5000 && atomic_load(&e->f.submitted) < n; i++)
-        fake_nap();
-    assert_int_equal(atomic_load(&e->f.submitted), n);
-}
-
-static uint64_t flushes(struct env *e, enum kvb_flush_reason r)
+static uint64_t flushes(struct fake_env *e, enum kvb_flush_reason r)
 {
     return atomic_load(&e->st.flushes[r]);
 }
 
 static void test_adaptive_idle_sends_at_once(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *op;
     (void)state;
-    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_ADAPTIVE, LONG_WINDOW, 64, 1 << 20, 1));
+    fake_env_up(&e, FAKE_MANUAL, fake_params(KVB_BATCH_ADAPTIVE, FAKE_LONG_WINDOW, 64, 1 << 20, 1));
     assert_int_equal(kvb_put_async(e.b, "k1", "v", 1, &op), 0);
     assert_int_equal(atomic_load(&e.f.submitted), 1); /* sent by the caller, no window wait */
     assert_true(fake_complete(&e.f, 0));
     assert_int_equal(kvb_wait(op), 0);
     assert_int_equal(flushes(&e, KVB_FLUSH_IDLE), 1);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_adaptive_forms_next_batch_while_one_travels(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *ops[5];
     static const char *keys[] = {"k0", "k1", "k2", "k3", "k4"};
     (void)state;
-    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_ADAPTIVE, LONG_WINDOW, 64, 1 << 20, 1));
+    fake_env_up(&e, FAKE_MANUAL, fake_params(KVB_BATCH_ADAPTIVE, FAKE_LONG_WINDOW, 64, 1 << 20, 1));
     for (int i = 0; i < 5; i++)
         assert_int_equal(kvb_put_async(e.b, keys[i], "v", 1, &ops[i]), 0);
     assert_int_equal(atomic_load(&e.f.submitted), 1); /* the other 4 wait for the first */
     assert_true(fake_complete(&e.f, 0));
-    wait_submitted(&e, 2); /* completion lets the formed batch go */
+    fake_wait_submitted(&e, 2); /* completion lets the formed batch go */
     pthread_mutex_lock(&e.f.lock);
     assert_int_equal(e.f.last_n, 4);
     pthread_mutex_unlock(&e.f.lock);
@@ -93,29 +52,29 @@ static void test_adaptive_forms_next_batch_while_one_travels(void **state)
     assert_int_equal(flushes(&e, KVB_FLUSH_IDLE), 2);
     assert_int_equal(atomic_load(&e.st.ops[KVB_OP_PUT]), 5);
     assert_int_equal(atomic_load(&e.st.batches[KVB_OP_PUT]), 2);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_fixed_waits_for_window(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *op;
     (void)state;
-    env_up(&e, FAKE_SYNC, params(KVB_BATCH_FIXED, 2000000 /* 2 ms */, 64, 1 << 20, 4));
+    fake_env_up(&e, FAKE_SYNC, fake_params(KVB_BATCH_FIXED, 2000000 /* 2 ms */, 64, 1 << 20, 4));
     assert_int_equal(kvb_put_async(e.b, "k", "v", 1, &op), 0);
     assert_int_equal(kvb_wait(op), 0); /* the flusher's timer sent it */
     assert_int_equal(flushes(&e, KVB_FLUSH_WINDOW), 1);
     assert_int_equal(flushes(&e, KVB_FLUSH_IDLE), 0);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_max_ops_flushes(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *ops[5];
     static const char *keys[] = {"a", "b", "c", "d", "e"};
     (void)state;
-    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_FIXED, LONG_WINDOW, 4, 1 << 20, 4));
+    fake_env_up(&e, FAKE_MANUAL, fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 4, 1 << 20, 4));
     for (int i = 0; i < 5; i++)
         assert_int_equal(kvb_put_async(e.b, keys[i], "v", 1, &ops[i]), 0);
     assert_int_equal(atomic_load(&e.f.submitted), 1);
@@ -127,16 +86,16 @@ static void test_max_ops_flushes(void **state)
     assert_true(fake_complete(&e.f, 0));
     for (int i = 0; i < 5; i++)
         assert_int_equal(kvb_wait(ops[i]), 0);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_max_bytes_flushes_and_oversize_goes_alone(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *ops[3];
     static char small[2048], big[8192];
     (void)state;
-    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_FIXED, LONG_WINDOW, 64, 4096, 8));
+    fake_env_up(&e, FAKE_MANUAL, fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 64, 4096, 8));
     assert_int_equal(kvb_put_async(e.b, "s1", small, sizeof(small), &ops[0]), 0);
     assert_int_equal(atomic_load(&e.f.submitted), 0);
     assert_int_equal(kvb_put_async(e.b, "s2", small, sizeof(small), &ops[1]), 0);
@@ -149,23 +108,23 @@ static void test_max_bytes_flushes_and_oversize_goes_alone(void **state)
     assert_true(fake_complete(&e.f, 0));
     for (int i = 0; i < 3; i++)
         assert_int_equal(kvb_wait(ops[i]), 0);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_max_inflight_bounds_batches(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *ops[4];
     static const char *keys[] = {"a", "b", "c", "d"};
     (void)state;
-    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_FIXED, LONG_WINDOW, 1, 1 << 20, 2));
+    fake_env_up(&e, FAKE_MANUAL, fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 1, 1 << 20, 2));
     for (int i = 0; i < 4; i++)
         assert_int_equal(kvb_put_async(e.b, keys[i], "v", 1, &ops[i]), 0);
     assert_int_equal(atomic_load(&e.f.submitted), 2);
     assert_int_equal(atomic_load(&e.st.inflight_batches), 2);
     assert_int_equal(atomic_load(&e.st.queued_ops), 2);
     assert_true(fake_complete(&e.f, 1)); /* out of order */
-    wait_submitted(&e, 3);
+    fake_wait_submitted(&e, 3);
     assert_int_equal(fake_npending(&e.f), 2);
     while (fake_complete(&e.f, 0) || atomic_load(&e.f.submitted) < 4)
         fake_nap();
@@ -173,17 +132,17 @@ static void test_max_inflight_bounds_batches(void **state)
         ;
     for (int i = 0; i < 4; i++)
         assert_int_equal(kvb_wait(ops[i]), 0);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_get_after_async_put_sees_it(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *p1, *p2;
     char buf[16];
     (void)state;
     /* Completions on another thread, newest first: order must come from the batcher. */
-    env_up(&e, FAKE_THREAD, params(KVB_BATCH_ADAPTIVE, 1000000, 64, 1 << 20, 4));
+    fake_env_up(&e, FAKE_THREAD, fake_params(KVB_BATCH_ADAPTIVE, 1000000, 64, 1 << 20, 4));
     for (int round = 0; round < 50; round++) {
         assert_int_equal(kvb_put_async(e.b, "key", "one", 3, &p1), 0);
         assert_int_equal(kvb_put_async(e.b, "key", "two!", 4, &p2), 0);
@@ -194,15 +153,15 @@ static void test_get_after_async_put_sees_it(void **state)
         assert_int_equal(kvb_wait(p2), 0);
         assert_int_equal(kvb_exists(e.b, "key"), 1);
     }
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_get_semantics(void **state)
 {
-    struct env e;
+    struct fake_env e;
     char buf[8];
     (void)state;
-    env_up(&e, FAKE_THREAD, params(KVB_BATCH_ADAPTIVE, 50000, 64, 1 << 20, 2));
+    fake_env_up(&e, FAKE_THREAD, fake_params(KVB_BATCH_ADAPTIVE, 50000, 64, 1 << 20, 2));
     assert_int_equal(kvb_put(e.b, "k", "hello", 5), 0);
     assert_int_equal(kvb_get(e.b, "k", NULL, 0), 5); /* size probe */
     assert_int_equal(kvb_get(e.b, "k", buf, 4), -ERANGE);
@@ -224,17 +183,17 @@ static void test_get_semantics(void **state)
     assert_int_equal(kvb_args_batchable(longkey, "v", 1), 0);
     longkey[KVS_MAX_KEY] = '\0';
     assert_int_equal(kvb_args_batchable(longkey, "v", 1), 1);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_error_fanout_async(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *ops[4];
     static const char *keys[] = {"ok-1", "err-2", "ok-3", "err-4"};
     char bufs[4][8];
     (void)state;
-    env_up(&e, FAKE_MANUAL, params(KVB_BATCH_FIXED, LONG_WINDOW, 4, 1 << 20, 2));
+    fake_env_up(&e, FAKE_MANUAL, fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 4, 1 << 20, 2));
     for (int i = 0; i < 4; i++)
         assert_int_equal(kvb_put_async(e.b, keys[i], "val", 3, &ops[i]), 0);
     assert_true(fake_complete(&e.f, 0));
@@ -253,16 +212,16 @@ static void test_error_fanout_async(void **state)
     assert_int_equal(atomic_load(&e.st.errors[KVB_OP_GET][KVB_ST_EIO]), 2);
     assert_int_equal(atomic_load(&e.st.ops[KVB_OP_PUT]), 4);
     assert_int_equal(atomic_load(&e.st.ops[KVB_OP_GET]), 4);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_refused_batch_falls_back_per_key(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *ops[3];
     static const char *keys[] = {"a", "err-b", "c"};
     (void)state;
-    env_up(&e, FAKE_SYNC, params(KVB_BATCH_FIXED, LONG_WINDOW, 3, 1 << 20, 2));
+    fake_env_up(&e, FAKE_SYNC, fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 3, 1 << 20, 2));
     e.f.refuse_batches = true;
     for (int i = 0; i < 3; i++)
         assert_int_equal(kvb_put_async(e.b, keys[i], "v", 1, &ops[i]), 0);
@@ -270,18 +229,18 @@ static void test_refused_batch_falls_back_per_key(void **state)
     assert_int_equal(kvb_wait(ops[1]), -EIO);
     assert_int_equal(kvb_wait(ops[2]), 0);
     assert_int_equal(atomic_load(&e.f.one_calls), 3);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_writeback_put_returns_at_once_and_is_readable(void **state)
 {
-    struct env e;
+    struct fake_env e;
     char buf[32];
-    struct kvb_params p = params(KVB_BATCH_FIXED, LONG_WINDOW, 64, 1 << 20, 2);
+    struct kvb_params p = fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 64, 1 << 20, 2);
     (void)state;
     p.writeback = 1;
     p.writeback_bytes = 64 << 10;
-    env_up(&e, FAKE_MANUAL, p);
+    fake_env_up(&e, FAKE_MANUAL, p);
     assert_int_equal(kvb_put(e.b, "wb", "payload", 7), 0);
     assert_int_equal(atomic_load(&e.f.submitted), 0); /* still queued */
     assert_int_equal(kvb_get(e.b, "wb", buf, sizeof(buf)), 7);
@@ -293,8 +252,8 @@ static void test_writeback_put_returns_at_once_and_is_readable(void **state)
     assert_int_equal(kvb_put(e.b, "err-wb", "x", 1), 0); /* fails later */
     assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, 0), -ETIMEDOUT);
     assert_true(fake_complete(&e.f, 0));
-    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, LONG_WINDOW), -EIO);
-    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, LONG_WINDOW), 0); /* reported once */
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, FAKE_LONG_WINDOW), -EIO);
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, FAKE_LONG_WINDOW), 0); /* reported once */
     assert_int_equal(atomic_load(&e.st.writeback_errors), 1);
     assert_int_equal(atomic_load(&e.st.writeback_bytes), 0);
     pthread_mutex_lock(&e.f.lock);
@@ -302,11 +261,11 @@ static void test_writeback_put_returns_at_once_and_is_readable(void **state)
     assert_true(i >= 0);
     assert_memory_equal(e.f.vals[i], "payload", 7);
     pthread_mutex_unlock(&e.f.lock);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 struct wb_writer {
-    struct env *e;
+    struct fake_env *e;
     int rc;
 };
 
@@ -324,14 +283,14 @@ static void *wb_writer_main(void *arg)
 
 static void test_writeback_memory_is_bounded(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct wb_writer w = {&e, 0};
     pthread_t t;
-    struct kvb_params p = params(KVB_BATCH_FIXED, LONG_WINDOW, 64, 1 << 20, 2);
+    struct kvb_params p = fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 64, 1 << 20, 2);
     (void)state;
     p.writeback = 1;
     p.writeback_bytes = 64 << 10; /* four 16K values */
-    env_up(&e, FAKE_MANUAL, p);
+    fake_env_up(&e, FAKE_MANUAL, p);
     assert_int_equal(pthread_create(&t, NULL, wb_writer_main, &w), 0);
     /* The writer blocks after 4 puts until batches complete: pending never exceeds the bound. */
     for (int i = 0; i < 5000 && atomic_load(&e.st.writeback_bytes) < (64 << 10); i++)
@@ -348,21 +307,21 @@ static void test_writeback_memory_is_bounded(void **state)
     while (kvb_flush(e.b, KVB_FLUSH_EXPLICIT, 0) == -ETIMEDOUT)
         fake_complete(&e.f, 0);
     assert_int_equal(atomic_load(&e.st.ops[KVB_OP_PUT]), 8);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_stats_count_each_op_once(void **state)
 {
-    struct env e;
+    struct fake_env e;
     char buf[8];
     (void)state;
-    env_up(&e, FAKE_THREAD, params(KVB_BATCH_ADAPTIVE, 100000, 8, 1 << 20, 2));
+    fake_env_up(&e, FAKE_THREAD, fake_params(KVB_BATCH_ADAPTIVE, 100000, 8, 1 << 20, 2));
     for (int i = 0; i < 20; i++) {
         assert_int_equal(kvb_put(e.b, "s", "abc", 3), 0);
         assert_int_equal(kvb_get(e.b, "s", buf, sizeof(buf)), 3);
         assert_int_equal(kvb_exists(e.b, "nope"), 0);
     }
-    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, LONG_WINDOW), 0);
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, FAKE_LONG_WINDOW), 0);
     uint64_t batches = 0, reasons = 0;
     for (int k = 0; k < KVB_OP_KINDS; k++) {
         assert_int_equal(atomic_load(&e.st.ops[k]), 20);
@@ -375,7 +334,7 @@ static void test_stats_count_each_op_once(void **state)
     assert_int_equal(atomic_load(&e.st.op_latency.count), 60);
     assert_int_equal(atomic_load(&e.st.bytes[KVB_OP_PUT]), 60);
     assert_int_equal(atomic_load(&e.st.bytes[KVB_OP_GET]), 60);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 int main(void)

@@ -15,50 +15,15 @@
 
 #include "fake_backend.h"
 
-#define LONG_WINDOW (10ull * 1000000000ull) /* never expires within a test */
-
-struct env {
-    struct fake f;
-    struct kvb_stats st;
-    struct kvb_batcher *b;
-};
-
-static void env_up(struct env *e, enum fake_mode mode, enum kvb_batch_policy pol,
-                   uint64_t window_ns, uint32_t max_inflight)
-{
-    struct kvb_params p = {pol, window_ns, 64, 1 << 20, max_inflight, 0, 1 << 20};
-    fake_init(&e->f, mode);
-    kvb_stats_init(&e->st);
-    struct kvb_backend be = fake_backend(&e->f);
-    e->b = kvb_batcher_create(&p, &be, &e->st);
-    assert_non_null(e->b);
-}
-
-static void env_down(struct env *e)
-{
-    while (e->f.mode == FAKE_MANUAL && fake_complete(&e->f, 0))
-        ;
-    assert_int_equal(kvb_batcher_destroy(e->b, LONG_WINDOW), 0);
-    fake_fini(&e->f);
-}
-
-/* Waits (bounded: 5 s) until the fake has seen n batch calls. */
-static void wait_submitted(struct env *e, int n)
-{
-    for (int i = 0; i < 5000 && atomic_load(&e->f.submitted) < n; i++)
-        fake_nap();
-    assert_int_equal(atomic_load(&e->f.submitted), n);
-}
-
 /* Waits (bounded: 5 s) until n ops are queued (accepted, not sent). */
-static void wait_queued(struct env *e, int64_t n)
+static void wait_queued(struct fake_env *e, int64_t n)
 {
     for (int i = 0; i < 5000 && atomic_load(&e->st.queued_ops) < n; i++)
         fake_nap();
     assert_int_equal(atomic_load(&e->st.queued_ops), n);
 }
 
-static size_t last_n(struct env *e)
+static size_t last_n(struct fake_env *e)
 {
     pthread_mutex_lock(&e->f.lock);
     size_t n = e->f.last_n;
@@ -68,11 +33,11 @@ static size_t last_n(struct env *e)
 
 static void test_free_slot_waits_for_every_expected_caller(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *ops[5];
     static const char *keys[] = {"a", "b", "c", "d", "e"};
     (void)state;
-    env_up(&e, FAKE_MANUAL, KVB_BATCH_ADAPTIVE, LONG_WINDOW, 2);
+    fake_env_up(&e, FAKE_MANUAL, fake_params(KVB_BATCH_ADAPTIVE, FAKE_LONG_WINDOW, 64, 1 << 20, 2));
     /* a: idle, sent at once; b: a slot is free and b is everyone seen so far: sent. */
     assert_int_equal(kvb_put_async(e.b, keys[0], "v", 1, &ops[0]), 0);
     assert_int_equal(kvb_put_async(e.b, keys[1], "v", 1, &ops[1]), 0);
@@ -96,36 +61,37 @@ static void test_free_slot_waits_for_every_expected_caller(void **state)
         assert_int_equal(kvb_wait(ops[i]), 0);
     assert_int_equal(atomic_load(&e.st.flushes[KVB_FLUSH_IDLE]), 3);
     assert_int_equal(atomic_load(&e.st.flushes[KVB_FLUSH_WINDOW]), 0);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_window_sends_when_expected_callers_do_not_come(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *ops[4];
     static const char *keys[] = {"a", "b", "c", "d"};
     (void)state;
-    env_up(&e, FAKE_MANUAL, KVB_BATCH_ADAPTIVE, 2000000 /* 2 ms */, 2);
+    fake_env_up(&e, FAKE_MANUAL,
+                fake_params(KVB_BATCH_ADAPTIVE, 2000000 /* 2 ms */, 64, 1 << 20, 2));
     for (int i = 0; i < 4; i++)
         assert_int_equal(kvb_put_async(e.b, keys[i], "v", 1, &ops[i]), 0);
     assert_int_equal(atomic_load(&e.f.submitted), 2); /* {c, d} formed with no slot free */
     assert_true(fake_complete(&e.f, 0));
     /* a's caller never comes back: the window (armed by the completion) sends {c, d}. */
-    wait_submitted(&e, 3);
+    fake_wait_submitted(&e, 3);
     assert_int_equal(last_n(&e), 2);
     assert_int_equal(atomic_load(&e.st.flushes[KVB_FLUSH_WINDOW]), 1);
     while (fake_complete(&e.f, 0))
         ;
     for (int i = 0; i < 4; i++)
         assert_int_equal(kvb_wait(ops[i]), 0);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 static void test_sync_opener_is_the_window_timer(void **state)
 {
-    struct env e;
+    struct fake_env e;
     (void)state;
-    env_up(&e, FAKE_SYNC, KVB_BATCH_FIXED, 2000000 /* 2 ms */, 4);
+    fake_env_up(&e, FAKE_SYNC, fake_params(KVB_BATCH_FIXED, 2000000 /* 2 ms */, 64, 1 << 20, 4));
     /* Nothing else arrives: the caller itself seals and sends its batch at the window. */
     assert_int_equal(kvb_put(e.b, "k", "v", 1), 0);
     assert_int_equal(kvb_put(e.b, "k2", "v", 1), 0);
@@ -133,7 +99,7 @@ static void test_sync_opener_is_the_window_timer(void **state)
     assert_int_equal(atomic_load(&e.st.flushes[KVB_FLUSH_WINDOW]), 2);
     char buf[4];
     assert_int_equal(kvb_get(e.b, "k2", buf, sizeof(buf)), 1);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 struct caller {
@@ -150,7 +116,7 @@ static void *caller_main(void *arg)
     return NULL;
 }
 
-static void start_callers(struct env *e, struct caller *c, int first, int n)
+static void start_callers(struct fake_env *e, struct caller *c, int first, int n)
 {
     for (int i = first; i < first + n; i++) {
         c[i].b = e->b;
@@ -162,23 +128,23 @@ static void start_callers(struct env *e, struct caller *c, int first, int n)
 
 static void test_completion_hands_next_batch_to_a_woken_caller(void **state)
 {
-    struct env e;
+    struct fake_env e;
     struct kvb_op *op;
     struct caller c[5];
     (void)state;
-    env_up(&e, FAKE_MANUAL, KVB_BATCH_ADAPTIVE, LONG_WINDOW, 1);
+    fake_env_up(&e, FAKE_MANUAL, fake_params(KVB_BATCH_ADAPTIVE, FAKE_LONG_WINDOW, 64, 1 << 20, 1));
     assert_int_equal(kvb_put_async(e.b, "x", "v", 1, &op), 0); /* holds the only slot */
     start_callers(&e, c, 0, 3);
     wait_queued(&e, 3);
     assert_true(fake_complete(&e.f, 0)); /* x had no synchronous caller: the flusher sends */
-    wait_submitted(&e, 2);
+    fake_wait_submitted(&e, 2);
     assert_int_equal(last_n(&e), 3);
     assert_int_equal(kvb_wait(op), 0);
     start_callers(&e, c, 3, 2);
     wait_queued(&e, 2);
     /* This completion wakes 3 synchronous callers; one of them sends the next batch. */
     assert_true(fake_complete(&e.f, 0));
-    wait_submitted(&e, 3);
+    fake_wait_submitted(&e, 3);
     assert_int_equal(last_n(&e), 2);
     for (int i = 0; i < 500 && !fake_complete(&e.f, 0); i++)
         fake_nap();
@@ -188,7 +154,7 @@ static void test_completion_hands_next_batch_to_a_woken_caller(void **state)
     }
     assert_int_equal(atomic_load(&e.st.flushes[KVB_FLUSH_IDLE]), 3);
     assert_int_equal(atomic_load(&e.st.ops[KVB_OP_PUT]), 6);
-    env_down(&e);
+    fake_env_down(&e);
 }
 
 int main(void)
