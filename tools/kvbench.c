@@ -317,16 +317,10 @@ int kvb_basic_run(const struct kvb_basic *b, struct kvb_result *r)
         goto out;
     }
     snprintf(r->workload, sizeof(r->workload), "%s", kvb_op_name(b->op));
-    snprintf(r->path, sizeof(r->path), "%s",
-             b->mode == KVB_SINGLE && kvb_shim_preloaded() ? "shim" : kvb_mode_name(b->mode));
+    kvb_result_timing(r, b->mode, start, end);
     r->size = b->size;
     r->threads = b->threads;
     r->batch = b->mode == KVB_SINGLE ? 1 : b->batch;
-    r->seconds = (double)(end - start) / 1e9;
-    if (r->seconds > 0) {
-        r->ops_per_s = (double)(r->ops - r->errors) / r->seconds;
-        r->bytes_per_s = (double)r->bytes / r->seconds;
-    }
     r->p50_us = kvb_hist_quantile(op_lat, 0.50) / 1e3;
     r->p99_us = kvb_hist_quantile(op_lat, 0.99) / 1e3;
     r->batch_p50_us = kvb_hist_quantile(batch_lat, 0.50) / 1e3;
@@ -437,12 +431,6 @@ static int parse_modes(const char *s, enum kvb_mode modes[], int max)
     return n ? n : -EINVAL;
 }
 
-static int bad_arg(const char *opt, const char *val, const char *accepted)
-{
-    fprintf(stderr, "kvbench: bad %s '%s' (accepted: %s)\n", opt, val, accepted);
-    return KVB_EXIT_USAGE;
-}
-
 /* kvbench put|get|exists: runs each mode --repeat times, then compares medians. */
 static int basic_main(enum kvb_op op, int argc, char **argv)
 {
@@ -481,44 +469,46 @@ static int basic_main(enum kvb_op op, int argc, char **argv)
             servers = optarg;
             break;
         case 't':
-            if (kvb_parse_long(optarg, 1, 1024, &v)) return bad_arg("--threads", optarg, "1..1024");
+            if (kvb_parse_long(optarg, 1, 1024, &v))
+                return kvb_bad_arg("kvbench", "--threads", optarg, "1..1024");
             b.threads = (int)v;
             break;
         case 'z':
             if (kvb_parse_size(optarg, &b.size) || b.size > (64u << 20))
-                return bad_arg("--size", optarg, "0..64M, e.g. 4096, 4K, 64KiB, 1M");
+                return kvb_bad_arg("kvbench", "--size", optarg, "0..64M, e.g. 4096, 4K, 64KiB, 1M");
             break;
         case 'm':
             nmodes = parse_modes(optarg, modes, 8);
             if (nmodes < 0)
-                return bad_arg("--mode", optarg, "single, batch, async, comma-separated");
+                return kvb_bad_arg("kvbench", "--mode", optarg,
+                                   "single, batch, async, comma-separated");
             break;
         case 'b':
-            if (kvb_parse_long(optarg, 1, 65536, &v)) return bad_arg("--batch", optarg, "1..65536");
+            if (kvb_parse_long(optarg, 1, 65536, &v))
+                return kvb_bad_arg("kvbench", "--batch", optarg, "1..65536");
             b.batch = (int)v;
             break;
         case 'n':
             if (kvb_parse_long(optarg, 1, 1000000000000L, &ops))
-                return bad_arg("--ops", optarg, "1..10^12");
+                return kvb_bad_arg("kvbench", "--ops", optarg, "1..10^12");
             break;
-        case 'S': {
-            char *end;
-            seconds = strtod(optarg, &end);
-            if (end == optarg || *end || !(seconds > 0 && seconds <= 86400))
-                return bad_arg("--seconds", optarg, "a number of seconds in (0, 86400]");
+        case 'S':
+            if (kvb_parse_seconds(optarg, 86400, &seconds))
+                return kvb_bad_arg("kvbench", "--seconds", optarg,
+                                   "a number of seconds in (0, 86400]");
             break;
-        }
         case 'k':
             if (kvb_parse_long(optarg, 1, 100000000L, &v))
-                return bad_arg("--keys", optarg, "1..10^8");
+                return kvb_bad_arg("kvbench", "--keys", optarg, "1..10^8");
             b.keys = (uint64_t)v;
             break;
         case 'r':
-            if (kvb_parse_long(optarg, 1, 64, &repeat)) return bad_arg("--repeat", optarg, "1..64");
+            if (kvb_parse_long(optarg, 1, 64, &repeat))
+                return kvb_bad_arg("kvbench", "--repeat", optarg, "1..64");
             break;
         case 'p':
             if (!*optarg || strlen(optarg) > 40)
-                return bad_arg("--prefix", optarg, "1..40 characters");
+                return kvb_bad_arg("kvbench", "--prefix", optarg, "1..40 characters");
             snprintf(prefix, sizeof(prefix), "%s", optarg);
             break;
         case 'c':

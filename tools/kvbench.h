@@ -80,6 +80,12 @@ int kvb_output_close(struct kvb_output *out);
 void kvb_print_result(const struct kvb_result *r);
 /* The median of each figure over n runs (n >= 1), marked run 0. */
 void kvb_median(const struct kvb_result *runs, int n, struct kvb_result *med);
+/*
+ * Fills r's path ("shim" for single calls with libkvbatch preloaded, else the
+ * mode), seconds, and the rates from its ops, errors and bytes.
+ */
+void kvb_result_timing(struct kvb_result *r, enum kvb_mode mode, uint64_t start_ns,
+                       uint64_t end_ns);
 
 /*
  * Progress while workers run: a line updated in place on a terminal, a plain
@@ -110,6 +116,10 @@ void kvb_sleep_ns(uint64_t ns);
 int kvb_parse_size(const char *s, size_t *out);
 /* Parses a positive integer in [lo, hi]; returns 0 or -EINVAL. */
 int kvb_parse_long(const char *s, long lo, long hi, long *out);
+/* Parses a number of seconds in (0, max]; returns 0 or -EINVAL. */
+int kvb_parse_seconds(const char *s, double max, double *out);
+/* Prints "<who>: bad <opt> '<val>' (accepted: <accepted>)"; returns KVB_EXIT_USAGE. */
+int kvb_bad_arg(const char *who, const char *opt, const char *val, const char *accepted);
 /* 1 if an LD_PRELOADed libkvbatch is in this process's environment. */
 int kvb_shim_preloaded(void);
 /* Fills buf with a pattern derived from key, cheap to check at both ends. */

@@ -409,19 +409,13 @@ static int run_phase(struct lw_request *rqs, const struct lw_config *cfg, enum l
     }
     snprintf(r->workload, sizeof(r->workload), "%s",
              phase == PHASE_SAVE ? "layerwise-save" : "layerwise-load");
-    snprintf(r->path, sizeof(r->path), "%s",
-             cfg->mode == KVB_SINGLE && kvb_shim_preloaded() ? "shim" : kvb_mode_name(cfg->mode));
+    kvb_result_timing(r, cfg->mode, start, end);
     snprintf(r->label, sizeof(r->label), "%s tp%d block%d prompt%d req%d compute%lluus", cfg->model,
              cfg->tp, cfg->block_tokens, cfg->prompt_tokens, cfg->requests,
              (unsigned long long)(cfg->compute_ns / 1000));
     r->size = cfg->slice;
     r->threads = cfg->requests;
     r->batch = cfg->mode == KVB_SINGLE ? 1 : cfg->blocks;
-    r->seconds = (double)(end - start) / 1e9;
-    if (r->seconds > 0) {
-        r->ops_per_s = (double)(r->ops - r->errors) / r->seconds;
-        r->bytes_per_s = (double)r->bytes / r->seconds;
-    }
     r->p50_us = kvb_hist_quantile(op_lat, 0.5) / 1e3;
     r->p99_us = kvb_hist_quantile(op_lat, 0.99) / 1e3;
     if (phase == PHASE_SAVE) {
@@ -463,12 +457,6 @@ static void lw_usage(FILE *f)
             "  --no-verify        do not check loaded values\n"
             "  --csv FILE, --json FILE, --quiet\n",
             MAX_REQUESTS);
-}
-
-static int lw_bad(const char *opt, const char *val, const char *accepted)
-{
-    fprintf(stderr, "kvbench layerwise: bad %s '%s' (accepted: %s)\n", opt, val, accepted);
-    return KVB_EXIT_USAGE;
 }
 
 int kvb_layerwise_main(int argc, char **argv)
@@ -519,44 +507,46 @@ int kvb_layerwise_main(int argc, char **argv)
             else if (strcmp(optarg, "llama3-70b") == 0)
                 cfg.model = "llama3-70b", cfg.layers = 80;
             else
-                return lw_bad("--model", optarg, "llama3-8b, llama3-70b");
+                return kvb_bad_arg("kvbench layerwise", "--model", optarg, "llama3-8b, llama3-70b");
             break;
         case 'B':
             if (strcmp(optarg, "16") && strcmp(optarg, "64"))
-                return lw_bad("--block", optarg, "16, 64");
+                return kvb_bad_arg("kvbench layerwise", "--block", optarg, "16, 64");
             cfg.block_tokens = optarg[0] == '1' ? 16 : 64;
             break;
         case 'T':
             if (kvb_parse_long(optarg, 1, 8, &v) || (v & (v - 1)))
-                return lw_bad("--tp", optarg, "1, 2, 4, 8");
+                return kvb_bad_arg("kvbench layerwise", "--tp", optarg, "1, 2, 4, 8");
             cfg.tp = (int)v;
             break;
         case 'R':
-            if (kvb_parse_long(optarg, 0, 7, &v)) return lw_bad("--rank", optarg, "0..tp-1");
+            if (kvb_parse_long(optarg, 0, 7, &v))
+                return kvb_bad_arg("kvbench layerwise", "--rank", optarg, "0..tp-1");
             cfg.rank = (int)v;
             break;
         case 'q':
             if (kvb_parse_long(optarg, 1, MAX_REQUESTS, &v))
-                return lw_bad("--requests", optarg, "1..256");
+                return kvb_bad_arg("kvbench layerwise", "--requests", optarg, "1..256");
             cfg.requests = (int)v;
             break;
         case 'p':
             if (kvb_parse_long(optarg, 1, 1 << 20, &v))
-                return lw_bad("--prompt", optarg, "1..1048576");
+                return kvb_bad_arg("kvbench layerwise", "--prompt", optarg, "1..1048576");
             cfg.prompt_tokens = (int)v;
             break;
         case 'u':
             if (kvb_parse_long(optarg, 0, 1000000, &v))
-                return lw_bad("--compute-us", optarg, "0..1000000");
+                return kvb_bad_arg("kvbench layerwise", "--compute-us", optarg, "0..1000000");
             cfg.compute_ns = (uint64_t)v * 1000;
             break;
         case 'o':
-            if (kvb_parse_long(optarg, 1, 10000, &v)) return lw_bad("--rounds", optarg, "1..10000");
+            if (kvb_parse_long(optarg, 1, 10000, &v))
+                return kvb_bad_arg("kvbench layerwise", "--rounds", optarg, "1..10000");
             cfg.rounds = (int)v;
             break;
         case 'P':
             if (strcmp(optarg, "save") && strcmp(optarg, "load") && strcmp(optarg, "both"))
-                return lw_bad("--phase", optarg, "save, load, both");
+                return kvb_bad_arg("kvbench layerwise", "--phase", optarg, "save, load, both");
             phase = optarg;
             break;
         case 'm':
@@ -567,17 +557,15 @@ int kvb_layerwise_main(int argc, char **argv)
             else if (strcmp(optarg, "async") == 0)
                 cfg.mode = KVB_ASYNC;
             else
-                return lw_bad("--mode", optarg, "single, batch, async");
+                return kvb_bad_arg("kvbench layerwise", "--mode", optarg, "single, batch, async");
             break;
-        case 'S': {
-            char *end;
-            cfg.seconds = strtod(optarg, &end);
-            if (end == optarg || *end || !(cfg.seconds > 0 && cfg.seconds <= 86400))
-                return lw_bad("--seconds", optarg, "(0, 86400]");
+        case 'S':
+            if (kvb_parse_seconds(optarg, 86400, &cfg.seconds))
+                return kvb_bad_arg("kvbench layerwise", "--seconds", optarg, "(0, 86400]");
             break;
-        }
         case 'r':
-            if (kvb_parse_long(optarg, 1, 64, &repeat)) return lw_bad("--repeat", optarg, "1..64");
+            if (kvb_parse_long(optarg, 1, 64, &repeat))
+                return kvb_bad_arg("kvbench layerwise", "--repeat", optarg, "1..64");
             break;
         case 'V':
             cfg.verify = 0;
@@ -601,13 +589,16 @@ int kvb_layerwise_main(int argc, char **argv)
             return KVB_EXIT_USAGE;
         }
     }
-    if (optind < argc) return lw_bad("argument", argv[optind], "options only");
-    if (cfg.rank >= cfg.tp) return lw_bad("--rank", "(>= tp)", "0..tp-1");
+    if (optind < argc)
+        return kvb_bad_arg("kvbench layerwise", "argument", argv[optind], "options only");
+    if (cfg.rank >= cfg.tp) return kvb_bad_arg("kvbench layerwise", "--rank", "(>= tp)", "0..tp-1");
     cfg.slice = (size_t)cfg.block_tokens * KV_BYTES_TOKEN / (size_t)cfg.tp;
     cfg.blocks = (cfg.prompt_tokens + cfg.block_tokens - 1) / cfg.block_tokens;
     if ((uint64_t)cfg.requests * LAYER_RING * (uint64_t)cfg.blocks * cfg.slice > (2ull << 30))
-        return lw_bad("--prompt", "(x requests)", "staging buffers up to 2 GiB in all");
-    if (cfg.blocks > 4096) return lw_bad("--prompt", "(blocks)", "at most 4096 blocks");
+        return kvb_bad_arg("kvbench layerwise", "--prompt", "(x requests)",
+                           "staging buffers up to 2 GiB in all");
+    if (cfg.blocks > 4096)
+        return kvb_bad_arg("kvbench layerwise", "--prompt", "(blocks)", "at most 4096 blocks");
     int do_save = strcmp(phase, "load") != 0, do_load = strcmp(phase, "save") != 0;
 
     cfg.client = kvs_open(servers);

@@ -44,12 +44,6 @@ static int split(char *buf, char *tok[])
     return n ? n : -EINVAL;
 }
 
-static int bad(const char *opt, const char *val, const char *accepted)
-{
-    fprintf(stderr, "kvbench micro: bad %s '%s' (accepted: %s)\n", opt, val, accepted);
-    return KVB_EXIT_USAGE;
-}
-
 int kvb_micro_main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -87,21 +81,20 @@ int kvb_micro_main(int argc, char **argv)
             snprintf(ops_s, sizeof(ops_s), "%s", optarg);
             break;
         case 'b':
-            if (kvb_parse_long(optarg, 1, 65536, &batch)) return bad("--batch", optarg, "1..65536");
+            if (kvb_parse_long(optarg, 1, 65536, &batch))
+                return kvb_bad_arg("kvbench micro", "--batch", optarg, "1..65536");
             break;
-        case 'S': {
-            char *end;
-            seconds = strtod(optarg, &end);
-            if (end == optarg || *end || !(seconds > 0 && seconds <= 3600))
-                return bad("--seconds", optarg, "(0, 3600]");
+        case 'S':
+            if (kvb_parse_seconds(optarg, 3600, &seconds))
+                return kvb_bad_arg("kvbench micro", "--seconds", optarg, "(0, 3600]");
             break;
-        }
         case 'n':
             if (kvb_parse_long(optarg, 1, 1000000000L, &max_ops))
-                return bad("--max-ops", optarg, "1..10^9");
+                return kvb_bad_arg("kvbench micro", "--max-ops", optarg, "1..10^9");
             break;
         case 'r':
-            if (kvb_parse_long(optarg, 1, 64, &repeat)) return bad("--repeat", optarg, "1..64");
+            if (kvb_parse_long(optarg, 1, 64, &repeat))
+                return kvb_bad_arg("kvbench micro", "--repeat", optarg, "1..64");
             break;
         case 'c':
             csv = optarg;
@@ -121,7 +114,8 @@ int kvb_micro_main(int argc, char **argv)
             return KVB_EXIT_USAGE;
         }
     }
-    if (optind < argc) return bad("argument", argv[optind], "options only");
+    if (optind < argc)
+        return kvb_bad_arg("kvbench micro", "argument", argv[optind], "options only");
 
     char *tok[MAX_LIST];
     size_t sizes[MAX_LIST];
@@ -131,17 +125,21 @@ int kvb_micro_main(int argc, char **argv)
     nsizes = split(sizes_s, tok);
     for (int i = 0; i < nsizes; i++)
         if (kvb_parse_size(tok[i], &sizes[i]) || sizes[i] > (64u << 20))
-            return bad("--sizes", tok[i], "sizes up to 64M, e.g. 1K,4K,1M");
-    if (nsizes < 0) return bad("--sizes", sizes_s, "a comma list of sizes");
+            return kvb_bad_arg("kvbench micro", "--sizes", tok[i],
+                               "sizes up to 64M, e.g. 1K,4K,1M");
+    if (nsizes < 0)
+        return kvb_bad_arg("kvbench micro", "--sizes", sizes_s, "a comma list of sizes");
     nthreads = split(threads_s, tok);
-    if (nthreads < 0) return bad("--threads", threads_s, "a comma list of 1..1024");
+    if (nthreads < 0)
+        return kvb_bad_arg("kvbench micro", "--threads", threads_s, "a comma list of 1..1024");
     for (int i = 0; i < nthreads; i++) {
         long v;
-        if (kvb_parse_long(tok[i], 1, 1024, &v)) return bad("--threads", tok[i], "1..1024");
+        if (kvb_parse_long(tok[i], 1, 1024, &v))
+            return kvb_bad_arg("kvbench micro", "--threads", tok[i], "1..1024");
         threads[i] = (int)v;
     }
     npaths = split(paths_s, tok);
-    if (npaths < 0) return bad("--paths", paths_s, "single,batch,async");
+    if (npaths < 0) return kvb_bad_arg("kvbench micro", "--paths", paths_s, "single,batch,async");
     for (int i = 0; i < npaths; i++) {
         if (strcmp(tok[i], "single") == 0)
             paths[i] = KVB_SINGLE;
@@ -150,10 +148,10 @@ int kvb_micro_main(int argc, char **argv)
         else if (strcmp(tok[i], "async") == 0)
             paths[i] = KVB_ASYNC;
         else
-            return bad("--paths", tok[i], "single, batch, async");
+            return kvb_bad_arg("kvbench micro", "--paths", tok[i], "single, batch, async");
     }
     nops = split(ops_s, tok);
-    if (nops < 0) return bad("--ops", ops_s, "put,get,exists");
+    if (nops < 0) return kvb_bad_arg("kvbench micro", "--ops", ops_s, "put,get,exists");
     for (int i = 0; i < nops; i++) {
         if (strcmp(tok[i], "put") == 0)
             ops[i] = KVB_PUT;
@@ -162,7 +160,7 @@ int kvb_micro_main(int argc, char **argv)
         else if (strcmp(tok[i], "exists") == 0)
             ops[i] = KVB_EXISTS;
         else
-            return bad("--ops", tok[i], "put, get, exists");
+            return kvb_bad_arg("kvbench micro", "--ops", tok[i], "put, get, exists");
     }
 
     kvs_client *client = kvs_open(servers);

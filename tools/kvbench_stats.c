@@ -111,6 +111,32 @@ int kvb_parse_long(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
+int kvb_parse_seconds(const char *s, double max, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v > 0 && v <= max)) return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int kvb_bad_arg(const char *who, const char *opt, const char *val, const char *accepted)
+{
+    fprintf(stderr, "%s: bad %s '%s' (accepted: %s)\n", who, opt, val, accepted);
+    return KVB_EXIT_USAGE;
+}
+
+void kvb_result_timing(struct kvb_result *r, enum kvb_mode mode, uint64_t start_ns, uint64_t end_ns)
+{
+    snprintf(r->path, sizeof(r->path), "%s",
+             mode == KVB_SINGLE && kvb_shim_preloaded() ? "shim" : kvb_mode_name(mode));
+    r->seconds = (double)(end_ns - start_ns) / 1e9;
+    if (r->seconds > 0) {
+        r->ops_per_s = (double)(r->ops - r->errors) / r->seconds;
+        r->bytes_per_s = (double)r->bytes / r->seconds;
+    }
+}
+
 int kvb_shim_preloaded(void)
 {
     const char *p = getenv("LD_PRELOAD");
