@@ -58,7 +58,8 @@ for size in 16384 65536; do
         base=$(perftest $tool $size $((ops / 2)))
         kops=$(kvb $op --servers "$URL" --mode batch --batch 32 --size $size --keys $keys --ops $ops)
         awk -v s=$size -v op=$op -v k="$kops" -v b="${base:-0}" 'BEGIN {
-            kb = k * s; printf "%-7d %-4s %12.1f %14.1f  %.2f\n", s, op, kb / 1e6, b / 1e6, (b > 0 ? kb / b : 0) }'
+            kb = k * s; ratio = 0; if (b > 0) ratio = kb / b  # outside printf: some awks read ">" there as a redirection
+            printf "%-7d %-4s %12.1f %14.1f  %.2f\n", s, op, kb / 1e6, b / 1e6, ratio }'
     done
 done
 

@@ -427,16 +427,17 @@ static int open_connection(struct kvs_conn *c)
         rc = -ECONNREFUSED;
         goto out;
     }
-    if (rdma_resolve_addr(c->id, NULL, res->ai_addr, remaining_ms(deadline)) != 0 ||
-        (rc = wait_cm(c, RDMA_CM_EVENT_ADDR_RESOLVED, deadline)) < 0) {
+    /* A failed call is "refused"; a failed wait keeps its own code (-ETIMEDOUT...). */
+    if (rdma_resolve_addr(c->id, NULL, res->ai_addr, remaining_ms(deadline)) != 0) {
         rc = -ECONNREFUSED;
         goto out;
     }
-    if (rdma_resolve_route(c->id, remaining_ms(deadline)) != 0 ||
-        (rc = wait_cm(c, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline)) < 0) {
+    if ((rc = wait_cm(c, RDMA_CM_EVENT_ADDR_RESOLVED, deadline)) < 0) goto out;
+    if (rdma_resolve_route(c->id, remaining_ms(deadline)) != 0) {
         rc = -ECONNREFUSED;
         goto out;
     }
+    if ((rc = wait_cm(c, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline)) < 0) goto out;
     struct ibv_device_attr da;
     rc = -EIO;
     if (ibv_query_device(c->id->verbs, &da) != 0) goto out;
@@ -766,10 +767,11 @@ static int auto_choose(struct kvs_conn *c, struct kvs_limits *lim)
     else if (!(lim->features & KVS_FEAT_RDMA))
         why = "the server does not offer RDMA";
     else if ((rc = ensure_up(c)) < 0)
-        why = "the RDMA connection failed";
+        why = "the RDMA connection failed: ";
     if (why) {
         c->use_tcp = 1;
-        kvs_log(KVS_LOG_INFO, "kvstore %s: transport tcp (%s)", c->ep.name, why);
+        kvs_log(KVS_LOG_INFO, "kvstore %s: transport tcp (%s%s)", c->ep.name, why,
+                rc < 0 ? strerror(-rc) : "");
         return 0;
     }
     kvs_tcp_transport.disconnect(c->tcp);
