@@ -1,6 +1,7 @@
 #!/bin/bash
 # run-tests.sh [PATTERN...] - runs the built test binaries under $BUILD/tests,
-# each bounded by a timeout, and ends with one "N passed, N failed" line.
+# each bounded by a timeout, and ends with "programs: N passed, N failed" and
+# "tests: N passed, N failed" (cmocka cases summed over the programs).
 # SAN=tsan runs only the threaded tests (names listed in tests/threaded.txt).
 set -u
 BUILD=${BUILD:-build}
@@ -19,18 +20,35 @@ if [ $# -gt 0 ]; then
     bins=$(for b in $bins; do for p in "$@"; do case "$b" in *$p*) echo "$b" ;; esac; done; done | sort -u)
 fi
 
-pass=0 fail=0 failed=
+# Sums cmocka's own "[  PASSED  ] N test(s)" / "[  FAILED  ] N test(s)" lines
+# of one program's output into tests_pass / tests_fail; a program that failed
+# without a cmocka failure line (crash, timeout, sanitizer) counts as one.
+count_cases() {
+    local log=$1 rc=$2 p f
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    tests_pass=$((tests_pass + p))
+    tests_fail=$((tests_fail + f))
+}
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+pass=0 fail=0 failed= tests_pass=0 tests_fail=0
 for b in $bins; do
     echo "=== $b"
-    if timeout -k 10 "$TEST_TIMEOUT" "$b"; then
+    timeout -k 10 "$TEST_TIMEOUT" "$b" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    count_cases "$log" "$rc"
+    if [ "$rc" -eq 0 ]; then
         pass=$((pass + 1))
     else
-        rc=$?
         echo "--- FAILED: $b (exit $rc)"
         fail=$((fail + 1))
         failed="$failed $(basename "$b")"
     fi
 done
 [ -n "$failed" ] && echo "failed test programs:$failed"
-echo "test programs: $pass passed, $fail failed"
+echo "programs: $pass passed, $fail failed"
+echo "tests: $tests_pass passed, $tests_fail failed"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

@@ -2,7 +2,7 @@
 # rxe-tests.sh - what `make test-rdma` runs inside the soft-RoCE VM: the
 # verbs smoke check, then every RDMA test program ($BUILD/rdma-tests/test_*,
 # built from tests/rdma/), each bounded by a timeout, with
-# KVSTORE_TRANSPORT=rdma. Ends with one "N passed, N failed" line.
+# KVSTORE_TRANSPORT=rdma. Ends with one "rdma: N passed, N failed" line.
 set -u
 BUILD=${BUILD:-build}
 TEST_TIMEOUT=${TEST_TIMEOUT:-400}
@@ -58,5 +58,5 @@ for b in $(find "$BUILD/tests/integration" -type f -perm -u+x -name 'test_client
     fi
 done
 [ -n "$failed" ] && echo "failed test programs:$failed"
-echo "rdma test programs: $pass passed, $fail failed"
+echo "rdma: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
