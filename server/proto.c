@@ -641,6 +641,21 @@ static void on_auth(struct kvs_proto_conn *c, const uint8_t *body)
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
 }
 
+/*
+ * Answers the frame whose header is in hand with -ENOTSUP and skips its body,
+ * so the stream stays in step and the connection goes on.
+ */
+static void refuse_and_skip(struct kvs_proto_conn *c, const char *why)
+{
+    c->srv->counters.errors_unsupported++;
+    if (queue_error(c, c->hdr.id, -ENOTSUP, why) < 0) {
+        fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+        return;
+    }
+    c->skip_left = c->hdr.body_len;
+    c->st = RS_SKIP;
+}
+
 /* Parses a frame header at p (KVS_WIRE_HDR_LEN bytes, already consumed). */
 static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
 {
@@ -651,13 +666,7 @@ static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
         return;
     }
     if (rc == -ENOTSUP) {
-        k->errors_unsupported++;
-        if (queue_error(c, c->hdr.id, -ENOTSUP, "unknown opcode") < 0) {
-            fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
-            return;
-        }
-        c->skip_left = c->hdr.body_len;
-        c->st = RS_SKIP;
+        refuse_and_skip(c, "unknown opcode");
         return;
     }
     if (rc == -EPROTO) {
@@ -698,13 +707,7 @@ static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
         break;
     default:
         /* Known to the codec but not served over this transport (e.g. RDMA control). */
-        k->errors_unsupported++;
-        if (queue_error(c, c->hdr.id, -ENOTSUP, "opcode not served here") < 0) {
-            fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
-            return;
-        }
-        c->skip_left = c->hdr.body_len;
-        c->st = RS_SKIP;
+        refuse_and_skip(c, "opcode not served here");
         return;
     }
     if (begin_frame(c) < 0) {
