@@ -333,6 +333,16 @@ static void seal_if_due(struct kvb_batcher *b)
 
 static void done_cb(void *arg, ssize_t nok);
 
+/*
+ * Depth of submit() calls on this thread. A completion delivered inside one
+ * (a synchronous transport such as RDMA, or a refused batch) must not send
+ * the next batch itself: that would nest sends and delay waking its callers
+ * by a whole round trip. A completion on a library thread (TCP's reader)
+ * sends it directly: the transport never blocks there (non-blocking send,
+ * the rest handed to its writer thread).
+ */
+static __thread int submit_depth;
+
 /* Sends one batch taken by take_ready (no lock held). Never fails: a refused
  * batch is completed key by key with the synchronous calls. */
 static void submit(struct batch *bt)
@@ -357,6 +367,7 @@ static void submit(struct batch *bt)
     kvb_gauge(&st->inflight_batches, 1);
 
     int rc;
+    submit_depth++;
     switch (bt->kind) {
     case KVB_OP_PUT:
         rc = b->be.put(b->be.ctx, bt->n, bt->keys, (const void *const *)bt->ptrs, bt->lens, bt->ist,
@@ -369,7 +380,7 @@ static void submit(struct batch *bt)
         rc = b->be.exists(b->be.ctx, bt->n, bt->keys, bt->ist, done_cb, bt);
         break;
     }
-    if (rc == 0) return;
+    if (rc == 0) goto out;
     /* The batch call was refused as a whole: give every key the answer its own call gets. */
     ssize_t nok = 0;
     for (uint32_t i = 0; i < bt->n; i++) {
@@ -383,6 +394,8 @@ static void submit(struct batch *bt)
         nok += r >= 0;
     }
     done_cb(bt, nok);
+out:
+    submit_depth--;
 }
 
 static void submit_all(struct batch **v, size_t n)
@@ -405,7 +418,9 @@ static void pending_put_done(struct kvb_batcher *b, struct pending_key *pk, stru
 /*
  * Completion of a batch (library thread, or the submitter for refused or
  * synchronously completed batches): results to ops, counters, bookkeeping
- * under the lock, then the callers are woken one by one.
+ * under the lock; then the next batch is sent (directly on a library thread,
+ * see submit_depth; else by a woken caller or the flusher), then the
+ * callers are woken with one system call.
  */
 static void done_cb(void *arg, ssize_t nok)
 {
@@ -462,10 +477,17 @@ static void done_cb(void *arg, ssize_t nok)
     seal_if_due(b);
     arm_window_timers(b);
     /*
-     * Something may go now. A synchronous caller of this batch has to be
-     * woken anyway: it sends it (no extra thread hop, and the library's
-     * reader thread never sends). Otherwise the flusher does.
+     * Something may go now. On a library thread, send it from here before
+     * waking anyone: the next batch is on the wire without a scheduling
+     * delay. Inside a submit (synchronous transport), a synchronous caller
+     * of this batch, woken anyway, sends it; failing that, the flusher.
      */
+    struct batch *send[8];
+    size_t nsend = 0;
+    if (submit_depth == 0) {
+        nsend = take_ready(b, send, 8);
+        if (b->ready_head && b->inflight < b->p.max_inflight) nudge_flusher(b, 0);
+    }
     struct kvb_op *leader = NULL;
     if (b->ready_head && b->inflight < b->p.max_inflight) {
         for (uint32_t i = 0; i < bt->n && !leader; i++)
@@ -477,6 +499,7 @@ static void done_cb(void *arg, ssize_t nok)
     }
     if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
     pthread_mutex_unlock(&b->lock);
+    submit_all(send, nsend);
 
     for (uint32_t i = 0; i < bt->n; i++) {
         struct kvb_op *op = bt->ops[i];

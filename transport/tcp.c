@@ -22,11 +22,16 @@
  *  - the socket fd is closed only by the reader, holding send_mu, after the
  *    connection is marked down, so no sender writes to a reused fd number.
  *
- * A reader thread never sends: a callback it runs may submit more work (to
- * this server or another), and a reader blocked in sendmsg while its server
- * waits for it to read replies would deadlock. Such submissions are queued
- * for a per-connection writer thread, started on first need; other threads
- * send inline (no thread hop on the common path).
+ * A reader thread never blocks in a send: a callback it runs may submit more
+ * work (to this server or another), and a reader blocked in sendmsg while its
+ * server waits for it to read replies would deadlock. A reader's submission
+ * tries a non-blocking send (only if the socket is free: trylock of send_mu
+ * and nothing queued); whatever does not go at once - all of it, or the rest
+ * of a partly sent job - is queued for a per-connection writer thread,
+ * started on first need. Other threads send inline, unless jobs are queued:
+ * then they queue behind them, so a partly sent frame is always finished
+ * before any other byte goes on the socket. The writer leaves a job at the
+ * head of the queue until it is sent, and pops it holding send_mu.
  *
  * Lock order: connect_mu -> send_mu -> mu.
  */
@@ -285,17 +290,28 @@ static int recv_exact(int fd, void *buf, size_t n, uint64_t deadline)
     return 0;
 }
 
-/* Sends all of iov[0..niov) (modified in place); 0 or a negative code. */
-static int send_all(struct kvs_conn *c, int fd, struct iovec *iov, int niov)
+/*
+ * Sends *iov[0..*niov), advancing *iov and *niov past what went (the iovecs
+ * are modified in place). 0 once all is sent, a negative code on error; with
+ * MSG_DONTWAIT in flags, -EAGAIN when the socket buffer is full.
+ */
+static int send_iov(struct kvs_conn *c, int fd, struct iovec **iovp, int *niovp, int flags)
 {
+    struct iovec *iov = *iovp;
+    int niov = *niovp;
+    int rc = 0;
     while (niov > 0) {
         struct msghdr msg = {.msg_iov = iov,
                              .msg_iovlen = (size_t)(niov < IOV_MAX ? niov : IOV_MAX)};
-        ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
         atomic_fetch_add_explicit(&c->n_send_calls, 1, memory_order_relaxed);
         if (sent < 0) {
             if (errno == EINTR) continue;
-            return sock_error(errno); /* EAGAIN here is SO_SNDTIMEO: the server stopped reading */
+            if ((flags & MSG_DONTWAIT) && (errno == EAGAIN || errno == EWOULDBLOCK))
+                rc = -EAGAIN;
+            else
+                rc = sock_error(errno); /* EAGAIN here is SO_SNDTIMEO: the server stopped reading */
+            break;
         }
         atomic_fetch_add_explicit(&c->n_bytes_sent, (unsigned long long)sent, memory_order_relaxed);
         while (niov > 0 && (size_t)sent >= iov->iov_len) {
@@ -308,7 +324,15 @@ static int send_all(struct kvs_conn *c, int fd, struct iovec *iov, int niov)
             iov->iov_len -= (size_t)sent;
         }
     }
-    return 0;
+    *iovp = iov;
+    *niovp = niov;
+    return rc;
+}
+
+/* Sends all of iov[0..niov) (modified in place); 0 or a negative code. */
+static int send_all(struct kvs_conn *c, int fd, struct iovec *iov, int niov)
+{
+    return send_iov(c, fd, &iov, &niov, 0);
 }
 
 static void set_timeout_opt(int fd, int opt, int ms)
@@ -832,7 +856,12 @@ static void plan_frames(struct kvs_req *req, const struct kvs_limits *lim, struc
     *scratch_len = scratch;
 }
 
-/* Writer thread: sends the jobs reader threads queued, in order. */
+/*
+ * Writer thread: sends the queued jobs (the rest of them, if a reader sent a
+ * part), in order. A job stays at the head of the queue until it is sent, so
+ * an inline sender that finds the queue non-empty queues behind it instead
+ * of writing into the middle of its frame.
+ */
 static void *writer_main(void *arg)
 {
     struct kvs_conn *c = arg;
@@ -840,19 +869,21 @@ static void *writer_main(void *arg)
     for (;;) {
         while (!c->sendq_head && !c->stop)
             pthread_cond_wait(&c->send_cv, &c->mu);
-        struct tcp_job *job = c->sendq_head;
-        if (!job) break; /* stopping, and nothing left */
-        c->sendq_head = job->next_send;
-        if (!c->sendq_head) c->sendq_tail = NULL;
+        if (!c->sendq_head) break; /* stopping, and nothing left */
         pthread_mutex_unlock(&c->mu);
 
         pthread_mutex_lock(&c->send_mu);
         pthread_mutex_lock(&c->mu);
+        struct tcp_job *job = c->sendq_head; /* only this thread pops: still there */
         bool live = c->up && c->gen == job->gen;
         int fd = c->fd;
         pthread_mutex_unlock(&c->mu);
         /* If the connection died meanwhile, its loss already failed the job's frames. */
         int rc = live ? send_all(c, fd, job->iov, job->niov) : 0;
+        pthread_mutex_lock(&c->mu);
+        c->sendq_head = job->next_send;
+        if (!c->sendq_head) c->sendq_tail = NULL;
+        pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&c->send_mu);
         if (rc < 0) conn_kill(c, job->gen, rc);
         job_put(job);
@@ -906,11 +937,16 @@ static void tcp_submit(struct kvs_conn *c, struct kvs_req *req)
     }
     plan_frames(req, &lim, job, &nframes, &niov, &scratch_len);
 
-    bool queue = on_reader_thread;
-    if (!queue) pthread_mutex_lock(&c->send_mu);
+    /* A reader sends only if the socket is free right now: it must not wait for send_mu. */
+    bool reader = on_reader_thread;
+    bool have_send = true;
+    if (reader)
+        have_send = pthread_mutex_trylock(&c->send_mu) == 0;
+    else
+        pthread_mutex_lock(&c->send_mu);
     pthread_mutex_lock(&c->mu);
     rc = c->up && c->gen == gen ? 0 : -ECONNRESET;
-    if (rc == 0 && queue && !c->writer_started) {
+    if (rc == 0 && reader && !c->writer_started) {
         if (pthread_create(&c->writer, NULL, writer_main, c) == 0)
             c->writer_started = true;
         else
@@ -918,7 +954,7 @@ static void tcp_submit(struct kvs_conn *c, struct kvs_req *req)
     }
     if (rc < 0) {
         pthread_mutex_unlock(&c->mu);
-        if (!queue) pthread_mutex_unlock(&c->send_mu);
+        if (have_send) pthread_mutex_unlock(&c->send_mu);
         free(job);
         fail_req(req, rc);
         return;
@@ -927,8 +963,9 @@ static void tcp_submit(struct kvs_conn *c, struct kvs_req *req)
     for (uint32_t i = 0; i < nframes; i++)
         HASH_ADD(hh, c->pending, id, sizeof(job->frames[i].id), &job->frames[i]);
     atomic_fetch_add_explicit(&c->n_frames, nframes, memory_order_relaxed);
-    if (queue) {
-        job->gen = gen;
+    job->gen = gen;
+    /* Queued jobs go first (one may be partly sent): queue behind them. */
+    if (!have_send || c->sendq_head) {
         if (c->sendq_tail)
             c->sendq_tail->next_send = job;
         else
@@ -936,11 +973,32 @@ static void tcp_submit(struct kvs_conn *c, struct kvs_req *req)
         c->sendq_tail = job;
         pthread_cond_signal(&c->send_cv);
         pthread_mutex_unlock(&c->mu);
+        if (have_send) pthread_mutex_unlock(&c->send_mu);
         return;
     }
     pthread_mutex_unlock(&c->mu);
 
-    rc = send_all(c, fd, job->iov, job->niov);
+    struct iovec *iov = job->iov;
+    niov = job->niov;
+    rc = send_iov(c, fd, &iov, &niov, reader ? MSG_DONTWAIT : 0);
+    if (rc == -EAGAIN) {
+        /*
+         * The socket buffer is full: the writer sends the rest. It goes at the
+         * head of the queue (jobs queued meanwhile by other connections'
+         * readers have sent nothing yet); we still hold send_mu, so nobody has
+         * written after our partial frame.
+         */
+        job->iov = iov;
+        job->niov = niov;
+        pthread_mutex_lock(&c->mu);
+        job->next_send = c->sendq_head;
+        c->sendq_head = job;
+        if (!c->sendq_tail) c->sendq_tail = job;
+        pthread_cond_signal(&c->send_cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_unlock(&c->send_mu);
+        return;
+    }
     pthread_mutex_unlock(&c->send_mu);
     if (rc < 0) conn_kill(c, gen, rc); /* fails our frames too, unless already answered */
     job_put(job);

@@ -126,7 +126,7 @@ static void start_callers(struct fake_env *e, struct caller *c, int first, int n
     }
 }
 
-static void test_completion_hands_next_batch_to_a_woken_caller(void **state)
+static void test_completion_sends_next_batch(void **state)
 {
     struct fake_env e;
     struct kvb_op *op;
@@ -142,7 +142,7 @@ static void test_completion_hands_next_batch_to_a_woken_caller(void **state)
     assert_int_equal(kvb_wait(op), 0);
     start_callers(&e, c, 3, 2);
     wait_queued(&e, 2);
-    /* This completion wakes 3 synchronous callers; one of them sends the next batch. */
+    /* This completion (not inside a submit) sends the next batch itself, then wakes 3 callers. */
     assert_true(fake_complete(&e.f, 0));
     fake_wait_submitted(&e, 3);
     assert_int_equal(last_n(&e), 2);
@@ -163,7 +163,7 @@ int main(void)
         cmocka_unit_test(test_free_slot_waits_for_every_expected_caller),
         cmocka_unit_test(test_window_sends_when_expected_callers_do_not_come),
         cmocka_unit_test(test_sync_opener_is_the_window_timer),
-        cmocka_unit_test(test_completion_hands_next_batch_to_a_woken_caller),
+        cmocka_unit_test(test_completion_sends_next_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
