@@ -15,6 +15,15 @@ fail() {
 
 ibv_devices | grep -q "$DEV_A" || fail "no device $DEV_A"
 
+# On the veth pair a client's traffic to A must leave by device B's netdev
+# (so it crosses the wire and rdma_cm binds device B), not short-cut via lo.
+if [ "${KVS_RXE_NET:-}" = veth ]; then
+    nd_b=$(rdma link show "$DEV_B/1" | awk '{ for (i = 1; i < NF; i++) if ($i == "netdev") print $(i + 1) }')
+    route=$(ip -o route get "$A")
+    echo "rxe-smoke: route to $A: $route"
+    case "$route" in *" dev $nd_b "*) ;; *) fail "route to $A does not leave by $nd_b ($DEV_B)" ;; esac
+fi
+
 timeout 20 rping -s -a "$A" -C 2 >/dev/null 2>&1 &
 sleep 1
 timeout 15 rping -c -a "$A" -C 2 -V >/dev/null 2>&1 || fail "rping over rdma_cm"

@@ -188,23 +188,36 @@ net=none
 # Two rxe devices on a veth pair, both ends in this namespace (6.1's rxe
 # listens on UDP 4791 only in the initial one). Traffic between the two
 # local addresses is policy-routed out through the sender's own end, so
-# that it crosses the pair instead of short-cutting through lo.
+# that it crosses the pair instead of short-cutting through lo: the `iif
+# lo` rules catch locally generated packets (output routes carry iif lo).
+# The `oif` rules are for rdma_cm: before it accepts a connect request it
+# checks that a FIB lookup {oif = the receiving device's netdev, to = the
+# client, from = the listening address} leaves by that netdev
+# (validate_ipv4_net_dev). That lookup carries no iif, so the `iif lo`
+# rules do not match; the local table then has no route for the peer's
+# address through this end, and rdma_cm REJECTs (reason 28, consumer
+# defined) although raw verbs work.
 if [ "$WANT_NET" != dummy ] && ip link add kvsa type veth peer name kvsb 2>/dev/null; then
     for d in kvsa kvsb; do
         sysctl -qw net.ipv4.conf.$d.rp_filter=0 net.ipv4.conf.$d.accept_local=1
     done
-    ip addr add $ADDR_A/32 dev kvsa && ip addr add $ADDR_B/32 dev kvsb &&
+    # MTU 9000 gives rxe a 4096-byte path MTU. At 1500 (path MTU 1024) a
+    # 1 MiB WRITE is 1024 packets and, under TCG, its QP was seen to fail
+    # (ECONNRESET in test_round_trip_sizes) with no packet dropped.
+    ip link set kvsa mtu 9000 && ip link set kvsb mtu 9000 &&
+        ip addr add $ADDR_A/32 dev kvsa && ip addr add $ADDR_B/32 dev kvsb &&
         ip link set kvsa up && ip link set kvsb up &&
         ip rule add pref 10 iif lo to $ADDR_B lookup 100 &&
         ip route add $ADDR_B dev kvsa table 100 &&
         ip rule add pref 11 iif lo to $ADDR_A lookup 101 &&
         ip route add $ADDR_A dev kvsb table 101 &&
+        ip rule add pref 12 oif kvsa to $ADDR_B lookup 100 &&
+        ip rule add pref 13 oif kvsb to $ADDR_A lookup 101 &&
         ip rule add pref 100 lookup local && ip rule del pref 0 &&
         rdma link add rxe_a type rxe netdev kvsa &&
         rdma link add rxe_b type rxe netdev kvsb && net=veth
-    # 6.1's rdma_cm was seen to REJECT connections across the pair (reason
-    # 28) while raw verbs work; librdmacm is what kvbatch uses, so probe it
-    # with rping and fall back to the dummy set-up when it fails.
+    # librdmacm is what kvbatch uses: probe it with rping and fall back to
+    # the dummy set-up when it fails.
     if [ $net = veth ]; then
         timeout 15 rping -s -a $ADDR_A -C 1 >/dev/null 2>&1 &
         sleep 1
@@ -216,7 +229,7 @@ if [ "$WANT_NET" != dummy ] && ip link add kvsa type veth peer name kvsb 2>/dev/
     fi
     if [ $net != veth ]; then
         rdma link del rxe_a 2>/dev/null; rdma link del rxe_b 2>/dev/null
-        ip rule del pref 10 2>/dev/null; ip rule del pref 11 2>/dev/null
+        for p in 10 11 12 13; do ip rule del pref $p 2>/dev/null; done
         ip rule add pref 0 lookup local 2>/dev/null; ip rule del pref 100 2>/dev/null
         ip link del kvsa 2>/dev/null
     fi
