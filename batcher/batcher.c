@@ -335,11 +335,11 @@ static void done_cb(void *arg, ssize_t nok);
 
 /*
  * Depth of submit() calls on this thread. A completion delivered inside one
- * (a synchronous transport such as RDMA, or a refused batch) must not send
- * the next batch itself: that would nest sends and delay waking its callers
- * by a whole round trip. A completion on a library thread (TCP's reader)
- * sends it directly: the transport never blocks there (non-blocking send,
- * the rest handed to its writer thread).
+ * (a refused batch, or a backend that completes inline) must not send the
+ * next batch itself: sends would nest, as deep as the ready queue. A
+ * completion on a library thread (TCP's reader, libkvstore's completion
+ * thread) sends it directly: TCP never blocks a reader in a send
+ * (non-blocking send, the rest handed to its writer thread).
  */
 static __thread int submit_depth;
 
@@ -418,9 +418,9 @@ static void pending_put_done(struct kvb_batcher *b, struct pending_key *pk, stru
 /*
  * Completion of a batch (library thread, or the submitter for refused or
  * synchronously completed batches): results to ops, counters, bookkeeping
- * under the lock; then the next batch is sent (directly on a library thread,
- * see submit_depth; else by a woken caller or the flusher), then the
- * callers are woken with one system call.
+ * under the lock; the callers are woken with one system call, then the next
+ * batch is sent (directly on a library thread, see submit_depth; else by a
+ * woken caller or the flusher).
  */
 static void done_cb(void *arg, ssize_t nok)
 {
@@ -477,10 +477,12 @@ static void done_cb(void *arg, ssize_t nok)
     seal_if_due(b);
     arm_window_timers(b);
     /*
-     * Something may go now. On a library thread, send it from here before
-     * waking anyone: the next batch is on the wire without a scheduling
-     * delay. Inside a submit (synchronous transport), a synchronous caller
-     * of this batch, woken anyway, sends it; failing that, the flusher.
+     * Something may go now. On a library thread, send it from here right
+     * after waking this batch's callers (measured no slower than before
+     * them, and a transport that sends synchronously, RDMA, does not delay
+     * the wake by a round trip): no scheduling delay before the next batch.
+     * Inside a submit, a synchronous caller of this batch, woken anyway,
+     * sends it; failing that, the flusher.
      */
     struct batch *send[8];
     size_t nsend = 0;
@@ -499,7 +501,6 @@ static void done_cb(void *arg, ssize_t nok)
     }
     if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
     pthread_mutex_unlock(&b->lock);
-    submit_all(send, nsend);
 
     for (uint32_t i = 0; i < bt->n; i++) {
         struct kvb_op *op = bt->ops[i];
@@ -509,6 +510,7 @@ static void done_cb(void *arg, ssize_t nok)
             op_complete(op);
     }
     batch_wake(bt);
+    submit_all(send, nsend);
     batch_recycle(b, bt);
     atomic_fetch_sub_explicit(&b->callbacks, 1, memory_order_release);
 }

@@ -142,7 +142,7 @@ static void test_completion_sends_next_batch(void **state)
     assert_int_equal(kvb_wait(op), 0);
     start_callers(&e, c, 3, 2);
     wait_queued(&e, 2);
-    /* This completion (not inside a submit) sends the next batch itself, then wakes 3 callers. */
+    /* This completion (not inside a submit) wakes 3 callers, then sends the next batch itself. */
     assert_true(fake_complete(&e.f, 0));
     fake_wait_submitted(&e, 3);
     assert_int_equal(last_n(&e), 2);
