@@ -24,17 +24,19 @@ fi
 # of one program's output into tests_pass / tests_fail; a program that failed
 # without a cmocka failure line (crash, timeout, sanitizer) counts as one.
 count_cases() {
-    local log=$1 rc=$2 p f
+    local log=$1 rc=$2 p f k
     p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
     f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+    k=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
     [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
     tests_pass=$((tests_pass + p))
     tests_fail=$((tests_fail + f))
+    tests_skip=$((tests_skip + k))
 }
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-pass=0 fail=0 failed= tests_pass=0 tests_fail=0
+pass=0 fail=0 failed= tests_pass=0 tests_fail=0 tests_skip=0
 for b in $bins; do
     echo "=== $b"
     timeout -k 10 "$TEST_TIMEOUT" "$b" 2>&1 | tee "$log"
@@ -50,5 +52,5 @@ for b in $bins; do
 done
 [ -n "$failed" ] && echo "failed test programs:$failed"
 echo "programs: $pass passed, $fail failed"
-echo "tests: $tests_pass passed, $tests_fail failed"
+echo "tests: $tests_pass passed, $tests_fail failed, $tests_skip skipped"
 [ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

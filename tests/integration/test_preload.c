@@ -237,6 +237,16 @@ static void test_fork(void **state)
 {
     static const char *const args[] = {"fork", NULL};
     (void)state;
+#ifdef __SANITIZE_ADDRESS__
+    /*
+     * gcc 12's ASan allocator takes no lock around fork(): when a library
+     * thread of the parent is inside malloc at that moment, the child's first
+     * allocation waits forever on the inherited allocator mutex (seen here: 1
+     * run in ~20, child threads in SizeClassAllocator64::GetFromAllocator).
+     * glibc's malloc is fork-safe, so the plain build runs this test.
+     */
+    skip();
+#endif
     const char *const env[] = {preload(), NULL};
     const char *const wb_env[] = {preload(), "KVBATCH_PUT_MODE=writeback", NULL};
     assert_int_equal(run(env, tmp("f.out"), tmp("f.err"), args), 0);
