@@ -404,6 +404,34 @@ static void submit_all(struct batch **v, size_t n)
         submit(v[i]);
 }
 
+/*
+ * Takes up to KVB_SEND_BATCH ready batches for the caller to submit after
+ * unlocking; if more could go, the flusher sends them. Lock held.
+ */
+#define KVB_SEND_BATCH 8
+static size_t take_ready_or_nudge(struct kvb_batcher *b, struct batch **out)
+{
+    size_t n = take_ready(b, out, KVB_SEND_BATCH);
+    if (b->ready_head && b->inflight < b->p.max_inflight) nudge_flusher(b, 0);
+    return n;
+}
+
+/*
+ * Submits every batch that may go now, dropping the lock while it does.
+ * Lock held on entry and on return; true if anything was sent (the state
+ * may have changed: the caller looks again).
+ */
+static bool drain_ready(struct kvb_batcher *b)
+{
+    struct batch *send[64];
+    size_t n = take_ready(b, send, 64);
+    if (!n) return false;
+    pthread_mutex_unlock(&b->lock);
+    submit_all(send, n);
+    pthread_mutex_lock(&b->lock);
+    return true;
+}
+
 /* Lock held: forgets one tracked put of pk (and its write-behind copy if it is op). */
 static void pending_put_done(struct kvb_batcher *b, struct pending_key *pk, struct kvb_op *op)
 {
@@ -484,11 +512,10 @@ static void done_cb(void *arg, ssize_t nok)
      * Inside a submit, a synchronous caller of this batch, woken anyway,
      * sends it; failing that, the flusher.
      */
-    struct batch *send[8];
+    struct batch *send[KVB_SEND_BATCH];
     size_t nsend = 0;
     if (submit_depth == 0) {
-        nsend = take_ready(b, send, 8);
-        if (b->ready_head && b->inflight < b->p.max_inflight) nudge_flusher(b, 0);
+        nsend = take_ready_or_nudge(b, send);
     }
     struct kvb_op *leader = NULL;
     if (b->ready_head && b->inflight < b->p.max_inflight) {
@@ -530,7 +557,6 @@ static void abs_deadline(struct timespec *ts, uint64_t mono_ns)
 static void *flusher_main(void *arg)
 {
     struct kvb_batcher *b = arg;
-    struct batch *send[64];
     pthread_mutex_lock(&b->lock);
     while (!b->stopping) {
         uint64_t now = kvb_now_ns(), next = UINT64_MAX;
@@ -545,13 +571,7 @@ static void *flusher_main(void *arg)
             } else if (bt->t_first + b->p.window_ns < next)
                 next = bt->t_first + b->p.window_ns;
         }
-        size_t n = take_ready(b, send, 64);
-        if (n) {
-            pthread_mutex_unlock(&b->lock);
-            submit_all(send, n);
-            pthread_mutex_lock(&b->lock);
-            continue;
-        }
+        if (drain_ready(b)) continue;
         b->flusher_asleep = true;
         b->flusher_deadline = next;
         if (next == UINT64_MAX) {
@@ -650,7 +670,6 @@ static uint64_t deadline_after(uint64_t timeout_ns)
 
 int kvb_flush(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t timeout_ns)
 {
-    struct batch *send[64];
     uint64_t deadline = deadline_after(timeout_ns);
     int rc = 0;
     pthread_mutex_lock(&b->lock);
@@ -658,13 +677,7 @@ int kvb_flush(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t time
     for (int k = 0; k < KVB_OP_KINDS; k++)
         seal(b, k, (int)reason);
     for (;;) {
-        size_t n = take_ready(b, send, 64);
-        if (n) {
-            pthread_mutex_unlock(&b->lock);
-            submit_all(send, n);
-            pthread_mutex_lock(&b->lock);
-            continue;
-        }
+        if (drain_ready(b)) continue;
         if (!older_pending(b, upto)) break;
         if (!state_wait(b, deadline) && older_pending(b, upto)) {
             rc = -ETIMEDOUT;
@@ -853,7 +866,7 @@ static void count_unbatched(struct kvb_stats *st, const struct kvb_op *op)
  */
 static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *direct)
 {
-    struct batch *send[8];
+    struct batch *send[KVB_SEND_BATCH];
     size_t n = 0;
     uint64_t seq = 0;
     int rc = 0;
@@ -883,8 +896,7 @@ static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *d
         goto out;
     }
     if (op->flags & OPF_TRACKED) op->pk->last_seq = seq;
-    n = take_ready(b, send, 8);
-    if (b->ready_head && b->inflight < b->p.max_inflight) nudge_flusher(b, 0);
+    n = take_ready_or_nudge(b, send);
 out:
     pthread_mutex_unlock(&b->lock);
     submit_all(send, n);
@@ -898,11 +910,10 @@ out:
 /* A completion chose this caller to send what may go now (see done_cb). */
 static void send_ready(struct kvb_batcher *b)
 {
-    struct batch *send[8];
+    struct batch *send[KVB_SEND_BATCH];
     pthread_mutex_lock(&b->lock);
     seal_if_due(b);
-    size_t n = take_ready(b, send, 8);
-    if (b->ready_head && b->inflight < b->p.max_inflight) nudge_flusher(b, 0);
+    size_t n = take_ready_or_nudge(b, send);
     pthread_mutex_unlock(&b->lock);
     submit_all(send, n);
 }
@@ -914,7 +925,7 @@ static void send_ready(struct kvb_batcher *b)
  */
 static void window_wait(struct kvb_batcher *b, struct kvb_op *op)
 {
-    struct batch *send[8];
+    struct batch *send[KVB_SEND_BATCH];
     size_t n = 0;
     uint64_t deadline = op->t_enq + b->p.window_ns;
     while (kvb_now_ns() < deadline) {
@@ -931,7 +942,7 @@ static void window_wait(struct kvb_batcher *b, struct kvb_op *op)
         if (b->inflight < b->p.max_inflight) {
             seal(b, op->kind, KVB_FLUSH_WINDOW);
             b->peak = b->active; /* fewer callers than expected came */
-            n = take_ready(b, send, 8);
+            n = take_ready(b, send, KVB_SEND_BATCH);
         } else {
             bt->timer_owner = false;
         }
@@ -944,7 +955,7 @@ static void window_wait(struct kvb_batcher *b, struct kvb_op *op)
 static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0, uint64_t bytes)
 {
     struct kvb_stats *st = b->st;
-    struct batch *send[8];
+    struct batch *send[KVB_SEND_BATCH];
     size_t n;
     uint64_t now = kvb_now_ns();
     kvb_count(&st->ops[kind], 1);
@@ -961,7 +972,7 @@ static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0,
     b->active--;
     seal_if_due(b);
     arm_window_timers(b);
-    n = take_ready(b, send, 8);
+    n = take_ready(b, send, KVB_SEND_BATCH);
     if (b->ready_head) nudge_flusher(b, 0);
     if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
     pthread_mutex_unlock(&b->lock);
