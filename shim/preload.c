@@ -496,7 +496,55 @@ EXPORT int kvs_exists(kvs_client *c, const char *key)
     return kvb_exists(b, key);
 }
 
-#define SHIM_TAG ((uintptr_t)1)
+/*
+ * An async op handed to the caller is one of three things, told apart by the
+ * low bits of the pointer (all three are malloc'ed, so 16-byte aligned):
+ * a batcher op (SHIM_TAG), a pass-through op wrapped so that kvs_wait can
+ * count its result like a synchronous call's (DIRECT_TAG), or the library's
+ * own op, untouched (calls the batcher itself makes, or no memory for a
+ * wrapper).
+ */
+#define SHIM_TAG   ((uintptr_t)1)
+#define DIRECT_TAG ((uintptr_t)2)
+#define TAG_MASK   ((uintptr_t)3)
+
+struct direct_op {
+    kvs_op *op;
+    enum kvb_opkind kind;
+    size_t len; /* a put's value length: its bytes count once it succeeds */
+};
+
+/* A wrapper for a pass-through async op, or NULL: then the op goes unwrapped. */
+static struct direct_op *direct_new(kvs_op **caller)
+{
+    return caller ? malloc(sizeof(struct direct_op)) : NULL;
+}
+
+/*
+ * Finishes a pass-through async call issued into d (or, when d is NULL,
+ * straight into *caller): counts a call that failed at once like a
+ * synchronous one, and hands out the wrapped op so that kvs_wait counts its
+ * result. Without a wrapper (no memory) the op is counted as issued only.
+ */
+static int direct_async(enum kvb_opkind kind, size_t len, kvs_op **caller, struct direct_op *d,
+                        int rc)
+{
+    if (rc < 0 || !d) {
+        if (rc < 0) {
+            count_direct(kind, rc, 0);
+        } else {
+            kvb_count(&stats.direct_ops[kind], 1);
+            kvb_count(&stats.ops[kind], 1);
+        }
+        free(d);
+        if (rc < 0 && caller) *caller = NULL;
+        return rc;
+    }
+    d->kind = kind;
+    d->len = len;
+    *caller = (kvs_op *)((uintptr_t)d | DIRECT_TAG);
+    return rc;
+}
 
 EXPORT int kvs_put_async(kvs_client *c, const char *key, const void *val, size_t len, kvs_op **op)
 {
@@ -505,8 +553,10 @@ EXPORT int kvs_put_async(kvs_client *c, const char *key, const void *val, size_t
     struct kvb_batcher *b = recursive ? NULL : batcher_for(c);
     struct kvb_op *kop;
     if (!b || !op || !kvb_args_batchable(key, val, len)) {
-        if (!recursive) kvb_count(&stats.direct_ops[KVB_OP_PUT], 1);
-        return real.kvs_put_async(c, key, val, len, op);
+        if (recursive) return real.kvs_put_async(c, key, val, len, op);
+        struct direct_op *d = direct_new(op);
+        return direct_async(KVB_OP_PUT, len, op, d,
+                            real.kvs_put_async(c, key, val, len, d ? &d->op : op));
     }
     int rc = kvb_put_async(b, key, val, len, &kop);
     *op = rc == 0 ? (kvs_op *)((uintptr_t)kop | SHIM_TAG) : NULL;
@@ -521,8 +571,10 @@ EXPORT int kvs_get_async(kvs_client *c, const char *key, void *buf, size_t cap, 
     struct kvb_op *kop;
     /* A size probe (NULL, 0) has no batch form: the real call answers it. */
     if (!b || !op || !buf || !kvb_args_batchable(key, buf, cap)) {
-        if (!recursive) kvb_count(&stats.direct_ops[KVB_OP_GET], 1);
-        return real.kvs_get_async(c, key, buf, cap, op);
+        if (recursive) return real.kvs_get_async(c, key, buf, cap, op);
+        struct direct_op *d = direct_new(op);
+        return direct_async(KVB_OP_GET, 0, op, d,
+                            real.kvs_get_async(c, key, buf, cap, d ? &d->op : op));
     }
     int rc = kvb_get_async(b, key, buf, cap, &kop);
     *op = rc == 0 ? (kvs_op *)((uintptr_t)kop | SHIM_TAG) : NULL;
@@ -532,9 +584,15 @@ EXPORT int kvs_get_async(kvs_client *c, const char *key, void *buf, size_t cap, 
 EXPORT ssize_t kvs_wait(kvs_op *op)
 {
     init_preload();
-    if ((uintptr_t)op & SHIM_TAG) return kvb_wait((struct kvb_op *)((uintptr_t)op & ~SHIM_TAG));
+    uintptr_t tag = (uintptr_t)op & TAG_MASK;
+    if (tag == SHIM_TAG) return kvb_wait((struct kvb_op *)((uintptr_t)op & ~TAG_MASK));
     if (!real.kvs_wait) return -ENOSYS;
-    return real.kvs_wait(op);
+    if (tag != DIRECT_TAG) return real.kvs_wait(op);
+    struct direct_op *d = (struct direct_op *)((uintptr_t)op & ~TAG_MASK);
+    ssize_t r = real.kvs_wait(d->op);
+    count_direct(d->kind, r, d->kind == KVB_OP_PUT ? d->len : r > 0 ? (size_t)r : 0);
+    free(d);
+    return r;
 }
 
 EXPORT int kvs_flush(kvs_client *c)

@@ -202,6 +202,42 @@ static void test_16_threads_batch_and_stats_pass_promtool(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/*
+ * Every call is counted once, with its error, whether it went through a batch
+ * or straight to libkvstore (policy off, a call refused at once), async or
+ * not: the "counted" workload's fixed mix against the stats file, per policy.
+ */
+static void test_stats_count_every_call_once(void **state)
+{
+    static const char *const args[] = {"counted", NULL};
+    const char *policies[] = {"KVBATCH_POLICY=adaptive", "KVBATCH_POLICY=fixed",
+                              "KVBATCH_POLICY=off"};
+    char stats_env[PATH_MAX + 32];
+    (void)state;
+    for (int i = 0; i < 3; i++) {
+        snprintf(stats_env, sizeof(stats_env), "KVBATCH_STATS_FILE=%s", tmp("counted.prom"));
+        const char *const env[] = {preload(), stats_env, policies[i], "KVBATCH_MAX_BYTES=64K",
+                                   NULL};
+        assert_int_equal(run(env, tmp("c.out"), tmp("c.err"), args), 0);
+        char *text = slurp(tmp("counted.prom"));
+        double puts = metric(text, "kvbatch_ops_total{op=\"put\"}");
+        double gets = metric(text, "kvbatch_ops_total{op=\"get\"}");
+        double enoent = metric(text, "kvbatch_errors_total{op=\"get\",status=\"ENOENT\"}");
+        double einval = metric(text, "kvbatch_errors_total{op=\"put\",status=\"EINVAL\"}");
+        double big = metric(text, "kvbatch_errors_total{op=\"put\",status=\"E2BIG\"}");
+        double put_bytes = metric(text, "kvbatch_bytes_total{op=\"put\"}");
+        double direct_gets = metric(text, "kvbatch_direct_ops_total{op=\"get\"}");
+        fprintf(stderr, "%s: puts %.0f gets %.0f ENOENT %.0f EINVAL %.0f E2BIG %.0f bytes %.0f\n",
+                policies[i], puts, gets, enoent, einval, big, put_bytes);
+        assert_true(puts == 23 && gets == 18);
+        assert_true(enoent == 8 && einval == 1 && big == 2);
+        assert_true(put_bytes == 20 * 1024); /* failed puts move no bytes */
+        /* over KVBATCH_MAX_BYTES an op goes alone, as a batch of one; policy off: all direct */
+        assert_true(direct_gets == (i == 2 ? 18 : 0));
+        free(text);
+    }
+}
+
 static void test_bad_variable_reports_once_and_passes_through(void **state)
 {
     static const char *const args[] = {"semantics", NULL};
@@ -273,6 +309,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_results_with_and_without_shim),
         cmocka_unit_test(test_16_threads_batch_and_stats_pass_promtool),
+        cmocka_unit_test(test_stats_count_every_call_once),
         cmocka_unit_test(test_bad_variable_reports_once_and_passes_through),
         cmocka_unit_test(test_writeback_data_survives_exit),
         cmocka_unit_test(test_fork),
