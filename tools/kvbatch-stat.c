@@ -1,19 +1,27 @@
 /*
  * kvbatch-stat - shows what batching does, from the shim's stats file.
  *
- *   kvbatch-stat FILE             one summary: rates since the process started
+ *   kvbatch-stat FILE             one summary: rates since the last look
+ *   kvbatch-stat -s FILE          the same, since the shim started
  *   kvbatch-stat -w SECONDS FILE  one line per interval, like vmstat
- *   kvbatch-stat --json FILE      the same summary as one JSON object
+ *   kvbatch-stat --json FILE      totals and rates since the shim started, as JSON
  *
  * It reads only the Prometheus text the shim writes (KVBATCH_STATS_FILE).
+ * "The last look" is a copy of FILE as this user last summarised it, kept in
+ * $XDG_RUNTIME_DIR (or /tmp) under a name derived from FILE's real path; it
+ * counts only while it belongs to the same shim instance (same start time).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_SAMPLES 512
@@ -146,74 +154,146 @@ static void errors_of(const struct snap *sn, const char *op, double *misses, dou
     }
 }
 
-static void summary(const char *path, const struct snap *sn)
+/* Errors over cur - prev (prev may be NULL), for one op (ENOENT counted apart). */
+static void errors_between(const struct snap *cur, const struct snap *prev, const char *op,
+                           double *misses, double *errs)
+{
+    double pm = 0, pe = 0;
+    errors_of(cur, op, misses, errs);
+    if (prev) errors_of(prev, op, &pm, &pe);
+    *misses -= pm;
+    *errs -= pe;
+}
+
+/*
+ * The human summary of cur, over the span since prev (a last look of the same
+ * shim instance) or, with prev NULL, since the shim started. Gauges ("now")
+ * are always cur's.
+ */
+static void summary(const char *path, const struct snap *cur, const struct snap *prev)
 {
     char a[32], b[32], c[32], d[32];
     double now = (double)time(NULL);
-    double start = get(sn, "kvbatch_start_time_seconds");
-    double wrote = get(sn, "kvbatch_write_time_seconds");
-    double span = wrote - start > 0 ? wrote - start : 0;
-    printf("kvbatch-stat %s: written %.0fs ago; %.1fs of activity since the shim started\n", path,
-           now - wrote > 0 ? now - wrote : 0, span);
-    printf("settings: %s window=%s max_ops=%.0f max_bytes=%s max_inflight=%.0f\n", sn->info,
-           fmt_time(get(sn, "kvbatch_setting_window_seconds"), a, sizeof(a)),
-           get(sn, "kvbatch_setting_max_ops"),
-           fmt_bytes(get(sn, "kvbatch_setting_max_bytes"), b, sizeof(b)),
-           get(sn, "kvbatch_setting_max_inflight"));
+    double wrote = get(cur, "kvbatch_write_time_seconds");
+    double from =
+        prev ? get(prev, "kvbatch_write_time_seconds") : get(cur, "kvbatch_start_time_seconds");
+    double span = wrote - from > 0 ? wrote - from : 0;
+    printf("kvbatch-stat %s: written %.0fs ago; %.1fs of activity since %s\n", path,
+           now - wrote > 0 ? now - wrote : 0, span, prev ? "the last look" : "the shim started");
+    printf("settings: %s window=%s max_ops=%.0f max_bytes=%s max_inflight=%.0f\n", cur->info,
+           fmt_time(get(cur, "kvbatch_setting_window_seconds"), a, sizeof(a)),
+           get(cur, "kvbatch_setting_max_ops"),
+           fmt_bytes(get(cur, "kvbatch_setting_max_bytes"), b, sizeof(b)),
+           get(cur, "kvbatch_setting_max_inflight"));
     printf("\n%-7s %12s %10s %10s %10s %10s %12s %8s %8s\n", "op", "ops", "ops/s", "batches",
            "batches/s", "ops/batch", "bytes", "direct", "errors");
     double tops = 0, tbatches = 0;
     for (int k = 0; k < 3; k++) {
-        double o = getf(sn, "kvbatch_ops_total{op=\"%s\"}", ops[k]);
-        double bt = getf(sn, "kvbatch_batches_total{op=\"%s\"}", ops[k]);
-        double by = getf(sn, "kvbatch_bytes_total{op=\"%s\"}", ops[k]);
-        double dir = getf(sn, "kvbatch_direct_ops_total{op=\"%s\"}", ops[k]);
+        double o = diff(cur, prev, "kvbatch_ops_total{op=\"%s\"}", ops[k]);
+        double bt = diff(cur, prev, "kvbatch_batches_total{op=\"%s\"}", ops[k]);
+        double by = diff(cur, prev, "kvbatch_bytes_total{op=\"%s\"}", ops[k]);
+        double dir = diff(cur, prev, "kvbatch_direct_ops_total{op=\"%s\"}", ops[k]);
         double miss, errs;
-        errors_of(sn, ops[k], &miss, &errs);
+        errors_between(cur, prev, ops[k], &miss, &errs);
         tops += o;
         tbatches += bt;
         printf("%-7s %12.0f %10.0f %10.0f %10.0f %10.1f %12s %8.0f %8.0f%s\n", ops[k], o,
                span > 0 ? o / span : 0, bt, span > 0 ? bt / span : 0, bt > 0 ? (o - dir) / bt : 0,
                fmt_bytes(by, c, sizeof(c)), dir, errs, miss > 0 ? " (+misses)" : "");
     }
+    double batched_ops =
+        get(cur, "kvbatch_batch_ops_sum") - (prev ? get(prev, "kvbatch_batch_ops_sum") : 0);
     printf("%-7s %12.0f %10.0f %10.0f %10.0f %10.1f\n", "all", tops, span > 0 ? tops / span : 0,
-           tbatches, span > 0 ? tbatches / span : 0,
-           tbatches > 0 ? get(sn, "kvbatch_batch_ops_sum") / tbatches : 0);
+           tbatches, span > 0 ? tbatches / span : 0, tbatches > 0 ? batched_ops / tbatches : 0);
 
     double total = 0;
     for (int r = 0; r < 6; r++)
-        total += getf(sn, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
+        total += diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
     printf("\nflushes:");
     for (int r = 0; r < 6; r++) {
-        double v = getf(sn, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
+        double v = diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
         printf("  %s %.0f (%.0f%%)", reasons[r], v, total > 0 ? 100 * v / total : 0);
     }
+    double lat_n = get(cur, "kvbatch_op_latency_seconds_count") -
+                   (prev ? get(prev, "kvbatch_op_latency_seconds_count") : 0);
+    double lat_sum = get(cur, "kvbatch_op_latency_seconds_sum") -
+                     (prev ? get(prev, "kvbatch_op_latency_seconds_sum") : 0);
     printf("\nqueue delay: p50 %s  p90 %s  p99 %s\n",
-           fmt_time(quantile(sn, NULL, "kvbatch_queue_delay_seconds", 0.5), a, sizeof(a)),
-           fmt_time(quantile(sn, NULL, "kvbatch_queue_delay_seconds", 0.9), b, sizeof(b)),
-           fmt_time(quantile(sn, NULL, "kvbatch_queue_delay_seconds", 0.99), c, sizeof(c)));
+           fmt_time(quantile(cur, prev, "kvbatch_queue_delay_seconds", 0.5), a, sizeof(a)),
+           fmt_time(quantile(cur, prev, "kvbatch_queue_delay_seconds", 0.9), b, sizeof(b)),
+           fmt_time(quantile(cur, prev, "kvbatch_queue_delay_seconds", 0.99), c, sizeof(c)));
     printf("op latency:  p50 %s  p90 %s  p99 %s  (mean %s)\n",
-           fmt_time(quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.5), a, sizeof(a)),
-           fmt_time(quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.9), b, sizeof(b)),
-           fmt_time(quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.99), c, sizeof(c)),
-           fmt_time(get(sn, "kvbatch_op_latency_seconds_count") > 0
-                        ? get(sn, "kvbatch_op_latency_seconds_sum") /
-                              get(sn, "kvbatch_op_latency_seconds_count")
-                        : NAN,
-                    d, sizeof(d)));
+           fmt_time(quantile(cur, prev, "kvbatch_op_latency_seconds", 0.5), a, sizeof(a)),
+           fmt_time(quantile(cur, prev, "kvbatch_op_latency_seconds", 0.9), b, sizeof(b)),
+           fmt_time(quantile(cur, prev, "kvbatch_op_latency_seconds", 0.99), c, sizeof(c)),
+           fmt_time(lat_n > 0 ? lat_sum / lat_n : NAN, d, sizeof(d)));
     printf("now: %.0f ops queued, %.0f batches in flight, %s held for write-behind, %.0f "
-           "write-behind failures\n",
-           get(sn, "kvbatch_queued_ops"), get(sn, "kvbatch_inflight_batches"),
-           fmt_bytes(get(sn, "kvbatch_writeback_pending_bytes"), a, sizeof(a)),
-           get(sn, "kvbatch_writeback_errors_total"));
+           "write-behind failures in all\n",
+           get(cur, "kvbatch_queued_ops"), get(cur, "kvbatch_inflight_batches"),
+           fmt_bytes(get(cur, "kvbatch_writeback_pending_bytes"), a, sizeof(a)),
+           get(cur, "kvbatch_writeback_errors_total"));
     printf("errors by status:");
     int any = 0;
-    for (int i = 0; i < sn->n; i++)
-        if (strncmp(sn->s[i].name, "kvbatch_errors_total{", 21) == 0 && sn->s[i].value > 0) {
-            printf(" %s=%.0f", sn->s[i].name + 20, sn->s[i].value);
+    for (int i = 0; i < cur->n; i++) {
+        if (strncmp(cur->s[i].name, "kvbatch_errors_total{", 21) != 0) continue;
+        double v = cur->s[i].value - (prev ? get(prev, cur->s[i].name) : 0);
+        if (v > 0) {
+            printf(" %s=%.0f", cur->s[i].name + 20, v);
             any = 1;
         }
+    }
     printf("%s\n", any ? "" : " none");
+}
+
+/*
+ * Path of the last-look copy of the stats file at path: one per user and
+ * stats file (FNV-1a of its real path), in $XDG_RUNTIME_DIR or /tmp.
+ */
+static int last_look_path(const char *path, char *out, size_t cap)
+{
+    char real[PATH_MAX];
+    if (!realpath(path, real)) return -errno;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = real; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    const char *dir = getenv("XDG_RUNTIME_DIR");
+    if (!dir || !dir[0]) dir = "/tmp";
+    int n = snprintf(out, cap, "%s/kvbatch-stat-%u-%016llx.last", dir, (unsigned)getuid(),
+                     (unsigned long long)h);
+    return n > 0 && (size_t)n < cap ? 0 : -ENAMETOOLONG;
+}
+
+/* The last look, if it is of the same shim instance and not newer than cur. */
+static const struct snap *last_look(const char *state, const struct snap *cur, struct snap *prev)
+{
+    if (load(state, prev) < 0) return NULL;
+    double start = get(cur, "kvbatch_start_time_seconds");
+    if (start <= 0 || get(prev, "kvbatch_start_time_seconds") != start) return NULL;
+    if (get(prev, "kvbatch_write_time_seconds") > get(cur, "kvbatch_write_time_seconds"))
+        return NULL;
+    return prev;
+}
+
+/*
+ * Keeps a copy of the stats file as read (its text, re-rendered from cur) for
+ * the next look: temporary file + rename, private to the user. Failure to keep
+ * it only costs the next look its "since the last look".
+ */
+static void save_look(const char *state, const struct snap *cur)
+{
+    char tmp[PATH_MAX + 8];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", state);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        return;
+    }
+    for (int i = 0; i < cur->n; i++)
+        fprintf(f, "%s %.17g\n", cur->s[i].name, cur->s[i].value);
+    if (fclose(f) != 0 || rename(tmp, state) != 0) unlink(tmp);
 }
 
 static void json_num(const char *key, double v, int comma)
@@ -305,8 +385,10 @@ static void interval_line(const struct snap *cur, const struct snap *prev, doubl
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kvbatch-stat [-w SECONDS [-n COUNT]] [--json] FILE\n"
+    fprintf(f, "usage: kvbatch-stat [-s] [-w SECONDS [-n COUNT]] [--json] FILE\n"
                "  FILE          the shim's stats file (KVBATCH_STATS_FILE)\n"
+               "                (alone: rates since your last look at FILE, or since start)\n"
+               "  -s            rates since the shim started, not since the last look\n"
                "  -w SECONDS    print one line per interval (rates over the interval)\n"
                "  -n COUNT      with -w: stop after COUNT lines (default: until interrupted)\n"
                "  --json        one JSON object (totals, rates since start, percentiles)\n");
@@ -317,7 +399,7 @@ int main(int argc, char **argv)
     static struct snap cur, prev;
     double every = 0;
     long count = -1;
-    int as_json = 0;
+    int as_json = 0, since_start = 0;
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-w") == 0 && i + 1 < argc) {
@@ -329,9 +411,16 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
-            count = strtol(argv[++i], NULL, 10);
+            char *end;
+            count = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || count < 1) {
+                fprintf(stderr, "kvbatch-stat: -n wants a line count >= 1, got '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--json") == 0) {
             as_json = 1;
+        } else if (strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--since-start") == 0) {
+            since_start = 1;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
@@ -352,10 +441,15 @@ int main(int argc, char **argv)
         return 1;
     }
     if (every <= 0) {
-        if (as_json)
+        char state[PATH_MAX];
+        if (as_json) {
             json(&cur);
-        else
-            summary(path, &cur);
+        } else if (last_look_path(path, state, sizeof(state)) < 0) {
+            summary(path, &cur, NULL);
+        } else {
+            summary(path, &cur, since_start ? NULL : last_look(state, &cur, &prev));
+            save_look(state, &cur);
+        }
         return 0;
     }
     for (long line = 0; count < 0 || line < count; line++) {

@@ -1,0 +1,198 @@
+/*
+ * test_kvbatch_stat.c - runs the kvbatch-stat viewer on stats files written
+ * here (the shim's Prometheus text, values chosen so every rate is known):
+ * the summary's rates since start, "since the last look" across two runs,
+ * -s, a new shim instance, --json, -w, and its errors for a missing file and
+ * a bad argument.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kvtest.h"
+
+static char dir[64];
+static char stats_path[128];
+
+/* Writes a stats file of one shim instance: start time, write time, put and get counters. */
+static void write_stats(double start, double wrote, double puts, double put_batches, double gets,
+                        double enoent)
+{
+    FILE *f = fopen(stats_path, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "# HELP kvbatch_info The shim's settings.\n"
+            "kvbatch_info{policy=\"adaptive\",put_mode=\"sync\"} 1\n"
+            "kvbatch_start_time_seconds %.0f\n"
+            "kvbatch_write_time_seconds %.0f\n"
+            "kvbatch_ops_total{op=\"put\"} %.0f\n"
+            "kvbatch_ops_total{op=\"get\"} %.0f\n"
+            "kvbatch_ops_total{op=\"exists\"} 0\n"
+            "kvbatch_batches_total{op=\"put\"} %.0f\n"
+            "kvbatch_batches_total{op=\"get\"} 0\n"
+            "kvbatch_direct_ops_total{op=\"get\"} %.0f\n"
+            "kvbatch_bytes_total{op=\"put\"} %.0f\n"
+            "kvbatch_errors_total{op=\"get\",status=\"ENOENT\"} %.0f\n"
+            "kvbatch_errors_total{op=\"put\",status=\"EIO\"} 2\n"
+            "kvbatch_flush_total{reason=\"window\"} %.0f\n"
+            "kvbatch_batch_ops_sum %.0f\n"
+            "kvbatch_op_latency_seconds_bucket{le=\"0.0001\"} %.0f\n"
+            "kvbatch_op_latency_seconds_bucket{le=\"+Inf\"} %.0f\n"
+            "kvbatch_op_latency_seconds_sum %.6f\n"
+            "kvbatch_op_latency_seconds_count %.0f\n"
+            "kvbatch_queued_ops 3\n",
+            start, wrote, puts, gets, put_batches, gets, puts * 4096, enoent, put_batches, puts,
+            puts, puts, puts * 50e-6, puts);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Runs kvbatch-stat with args (one string, shell words); its stdout+stderr in *out. */
+static int stat_run(const char *args, char **out)
+{
+    char cmd[PATH_MAX + 256];
+    snprintf(cmd, sizeof(cmd), "XDG_RUNTIME_DIR=%s %s %s 2>&1", dir,
+             kvt_build_path("bin/kvbatch-stat"), args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char *buf = calloc(1, 65536);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, 65535, p);
+    buf[n] = '\0';
+    int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The op row of the summary: "put  OPS  OPS/S  BATCHES ..." */
+static void op_row(const char *out, const char *op, double *ops, double *rate, double *batches)
+{
+    char pre[16];
+    snprintf(pre, sizeof(pre), "\n%s ", op);
+    const char *p = strstr(out, pre);
+    assert_non_null(p);
+    assert_int_equal(sscanf(p + strlen(pre), "%lf %lf %lf", ops, rate, batches), 3);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/kvb-stat-XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    snprintf(stats_path, sizeof(stats_path), "%s/kvb.prom", dir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[128];
+    (void)state;
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_summary_then_since_last_look(void **state)
+{
+    char args[256], *out;
+    double ops, rate, batches;
+    (void)state;
+    /* 10 s of activity: 1000 puts in 100 batches, 500 gets (40 misses). */
+    write_stats(1000, 1010, 1000, 100, 500, 40);
+    snprintf(args, sizeof(args), "%s", stats_path);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "since the shim started"));
+    op_row(out, "put", &ops, &rate, &batches);
+    assert_true(ops == 1000 && rate == 100 && batches == 100);
+    op_row(out, "get", &ops, &rate, &batches);
+    assert_true(ops == 500 && rate == 50);
+    assert_non_null(strstr(out, "{op=\"get\",status=\"ENOENT\"}=40"));
+    assert_non_null(strstr(out, "{op=\"put\",status=\"EIO\"}=2"));
+    free(out);
+
+    /* 10 s later: 3000 puts in 200 batches; the look covers only the last 10 s. */
+    write_stats(1000, 1020, 3000, 200, 500, 40);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "since the last look"));
+    op_row(out, "put", &ops, &rate, &batches);
+    assert_true(ops == 2000 && rate == 200 && batches == 100);
+    op_row(out, "get", &ops, &rate, &batches);
+    assert_true(ops == 0 && rate == 0);
+    assert_non_null(strstr(out, "errors by status: none")); /* EIO=2 was before the last look */
+    free(out);
+
+    /* -s: since start, whatever the last look was. */
+    snprintf(args, sizeof(args), "-s %s", stats_path);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "since the shim started"));
+    op_row(out, "put", &ops, &rate, &batches);
+    assert_true(ops == 3000 && rate == 150);
+    free(out);
+
+    /* A new shim instance (another start time) is never diffed against the old one. */
+    write_stats(2000, 2004, 40, 4, 0, 0);
+    snprintf(args, sizeof(args), "%s", stats_path);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "since the shim started"));
+    op_row(out, "put", &ops, &rate, &batches);
+    assert_true(ops == 40 && rate == 10);
+    free(out);
+}
+
+static void test_json_and_interval(void **state)
+{
+    char args[256], *out;
+    (void)state;
+    write_stats(1000, 1010, 1000, 100, 500, 40);
+    snprintf(args, sizeof(args), "--json %s", stats_path);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "\"put\":{\"ops\":1000,\"batches\":100,\"ops_per_s\":100,"));
+    assert_non_null(strstr(out, "\"not_found\":40"));
+    free(out);
+    /* The file is not rewritten during the interval: every rate is 0. */
+    snprintf(args, sizeof(args), "-w 0.05 -n 2 %s", stats_path);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "put/s"));
+    int lines = 0;
+    for (const char *p = out; (p = strchr(p, '\n')); p++)
+        lines++;
+    assert_int_equal(lines, 3); /* header + 2 */
+    free(out);
+}
+
+static void test_bad_inputs(void **state)
+{
+    char args[256], *out;
+    (void)state;
+    snprintf(args, sizeof(args), "%s/absent.prom", dir);
+    assert_int_equal(stat_run(args, &out), 1);
+    assert_non_null(strstr(out, "cannot read"));
+    free(out);
+    snprintf(args, sizeof(args), "-w soon %s", stats_path);
+    assert_int_equal(stat_run(args, &out), 2);
+    assert_non_null(strstr(out, "-w wants seconds"));
+    free(out);
+    snprintf(args, sizeof(args), "-w 1 -n 0 %s", stats_path);
+    assert_int_equal(stat_run(args, &out), 2);
+    assert_non_null(strstr(out, "-n wants a line count"));
+    free(out);
+    assert_int_equal(stat_run("", &out), 2);
+    assert_non_null(strstr(out, "usage:"));
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_summary_then_since_last_look),
+        cmocka_unit_test(test_json_and_interval),
+        cmocka_unit_test(test_bad_inputs),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
