@@ -23,6 +23,16 @@
 
 /* Below this much free tail, the read buffer is compacted before reading. */
 #define RBUF_MIN_ROOM (KVS_WIRE_ENTRY_LEN + KVS_WIRE_MAX_KEY + KVS_WIRE_HDR_LEN)
+/*
+ * PUT values of at least this size are "big": while a connection sends them,
+ * reads into the read buffer are capped at RBUF_BIG_PUT_READ bytes (a frame
+ * header, an entry header and a typical key), so that a value's bytes are
+ * received straight into its slot instead of into the read buffer and then
+ * copied (the copy was 41 % of kvstored's CPU with 64 KiB puts). Small values
+ * keep full-buffer reads: there one read serves many entries.
+ */
+#define BIG_PUT_VALUE     (16u * 1024)
+#define RBUF_BIG_PUT_READ 256u
 
 enum rstate {
     RS_HDR,    /* waiting for a frame header */
@@ -48,6 +58,7 @@ struct kvs_proto_conn {
     size_t rcap, rpos, rend; /* unparsed input is rbuf[rpos..rend) */
     enum rstate st;
     int recv_direct; /* the last kvs_proto_recv_iov pointed into a PUT slot first */
+    int big_puts;    /* the last PUT value was >= BIG_PUT_VALUE: cap buffered reads */
 
     /* The request frame being read. */
     struct kvs_wire_hdr hdr;
@@ -575,6 +586,7 @@ static void begin_put(struct kvs_proto_conn *c, const uint8_t *key, uint16_t kle
     }
     c->put_dst = c->put_item ? kvs_item_data(c->srv->store, c->put_item) : NULL;
     c->value_left = len;
+    c->big_puts = len >= BIG_PUT_VALUE;
     c->st = RS_VALUE;
 }
 
@@ -704,6 +716,8 @@ static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
     case KVS_OP_EXISTS:
     case KVS_OP_REMOVE:
         k->requests[c->hdr.opcode]++;
+        /* GET, EXISTS and REMOVE entries carry no value: a buffer per read again. */
+        if (c->hdr.opcode != KVS_OP_PUT) c->big_puts = 0;
         break;
     default:
         /* Known to the codec but not served over this transport (e.g. RDMA control). */
@@ -843,6 +857,10 @@ int kvs_proto_recv_iov(struct kvs_proto_conn *c, struct iovec iov[2])
     }
     iov[n].iov_base = c->rbuf + c->rend;
     iov[n].iov_len = c->rcap - c->rend;
+    /* Capped only where headers and a value with a slot come next; skipped bytes read whole. */
+    int slot_ahead = c->st == RS_HDR || c->st == RS_ENTRY || (c->st == RS_VALUE && c->put_dst);
+    if (c->big_puts && slot_ahead && iov[n].iov_len > RBUF_BIG_PUT_READ)
+        iov[n].iov_len = RBUF_BIG_PUT_READ;
     return n + 1;
 }
 
