@@ -3,27 +3,41 @@
 # the link's limit (iperf3 on loopback at the same write sizes) and with what a
 # user would use instead (redis-server + redis-benchmark -P 1 and -P 32, SET/GET,
 # same value sizes and clients): kvbatch single-key, explicit batch, shim
-# adaptive, shim fixed over a sweep of windows, shim off; the layerwise engine
-# workload with and without the shim. Writes into $OUT (default $BUILD/bench):
+# adaptive, shim fixed over a sweep of windows, shim off; at 4 KiB the same
+# request depth as redis -P 32 (32 async ops in flight per client, with and
+# without the shim) in interleaved rounds; 64 KiB goodput beside iperf3 in
+# interleaved rounds; the layerwise engine workload with and without the shim. Writes into $OUT (default $BUILD/bench):
 #   results.md   Markdown tables with ratios (to iperf3 and to Redis) and targets
 #   *.png        gnuplot plots: ops/s vs value size per path; latency/ops vs window
 #   runs/        every raw result (kvbench CSV, redis-benchmark CSV, iperf3 JSON)
 # Every server binds 127.0.0.1 on a private port and is stopped on exit; every
-# run is bounded by `timeout`. Default run: under ~10 minutes; --quick: under 2.
+# run is bounded by `timeout`. Default run: under ~12 minutes; --quick: under 3.
+# --only iperf,redis,sizes,sweep,ab,lfl,goodput,layerwise runs only those parts (the
+# report then shows what was measured: "-" elsewhere).
 set -u
 BUILD=${BUILD:-build}
 OUT=
 QUICK=0
+ONLY=
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
+    --only) ONLY=$2; shift ;;
+    --only=*) ONLY=${1#--only=} ;;
     --out) OUT=$2; shift ;;
     --out=*) OUT=${1#--out=} ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bench-compare.sh: unknown argument '$1' (accepted: --quick, --out DIR)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench-compare.sh: unknown argument '$1' (accepted: --quick, --out DIR, --only PARTS)" >&2; exit 2 ;;
     esac
     shift
 done
+PARTS="iperf redis sizes sweep ab lfl goodput layerwise"
+for p in ${ONLY//,/ }; do
+    case " $PARTS " in *" $p "*) ;; *)
+        echo "bench-compare.sh: unknown part '$p' for --only (accepted: ${PARTS// /, })" >&2; exit 2 ;;
+    esac
+done
+want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 OUT=$(realpath -m "${OUT:-$BUILD/bench}") # absolute: redis-server changes directory
 PY=/usr/bin/python3
 KVBENCH=$BUILD/bin/kvbench
@@ -70,7 +84,8 @@ free_port() {
 
 # kvstored on 127.0.0.1, port read back from its "listening on" line.
 "$KVSTORED" --listen 127.0.0.1:0 --memory 2G >"$OUT/runs/kvstored.log" 2>&1 &
-PIDS="$PIDS $!"
+KV_PID=$!
+PIDS="$PIDS $KV_PID"
 for _ in $(seq 100); do grep -q "listening on" "$OUT/runs/kvstored.log" && break; sleep 0.1; done
 KV_ADDR=$(sed -n 's/.*listening on \(.*\)/\1/p' "$OUT/runs/kvstored.log" | head -1)
 [ -n "$KV_ADDR" ] || { echo "bench-compare.sh: kvstored did not start" >&2; cat "$OUT/runs/kvstored.log" >&2; exit 1; }
@@ -114,68 +129,184 @@ kvb() {
 }
 
 # The link's limit: iperf3 over loopback with the same write size.
-for size in $SIZES; do
-    port=$(free_port)
-    iperf3 -s -B 127.0.0.1 -p "$port" -1 >/dev/null 2>&1 &
-    ipid=$!
-    sleep 0.3
-    echo "  iperf3 -l $size" >&2
-    timeout -k 5 $((WHOLE_SECS + 20)) iperf3 -c 127.0.0.1 -p "$port" -l "$size" -t "$WHOLE_SECS" -J \
-        >"$OUT/runs/iperf3__$size.json" 2>/dev/null || echo "    (iperf3 failed)" >&2
-    kill "$ipid" 2>/dev/null; wait "$ipid" 2>/dev/null
-done
+if want iperf; then
+    for size in $SIZES; do
+        port=$(free_port)
+        iperf3 -s -B 127.0.0.1 -p "$port" -1 >/dev/null 2>&1 &
+        ipid=$!
+        sleep 0.3
+        echo "  iperf3 -l $size" >&2
+        timeout -k 5 $((WHOLE_SECS + 20)) iperf3 -c 127.0.0.1 -p "$port" -l "$size" -t "$WHOLE_SECS" -J \
+            >"$OUT/runs/iperf3__$size.json" 2>/dev/null || echo "    (iperf3 failed)" >&2
+        kill "$ipid" 2>/dev/null; wait "$ipid" 2>/dev/null
+    done
+fi
 
 # What a user would use instead: Redis, unpipelined and pipelined, same sizes and clients.
-for size in $SIZES; do
-    for P in 1 32; do
-        n=$(( $(ops_for "$size") / (P == 1 ? 4 : 1) ))
-        echo "  redis-benchmark -P $P -d $size" >&2
-        timeout -k 5 60 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t set,get -d "$size" \
-            -c "$CLIENTS" -n "$n" -P "$P" -r 4096 --csv >"$OUT/runs/redis__P${P}__$size.csv" 2>/dev/null ||
-            echo "    (redis-benchmark failed)" >&2
+if want redis; then
+    for size in $SIZES; do
+        for P in 1 32; do
+            n=$(( $(ops_for "$size") / (P == 1 ? 4 : 1) ))
+            echo "  redis-benchmark -P $P -d $size" >&2
+            timeout -k 5 60 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t set,get -d "$size" \
+                -c "$CLIENTS" -n "$n" -P "$P" -r 4096 --csv >"$OUT/runs/redis__P${P}__$size.csv" 2>/dev/null ||
+                echo "    (redis-benchmark failed)" >&2
+        done
+        redis-cli -h 127.0.0.1 -p "$REDIS_PORT" flushall >/dev/null 2>&1
     done
-    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" flushall >/dev/null 2>&1
-done
+fi
 
 # kvbatch: per value size, single-key (no shim), explicit batch, shim adaptive.
-for size in $SIZES; do
-    for op in put get; do
-        kvb single "$op" "$size" $CLIENTS -- --mode single
-        kvb batch "$op" "$size" $CLIENTS -- --mode batch --batch 64
-        [ -n "$SHIM" ] && kvb shim-adaptive "$op" "$size" $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=adaptive -- --mode single
-    done
-done
-
-# The window sweep (fixed policy) and the policy checks, at 4 KiB.
-if [ -n "$SHIM" ]; then
-    for w in $WINDOWS; do
+if want sizes; then
+    for size in $SIZES; do
         for op in put get; do
-            kvb "shim-fixed-w$w" "$op" 4096 $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=fixed KVBATCH_WINDOW_US="$w" -- --mode single
+            kvb single "$op" "$size" $CLIENTS -- --mode single
+            kvb batch "$op" "$size" $CLIENTS -- --mode batch --batch 64
+            [ -n "$SHIM" ] && kvb shim-adaptive "$op" "$size" $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=adaptive -- --mode single
         done
     done
+fi
+
+# The window sweep (fixed policy) and the policy checks, at 4 KiB.
+if want sweep; then
+    if [ -n "$SHIM" ]; then
+        for w in $WINDOWS; do
+            for op in put get; do
+                kvb "shim-fixed-w$w" "$op" 4096 $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=fixed KVBATCH_WINDOW_US="$w" -- --mode single
+            done
+        done
+    fi
 fi
 # A/B pairs back to back (the box drifts): no shim then KVBATCH_POLICY=off, 16 threads;
 # one thread without then with the shim; one thread single key vs explicit batch of 64
 # (issue 2's figure).
-for op in put get; do
-    kvb single-ab "$op" 4096 $CLIENTS -- --mode single
-    [ -n "$SHIM" ] && kvb shim-off "$op" 4096 $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=off -- --mode single
-    kvb single "$op" 4096 1 -- --mode single
-    [ -n "$SHIM" ] && kvb shim-adaptive "$op" 4096 1 LD_PRELOAD="$SHIM" KVBATCH_POLICY=adaptive -- --mode single
-    kvb batch "$op" 4096 1 -- --mode batch --batch 64
-done
+if want ab; then
+    for op in put get; do
+        kvb single-ab "$op" 4096 $CLIENTS -- --mode single
+        [ -n "$SHIM" ] && kvb shim-off "$op" 4096 $CLIENTS LD_PRELOAD="$SHIM" KVBATCH_POLICY=off -- --mode single
+        kvb single "$op" 4096 1 -- --mode single
+        [ -n "$SHIM" ] && kvb shim-adaptive "$op" 4096 1 LD_PRELOAD="$SHIM" KVBATCH_POLICY=adaptive -- --mode single
+        kvb batch "$op" 4096 1 -- --mode batch --batch 64
+    done
+fi
+
+# Like for like at 4 KiB: redis-benchmark -P 32 keeps 32 requests in flight per
+# client; kvbench --mode async --batch 32 keeps 32 kvs_put_async/kvs_get_async in
+# flight per thread (the shim batches them; without it each is its own frame).
+# The synchronous paths (depth 1) and redis -P 1 beside them, and the explicit
+# batch of 32 (the same depth as one call). Every variant once per round, rounds
+# interleaved and the order rotated, so that each ratio is taken side by side;
+# the report takes medians over the rounds. The load average is kept per round.
+LFL_SIZE=4096
+LFL_DEPTH=32
+lfl_variant() { # lfl_variant NAME ROUND: one kvbench run of one variant, put and get
+    local name=$1 r=$2 envs=() args=()
+    case "$name" in
+    single) args=(--mode single) ;;
+    shim) envs=(LD_PRELOAD="$SHIM"); args=(--mode single) ;;
+    async) args=(--mode async --batch $LFL_DEPTH) ;;
+    shim-async) envs=(LD_PRELOAD="$SHIM"); args=(--mode async --batch $LFL_DEPTH) ;;
+    batch) args=(--mode batch --batch $LFL_DEPTH) ;;
+    esac
+    for op in put get; do
+        echo "  like-for-like r$r kvbench $op $name" >&2
+        timeout -k 5 $((WHOLE_SECS + 30)) env "${envs[@]}" "$KVBENCH" "$op" --servers "$KV_ADDR" \
+            --size $LFL_SIZE --threads $CLIENTS --seconds "$SECS" --ops "$(ops_for $LFL_SIZE)" \
+            --keys "$(keys_for $LFL_SIZE)" --prefix "b$LFL_SIZE" --quiet \
+            --csv "$OUT/runs/lfl__${name}__${op}__r$r.csv" "${args[@]}" >>"$OUT/runs/kvbench.log" 2>&1 ||
+            echo "    (exit $? - see runs/kvbench.log)" >&2
+    done
+}
+LFL_VARIANTS="redis single async batch"
+[ -n "$SHIM" ] && LFL_VARIANTS="$LFL_VARIANTS shim shim-async"
+if want lfl; then
+    for r in $(seq "$REPEAT"); do
+        cut -d' ' -f1-3 /proc/loadavg >"$OUT/runs/lfl__load__r$r"
+        set -- $LFL_VARIANTS
+        for _ in $(seq $((r - 1))); do set -- "$@" "$1"; shift; done # rotate the order per round
+        for v in "$@"; do
+            if [ "$v" = redis ]; then
+                for P in 1 $LFL_DEPTH; do
+                    echo "  like-for-like r$r redis-benchmark -P $P" >&2
+                    timeout -k 5 60 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t set,get -d $LFL_SIZE \
+                        -c "$CLIENTS" -n $(( $(ops_for $LFL_SIZE) / (P == 1 ? 8 : 2) )) -P "$P" -r 4096 --csv \
+                        >"$OUT/runs/lfl__redisP${P}__r$r.csv" 2>/dev/null || echo "    (redis-benchmark failed)" >&2
+                done
+            else
+                lfl_variant "$v" "$r"
+            fi
+        done
+        cut -d' ' -f1-3 /proc/loadavg >>"$OUT/runs/lfl__load__r$r"
+    done
+    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" flushall >/dev/null 2>&1
+fi
+
+# 64 KiB goodput side by side: iperf3 with 64 KiB writes (one stream) and kvbatch
+# put/get of 64 KiB values (16 clients) in interleaved rounds, order rotated; for
+# each kvbench run also kvstored's CPU time (utime + stime from /proc), so that
+# the server's cost per byte is visible beside the goodput.
+GP_SIZE=65536
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$KV_PID/stat" 2>/dev/null || echo 0; }
+gp_variant() { # gp_variant NAME ROUND
+    local name=$1 r=$2 envs=() args=(--mode single)
+    case "$name" in
+    shim) envs=(LD_PRELOAD="$SHIM") ;;
+    batch) args=(--mode batch --batch 16) ;;
+    shim-async) envs=(LD_PRELOAD="$SHIM"); args=(--mode async --batch 4) ;;
+    esac
+    for op in put get; do
+        echo "  goodput r$r kvbench $op $name" >&2
+        local t0 t1
+        t0=$(cpu_ticks)
+        timeout -k 5 $((WHOLE_SECS + 30)) env "${envs[@]}" "$KVBENCH" "$op" --servers "$KV_ADDR" \
+            --size $GP_SIZE --threads $CLIENTS --seconds "$SECS" --ops "$(ops_for $GP_SIZE)" \
+            --keys "$(keys_for $GP_SIZE)" --prefix "b$GP_SIZE" --quiet \
+            --csv "$OUT/runs/gp__${name}__${op}__r$r.csv" "${args[@]}" >>"$OUT/runs/kvbench.log" 2>&1 ||
+            echo "    (exit $? - see runs/kvbench.log)" >&2
+        t1=$(cpu_ticks)
+        # ticks, ticks per second, bytes the get run's prefill put (kvbench fills its keys first)
+        echo "$((t1 - t0)) $(getconf CLK_TCK) $([ $op = get ] && echo $(( $(keys_for $GP_SIZE) * GP_SIZE )) || echo 0)" \
+            >"$OUT/runs/gp__${name}__${op}__r$r.cpu"
+    done
+}
+GP_VARIANTS="iperf3 single batch"
+[ -n "$SHIM" ] && GP_VARIANTS="$GP_VARIANTS shim shim-async"
+if want goodput; then
+    for r in $(seq "$REPEAT"); do
+        cut -d' ' -f1-3 /proc/loadavg >"$OUT/runs/gp__load__r$r"
+        set -- $GP_VARIANTS
+        for _ in $(seq $((r - 1))); do set -- "$@" "$1"; shift; done
+        for v in "$@"; do
+            if [ "$v" = iperf3 ]; then
+                port=$(free_port)
+                iperf3 -s -B 127.0.0.1 -p "$port" -1 >/dev/null 2>&1 &
+                ipid=$!
+                sleep 0.3
+                echo "  goodput r$r iperf3 -l $GP_SIZE" >&2
+                timeout -k 5 $((WHOLE_SECS + 20)) iperf3 -c 127.0.0.1 -p "$port" -l $GP_SIZE -t "$WHOLE_SECS" -J \
+                    >"$OUT/runs/gp__iperf3__r$r.json" 2>/dev/null || echo "    (iperf3 failed)" >&2
+                kill "$ipid" 2>/dev/null; wait "$ipid" 2>/dev/null
+            else
+                gp_variant "$v" "$r"
+            fi
+        done
+        cut -d' ' -f1-3 /proc/loadavg >>"$OUT/runs/gp__load__r$r"
+    done
+fi
 
 # The engine-shaped workload, without and with the shim.
-for variant in plain shim; do
-    [ "$variant" = shim ] && [ -z "$SHIM" ] && continue
-    envs=(KVBENCH_VARIANT=$variant)
-    [ "$variant" = shim ] && envs+=(LD_PRELOAD="$SHIM")
-    echo "  kvbench layerwise ($variant)" >&2
-    timeout -k 5 600 env "${envs[@]}" "$KVBENCH" layerwise --servers "$KV_ADDR" --model llama3-8b \
-        --tp 1 --block 16 --requests 8 --prompt 256 --rounds "$ROUNDS" --repeat "$REPEAT" --quiet \
-        --csv "$OUT/runs/layerwise__$variant.csv" >>"$OUT/runs/kvbench.log" 2>&1 ||
-        echo "    (layerwise exit $?)" >&2
-done
+if want layerwise; then
+    for variant in plain shim; do
+        [ "$variant" = shim ] && [ -z "$SHIM" ] && continue
+        envs=(KVBENCH_VARIANT=$variant)
+        [ "$variant" = shim ] && envs+=(LD_PRELOAD="$SHIM")
+        echo "  kvbench layerwise ($variant)" >&2
+        timeout -k 5 600 env "${envs[@]}" "$KVBENCH" layerwise --servers "$KV_ADDR" --model llama3-8b \
+            --tp 1 --block 16 --requests 8 --prompt 256 --rounds "$ROUNDS" --repeat "$REPEAT" --quiet \
+            --csv "$OUT/runs/layerwise__$variant.csv" >>"$OUT/runs/kvbench.log" 2>&1 ||
+            echo "    (layerwise exit $?)" >&2
+    done
+fi
 
 echo "bench-compare: measured in $(( $(date +%s) - START )) s; writing $OUT/results.md" >&2
 $PY "$(dirname "$0")/bench-report.py" "$OUT" "$CLIENTS" "$WINDOWS" || exit 1

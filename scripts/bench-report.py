@@ -47,7 +47,86 @@ def load(outdir):
     layer = {}  # variant -> {workload: row}
     for path in glob.glob(os.path.join(outdir, "runs", "layerwise__*.csv")):
         layer[os.path.basename(path)[11:-4]] = kvbench_rows(path)
-    return kv, redis, iperf, layer
+    return kv, redis, iperf, layer, load_lfl(outdir), load_goodput(outdir)
+
+
+def load_goodput(outdir):
+    """The 64 KiB goodput rounds: {round: {(variant, op): bytes/s}}, {round: {(variant, op):
+    kvstored CPU seconds}}, {round: load}. iperf3 is variant "iperf3", op "put"."""
+    rates, cpu, loads, moved = {}, {}, {}, {}
+    for path in glob.glob(os.path.join(outdir, "runs", "gp__*__r*")):
+        base, ext = os.path.splitext(os.path.basename(path))
+        parts = base.split("__")
+        r = int(parts[-1][1:])
+        if parts[1] == "load":
+            with open(path) as f:
+                loads[r] = " -> ".join(line.strip() for line in f if line.strip())
+        elif parts[1] == "iperf3":
+            try:
+                with open(path) as f:
+                    rates.setdefault(r, {})[("iperf3", "put")] = \
+                        json.load(f)["end"]["sum_received"]["bits_per_second"] / 8
+            except (ValueError, KeyError):
+                pass
+        elif ext == ".cpu":
+            with open(path) as f:
+                ticks, hz, prefill = (float(x) for x in f.read().split())
+            cpu.setdefault(r, {})[(parts[1], parts[2])] = (ticks / hz, prefill)
+        elif ext == ".csv":
+            rows = kvbench_rows(path)
+            if parts[2] in rows:
+                rates.setdefault(r, {})[(parts[1], parts[2])] = num(rows[parts[2]], "bytes_per_s")
+                moved.setdefault(r, {})[(parts[1], parts[2])] = num(rows[parts[2]], "bytes")
+    # kvstored CPU seconds per GB it received or sent in that run (a get run's prefill included)
+    cpu_per_gb = {}
+    for r, runs in cpu.items():
+        for key, (secs, prefill) in runs.items():
+            b = moved.get(r, {}).get(key)
+            if b:
+                cpu_per_gb.setdefault(r, {})[key] = secs / ((b + prefill) / 1e9)
+    return rates, cpu_per_gb, loads
+
+
+def load_lfl(outdir):
+    """The like-for-like rounds: {round: {(variant, op): ops/s}} and {round: "load before -> after"}.
+
+    Variants: single, shim, async, shim-async, batch (kvbench) and redisP1, redisP32
+    (op "put" is redis SET, "get" is GET)."""
+    rounds, loads = {}, {}
+    for path in glob.glob(os.path.join(outdir, "runs", "lfl__*__r*")):
+        parts = os.path.basename(path).split(".")[0].split("__")
+        r = int(parts[-1][1:])
+        if parts[1] == "load":
+            with open(path) as f:
+                loads[r] = " -> ".join(line.strip() for line in f if line.strip())
+        elif parts[1].startswith("redisP"):
+            with open(path) as f:
+                for row in csv.DictReader(f):
+                    op = {"SET": "put", "GET": "get"}.get(row["test"])
+                    if op:
+                        rounds.setdefault(r, {})[(parts[1], op)] = num(row, "rps")
+        else:
+            rows = kvbench_rows(path)
+            if parts[2] in rows:
+                rounds.setdefault(r, {})[(parts[1], parts[2])] = num(rows[parts[2]], "ops_per_s")
+    return rounds, loads
+
+
+def median(values):
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def lfl_ops(lfl, variant, op):
+    """Median ops/s of one like-for-like variant over the rounds."""
+    return median(r.get((variant, op)) for r in lfl[0].values())
+
+
+def lfl_ratio(lfl, a, b, op):
+    """Median over the rounds of the per-round ratio a / b (each pair side by side)."""
+    return median(ratio(r.get((a, op)), r.get((b, op))) for r in lfl[0].values())
 
 
 def num(row, field):
@@ -99,9 +178,39 @@ def commit():
     return (rev + ("+dirty" if dirty else "")) if rev else "unknown"
 
 
+# The 64 KiB goodput rows: (variant, label).
+GP_ROWS = (
+    ("single", "kvbatch single-key sync, no shim"),
+    ("shim", "kvbatch single-key sync, shim"),
+    ("shim-async", "kvbatch async (4 in flight per thread), shim"),
+    ("batch", "kvbatch explicit batch of 16"),
+)
+
+# The like-for-like rows: (variant, requests in flight per client, label).
+LFL_ROWS = (
+    ("redisP1", 1, "redis-benchmark -P 1"),
+    ("redisP32", 32, "redis-benchmark -P 32"),
+    ("single", 1, "kvbatch single-key sync (kvs_put/kvs_get), no shim"),
+    ("shim", 1, "kvbatch single-key sync, shim"),
+    ("async", 32, "kvbatch async (kvs_put_async/kvs_get_async), no shim"),
+    ("shim-async", 32, "kvbatch async, shim"),
+    ("batch", 32, "kvbatch explicit batch of 32 (kvs_batch_put/get)"),
+)
+LFL_RATIOS = (
+    ("shim", "single", "shim / no shim, sync (1 in flight)"),
+    ("shim-async", "async", "shim / no shim, async (32 in flight)"),
+    ("shim-async", "single", "shim async 32 / single-key sync no shim"),
+    ("shim", "redisP1", "shim sync / redis -P 1 (like for like, 1 in flight)"),
+    ("shim", "redisP32", "shim sync / redis -P 32 (unlike: 1 vs 32 in flight)"),
+    ("shim-async", "redisP32", "shim async 32 / redis -P 32 (like for like)"),
+    ("async", "redisP32", "no-shim async 32 / redis -P 32 (the shim's own part removed)"),
+    ("batch", "redisP32", "explicit batch of 32 / redis -P 32"),
+)
+
+
 def main():
     outdir, clients, windows = sys.argv[1], int(sys.argv[2]), [int(w) for w in sys.argv[3].split()]
-    kv, redis, iperf, layer = load(outdir)
+    kv, redis, iperf, layer, lfl, gp = load(outdir)
     sizes = sorted({k[2] for k in kv if k[3] == clients} | set(iperf))
     md = []
     md.append("# kvbatch side by side (%d clients, medians)\n" % clients)
@@ -116,7 +225,7 @@ def main():
     def kvops(name, op, size, threads=clients):
         return num(kv.get((name, op, size, threads)), "ops_per_s")
 
-    for op, rop in (("put", "SET"), ("get", "GET")):
+    for op, rop in (("put", "SET"), ("get", "GET")) if sizes else ():
         md.append("\n## %s: ops/s by value size\n" % op)
         md.append("| value | iperf3 MB/s | redis %s -P 1 | redis %s -P 32 | kvbatch single | "
                   "explicit batch | shim adaptive | shim / single | shim MB/s / iperf3 | "
@@ -133,9 +242,60 @@ def main():
                 fmt(batch), fmt(shim), fmt(ratio(shim, single), 2), fmt(ratio(shim_bps, ip), 2),
                 fmt(ratio(shim, r32), 2)))
 
-    md.append("\n## Window sweep (fixed policy, 4 KiB, %d clients)\n" % clients)
-    md.append("| window us | put ops/s | put p50 us | put p99 us | get ops/s | get p50 us | get p99 us |")
-    md.append("|---|---|---|---|---|---|---|")
+    if lfl[0]:
+        md.append("\n## 4 KiB, %d clients, like for like: the same requests in flight per client\n"
+                  % clients)
+        md.append("Every path once per round, %d interleaved rounds (order rotated), medians; "
+                  "ratios are medians of the per-round ratios. Load average (1, 5, 15 min) before "
+                  "-> after each round: %s.\n" % (len(lfl[0]), "; ".join(
+                      "r%d %s" % (r, lfl[1][r]) for r in sorted(lfl[1]))))
+        md.append("| path | in flight per client | put (SET) ops/s | get (GET) ops/s |")
+        md.append("|---|---|---|---|")
+        for variant, depth, label in LFL_ROWS:
+            md.append("| %s | %s | %s | %s |" % (label, depth, fmt(lfl_ops(lfl, variant, "put")),
+                                                 fmt(lfl_ops(lfl, variant, "get"))))
+        md.append("")
+        md.append("| ratio (median of per-round ratios) | put | get |")
+        md.append("|---|---|---|")
+        for a, b, label in LFL_RATIOS:
+            md.append("| %s | %s | %s |" % (label, fmt(lfl_ratio(lfl, a, b, "put"), 2),
+                                            fmt(lfl_ratio(lfl, a, b, "get"), 2)))
+
+    rates, cpu, gp_loads = gp
+    if rates:
+        md.append("\n## 64 KiB goodput beside iperf3 (%d clients, interleaved rounds)\n" % clients)
+        md.append("iperf3: one stream, 64 KiB writes. Every path once per round, %d rounds (order "
+                  "rotated), medians; ratios are medians of the per-round ratios to that round's "
+                  "iperf3. kvstored CPU: its user + system time per GB moved (all of the server's "
+                  "work, including the kernel's copies for it). Load average before -> after each "
+                  "round: %s.\n" % (len(rates), "; ".join(
+                      "r%d %s" % (r, gp_loads[r]) for r in sorted(gp_loads))))
+        md.append("| path | put MB/s | get MB/s | put / iperf3 | get / iperf3 | "
+                  "kvstored CPU s/GB put | get |")
+        md.append("|---|---|---|---|---|---|---|")
+
+        def gp_med(v, op):
+            return median(rd.get((v, op)) for rd in rates.values())
+
+        def gp_ratio(v, op):
+            return median(ratio(rd.get((v, op)), rd.get(("iperf3", "put"))) for rd in rates.values())
+
+        def gp_cpu(v, op):
+            return median(c.get((v, op)) for c in cpu.values())
+
+        ip = gp_med("iperf3", "put")
+        md.append("| iperf3 (the link's limit) | %s | | 1 | | | |" % fmt(ip / 1e6 if ip else None))
+        for v, label in GP_ROWS:
+            put, get = gp_med(v, "put"), gp_med(v, "get")
+            md.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                label, fmt(put / 1e6 if put else None), fmt(get / 1e6 if get else None),
+                fmt(gp_ratio(v, "put"), 2), fmt(gp_ratio(v, "get"), 2),
+                fmt(gp_cpu(v, "put"), 3), fmt(gp_cpu(v, "get"), 3)))
+
+    if any(("shim-fixed-w%d" % w, op, 4096, clients) in kv for w in windows for op in ("put", "get")):
+        md.append("\n## Window sweep (fixed policy, 4 KiB, %d clients)\n" % clients)
+        md.append("| window us | put ops/s | put p50 us | put p99 us | get ops/s | get p50 us | get p99 us |")
+        md.append("|---|---|---|---|---|---|---|")
     sweep = []
     for w in windows:
         p = kv.get(("shim-fixed-w%d" % w, "put", 4096, clients))
@@ -195,13 +355,33 @@ def main():
         target("issue 3: KVBATCH_POLICY=off %s ops/s / no shim, back to back (within 2 %%)" % op,
                ratio(kvops("shim-off", op, 4096), kvops("single-ab", op, 4096)), 0.02, "within")
     for op in ("put", "get"):
-        target("issue 5: %d threads x 4 KiB %s, shim / single-key" % (clients, op),
+        target("issue 5: %d threads x 4 KiB %s, shim / single-key (sync, size table)" % (clients, op),
                ratio(kvops("shim-adaptive", op, 4096), kvops("single", op, 4096)), 10)
-    target("issue 5: 64 KiB put, shim goodput / iperf3 goodput",
+    if lfl[0]:
+        for op in ("put", "get"):
+            for issue, goal in (("3", 5), ("5", 10)):
+                target("issue %s: %d threads x 4 KiB %s, shim / no shim, sync (like-for-like rounds)"
+                       % (issue, clients, op), lfl_ratio(lfl, "shim", "single", op), goal)
+                target("issue %s: %d threads x 4 KiB %s, shim / no shim, both 32 async in flight"
+                       % (issue, clients, op), lfl_ratio(lfl, "shim-async", "async", op), goal)
+                target("issue %s: %d threads x 4 KiB %s, shim 32 async in flight / single-key sync"
+                       % (issue, clients, op), lfl_ratio(lfl, "shim-async", "single", op), goal)
+    target("issue 5: 64 KiB put, shim goodput / iperf3 goodput (size table)",
            ratio(num(kv.get(("shim-adaptive", "put", 65536, clients)), "bytes_per_s"), iperf.get(65536)), 0.8)
+    if gp[0]:
+        for v, what in (("shim", "shim sync"), ("shim-async", "shim async 4 in flight")):
+            target("issue 5: 64 KiB put, %s goodput / iperf3 goodput (interleaved rounds)" % what,
+                   median(ratio(rd.get((v, "put")), rd.get(("iperf3", "put"))) for rd in gp[0].values()),
+                   0.8)
     for op, rop in (("put", "SET"), ("get", "GET")):
-        target("issue 5: 4 KiB %s, shim / redis -P 32 %s" % (op, rop),
+        target("issue 5: 4 KiB %s, shim sync (1 in flight) / redis -P 32 %s (size table)" % (op, rop),
                ratio(kvops("shim-adaptive", op, 4096), num(redis.get((32, 4096, rop)), "rps")), 1.5)
+    if lfl[0]:
+        for op, rop in (("put", "SET"), ("get", "GET")):
+            target("issue 5: 4 KiB %s, shim sync (1 in flight) / redis -P 32 %s (like-for-like rounds)"
+                   % (op, rop), lfl_ratio(lfl, "shim", "redisP32", op), 1.5)
+            target("issue 5: 4 KiB %s, shim 32 async in flight / redis -P 32 %s (like for like)"
+                   % (op, rop), lfl_ratio(lfl, "shim-async", "redisP32", op), 1.5)
     ls, lp = lw_shim.get("layerwise-save"), lw_plain.get("layerwise-save")
     target("issue 5: layerwise exposed save p50, shim / without",
            ratio(num(ls, "exposed_p50_us"), num(lp, "exposed_p50_us")), 0.33, "le")
@@ -218,8 +398,8 @@ def main():
 
 
 def plots(outdir, kv, redis, iperf, sizes, sweep, clients):
-    """gnuplot PNGs from .dat files written beside them."""
-    for op, rop in (("put", "SET"), ("get", "GET")):
+    """gnuplot PNGs from .dat files written beside them (only for the parts that were measured)."""
+    for op, rop in (("put", "SET"), ("get", "GET")) if sizes else ():
         dat = os.path.join(outdir, "ops_vs_size_%s.dat" % op)
         with open(dat, "w") as f:
             f.write("# size single batch shim redisP1 redisP32 iperf3_ops\n")
