@@ -267,6 +267,7 @@ static void fake_stop(struct fake *f)
 static void test_timeout_buffer_never_written_late(void **state)
 {
     (void)state;
+    KVT_SKIP_ON_RDMA("its fake server speaks the wire protocol over TCP");
     struct fake f;
     fake_start(&f, FAKE_LATE_REPLY);
     char addr[64];
@@ -299,6 +300,7 @@ static void test_timeout_buffer_never_written_late(void **state)
 static void test_protocol_violation(void **state)
 {
     (void)state;
+    KVT_SKIP_ON_RDMA("its fake server speaks the wire protocol over TCP");
     struct fake f;
     fake_start(&f, FAKE_GARBAGE);
     char addr[64];
@@ -314,6 +316,7 @@ static void test_protocol_violation(void **state)
 static void test_connect_timeout(void **state)
 {
     (void)state;
+    KVT_SKIP_ON_RDMA("its fake server speaks the wire protocol over TCP");
     struct fake f;
     fake_start(&f, FAKE_SILENT_HELLO);
     char addr[64];
@@ -336,6 +339,7 @@ static void test_connect_timeout(void **state)
 static void test_batch_split_by_max_keys(void **state)
 {
     (void)state;
+    KVT_SKIP_ON_RDMA("its fake server speaks the wire protocol over TCP");
     struct fake f;
     fake_start(&f, FAKE_SMALL_FRAMES);
     char addr[64];
@@ -365,6 +369,8 @@ static void test_batch_split_by_max_keys(void **state)
 static void test_fork_child_uses_client(void **state)
 {
     (void)state;
+    KVT_SKIP_ON_RDMA("a forked child cannot use RDMA: librdmacm's state is process-wide "
+                     "(docs/rdma.md)");
     struct kvt_server srv;
     assert_int_equal(kvt_server_start(&srv, 0, "--memory 16M --max-object 1M"), 0);
     kvs_client *c = kvs_open(srv.addr);

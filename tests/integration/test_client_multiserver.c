@@ -48,7 +48,7 @@ static void test_split_and_one_dead(void **state)
     assert_int_equal(kvt_server_start(&b, 0, "--memory 16M --max-object 1M"), 0);
     char list[160], reversed[160];
     snprintf(list, sizeof(list), "%s,%s", a.addr, b.addr);
-    snprintf(reversed, sizeof(reversed), "tcp://%s, %s", b.addr, a.addr);
+    snprintf(reversed, sizeof(reversed), "%s, %s", b.url, a.addr); /* one scheme spelled out */
     kvs_client *c = kvs_open(list);
     kvs_client *only_a = kvs_open(a.addr), *only_b = kvs_open(b.addr);
     assert_non_null(c);
@@ -82,9 +82,9 @@ static void test_split_and_one_dead(void **state)
     char text[32768];
     assert_true(kvs_server_stats(c, text, sizeof(text)) > 0);
     char head[128];
-    snprintf(head, sizeof(head), "# server %s\n", a.addr);
+    snprintf(head, sizeof(head), "# server %s\n", a.name);
     assert_non_null(strstr(text, head));
-    snprintf(head, sizeof(head), "# server %s\n", b.addr);
+    snprintf(head, sizeof(head), "# server %s\n", b.name);
     assert_non_null(strstr(text, head));
 
     /* B dies: exactly B's keys fail, with a transport error; A's come back whole. */

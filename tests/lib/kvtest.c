@@ -30,6 +30,12 @@ const char *kvt_build_path(const char *rel)
     return path;
 }
 
+int kvt_over_rdma(void)
+{
+    const char *a = getenv("KVS_TEST_RDMA_ADDR");
+    return a && *a;
+}
+
 static int spawn(struct kvt_server *s, int port)
 {
     char listen[64];
@@ -117,9 +123,13 @@ static int spawn(struct kvt_server *s, int port)
     s->pid = pid;
     s->port = got;
     snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", got);
+    snprintf(s->name, sizeof(s->name), "127.0.0.1:%d", got);
+    snprintf(s->url, sizeof(s->url), "tcp://127.0.0.1:%d", got);
     if (rdma_got > 0) {
         s->rdma_port = rdma_got;
         snprintf(s->addr, sizeof(s->addr), "rdma://%s:%d", rdma_addr, rdma_got);
+        snprintf(s->name, sizeof(s->name), "%s:%d", rdma_addr, rdma_got);
+        snprintf(s->url, sizeof(s->url), "%s", s->addr);
     }
     return 0;
 }

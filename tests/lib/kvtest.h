@@ -17,7 +17,26 @@ struct kvt_server {
     char addr[64];  /* "127.0.0.1:PORT", ready for kvs_open */
     char args[512]; /* extra arguments it was started with */
     int rdma_port;  /* with $KVS_TEST_RDMA_ADDR: its RDMA port (addr is then rdma://) */
+    char name[64];  /* "HOST:PORT" as the client names it (STATS "# server NAME") */
+    char url[80];   /* addr with its scheme always spelled: "tcp://..." or "rdma://..." */
 };
+
+/* 1 when the tests run over rdma ($KVS_TEST_RDMA_ADDR set: make test-rdma), else 0. */
+int kvt_over_rdma(void);
+
+/*
+ * Skips the running cmocka case under rdma, saying why on stderr: for cases
+ * that are TCP-only by nature (fake TCP servers, fork). Use as
+ * KVT_SKIP_ON_RDMA("reason"); it returns from the test function.
+ */
+#define KVT_SKIP_ON_RDMA(why)                                                                      \
+    do {                                                                                           \
+        if (kvt_over_rdma()) {                                                                     \
+            fprintf(stderr, "skipped over rdma: %s\n", why);                                       \
+            skip();                                                                                \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
 
 /* Path of a built binary or library: $KVS_TEST_BUILD (default "build") + "/" + rel. */
 const char *kvt_build_path(const char *rel);
