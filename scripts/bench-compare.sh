@@ -6,14 +6,16 @@
 # adaptive, shim fixed over a sweep of windows, shim off; at 4 KiB the same
 # request depth as redis -P 32 (32 async ops in flight per client, with and
 # without the shim) in interleaved rounds; 64 KiB goodput beside iperf3 in
-# interleaved rounds; the layerwise engine workload with and without the shim. Writes into $OUT (default $BUILD/bench):
+# interleaved rounds; the layerwise engine workload with and without the shim,
+# and its save by I/O path (single/batch/async, shim, writeback) in rounds.
+# Writes into $OUT (default $BUILD/bench):
 #   results.md   Markdown tables with ratios (to iperf3 and to Redis) and targets
 #   *.png        gnuplot plots: ops/s vs value size per path; latency/ops vs window
 #   runs/        every raw result (kvbench CSV, redis-benchmark CSV, iperf3 JSON)
 # Every server binds 127.0.0.1 on a private port and is stopped on exit; every
-# run is bounded by `timeout`. Default run: under ~12 minutes; --quick: under 3.
-# --only iperf,redis,sizes,sweep,ab,lfl,goodput,layerwise runs only those parts (the
-# report then shows what was measured: "-" elsewhere).
+# run is bounded by `timeout`. Default run: under ~15 minutes; --quick: under 4.
+# --only iperf,redis,sizes,sweep,ab,lfl,goodput,lwmodes,layerwise runs only those
+# parts (the report then shows what was measured: "-" elsewhere).
 set -u
 BUILD=${BUILD:-build}
 OUT=
@@ -26,12 +28,12 @@ while [ $# -gt 0 ]; do
     --only=*) ONLY=${1#--only=} ;;
     --out) OUT=$2; shift ;;
     --out=*) OUT=${1#--out=} ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-compare.sh: unknown argument '$1' (accepted: --quick, --out DIR, --only PARTS)" >&2; exit 2 ;;
     esac
     shift
 done
-PARTS="iperf redis sizes sweep ab lfl goodput layerwise"
+PARTS="iperf redis sizes sweep ab lfl goodput lwmodes layerwise"
 for p in ${ONLY//,/ }; do
     case " $PARTS " in *" $p "*) ;; *)
         echo "bench-compare.sh: unknown part '$p' for --only (accepted: ${PARTS// /, })" >&2; exit 2 ;;
@@ -291,6 +293,37 @@ if want goodput; then
             fi
         done
         cut -d' ' -f1-3 /proc/loadavg >>"$OUT/runs/gp__load__r$r"
+    done
+fi
+
+# The layerwise save with each I/O path kvbench offers (single, batch, async), without
+# and with the shim, and the shim with KVBATCH_PUT_MODE=writeback (a put returns once
+# copied into the shim: the save is then "exposed" only until copied, and pending puts
+# are flushed at exit), interleaved rounds. At --compute-us 100 (the default) and at
+# 1000: a prefill of 8 x 256 tokens through one llama3-8b layer is ~1 TFLOP (2 x ~0.25 G
+# parameters x 2048 tokens), i.e. >= 1 ms on a GPU of ~1 PFLOPS dense bf16: 1000 us per
+# layer is a lower bound of what a real engine computes per layer for this batch.
+LW_VARIANTS="plain-single plain-batch plain-async shim-single shim-batch shim-async shim-wb-single
+             plain-single-c1000 shim-single-c1000"
+if want lwmodes; then
+    for r in $(seq "$REPEAT"); do
+        cut -d' ' -f1-3 /proc/loadavg >"$OUT/runs/lwm__load__r$r"
+        set -- $LW_VARIANTS
+        for _ in $(seq $((r - 1))); do set -- "$@" "$1"; shift; done
+        for v in "$@"; do
+            case "$v" in shim*) [ -n "$SHIM" ] || continue ;; esac
+            envs=(KVBENCH_VARIANT="$v")
+            case "$v" in shim*) envs+=(LD_PRELOAD="$SHIM") ;; esac
+            case "$v" in *-wb-*) envs+=(KVBATCH_PUT_MODE=writeback) ;; esac
+            mode=${v%-c1000}; mode=${mode##*-}
+            compute=100; case "$v" in *-c1000) compute=1000 ;; esac
+            echo "  layerwise r$r $v (mode $mode, compute $compute us)" >&2
+            timeout -k 5 300 env "${envs[@]}" "$KVBENCH" layerwise --servers "$KV_ADDR" --model llama3-8b \
+                --tp 1 --block 16 --requests 8 --prompt 256 --compute-us $compute --rounds "$ROUNDS" \
+                --phase save --mode "$mode" --quiet --csv "$OUT/runs/lwm__${v}__r$r.csv" \
+                >>"$OUT/runs/kvbench.log" 2>&1 || echo "    (layerwise exit $?)" >&2
+        done
+        cut -d' ' -f1-3 /proc/loadavg >>"$OUT/runs/lwm__load__r$r"
     done
 fi
 
