@@ -180,11 +180,17 @@ FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Itransport 
 FUZZ_DEPS_fuzz_wire   := $(WIRE_SRCS)
 FUZZ_DEPS_fuzz_server := $(WIRE_SRCS) $(SERVER_SRCS)
 FUZZ_DEPS_fuzz_env    := $(filter shim/config.c,$(SHIM_SRCS))
+# Targets that build a server per input keep one pool mapping (tests/fuzz/pool_reuse.c).
+FUZZ_POOL_REUSE := tests/fuzz/pool_reuse.c
+FUZZ_WRAP_MMAP  := -Wl,--wrap=mmap -Wl,--wrap=munmap
+FUZZ_EXTRA_fuzz_server := $(FUZZ_POOL_REUSE)
+FUZZ_EXTRA_fuzz_auth   := $(FUZZ_POOL_REUSE)
 
 .SECONDEXPANSION:
-build-fuzz/%: tests/fuzz/%.c $$(FUZZ_DEPS_%)
+build-fuzz/%: tests/fuzz/%.c $$(FUZZ_DEPS_%) $$(FUZZ_EXTRA_%)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -o $@ $^ -lm $(VERBS_LIBS) $(SODIUM_LIBS)
+	clang $(FUZZ_CFLAGS) -o $@ $^ $(if $(filter $(FUZZ_POOL_REUSE),$^),$(FUZZ_WRAP_MMAP)) \
+	    -lm $(VERBS_LIBS) $(SODIUM_LIBS)
 
 .PHONY: fuzz fuzz-long
 fuzz: $(FUZZ_BINS)

@@ -97,7 +97,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (kvs_server_init(&srv, pool, &lim) < 0) return 0;
     struct kvs_proto_conn *c[2] = {kvs_proto_conn_new(&srv), kvs_proto_conn_new(&srv)};
     if (!c[0] || !c[1]) goto out;
-    struct reply_check rc[2] = {{0}, {0}};
+    struct reply_check rc[2];
+    memset(rc, 0, sizeof(rc));
     /* Chunks go to the connections in turn; each sees its own byte stream. */
     for (size_t off = 0, i = 0; off < size; i++) {
         size_t n = size - off < chunk ? size - off : chunk;
