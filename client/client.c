@@ -858,6 +858,30 @@ ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap)
     return (ssize_t)at;
 }
 
+/* Passes a transport's counters on to the caller's callback, with the server's name. */
+struct named_sink {
+    kvs_counter_cb emit;
+    void *arg;
+    const char *server;
+};
+
+static void emit_named(void *arg, const char *name, uint64_t value)
+{
+    struct named_sink *k = arg;
+    k->emit(k->arg, k->server, name, value);
+}
+
+int kvs_client_counters(kvs_client *c, kvs_counter_cb emit, void *arg)
+{
+    if (!c || !emit) return -EINVAL;
+    for (size_t s = 0; s < c->nservers; s++) {
+        struct kvs_server *sv = &c->servers[s];
+        struct named_sink k = {emit, arg, sv->ep.name};
+        if (sv->ops->counters) sv->ops->counters(sv->conn, emit_named, &k);
+    }
+    return 0;
+}
+
 /* ---- error names ---- */
 
 const char *kvs_strerror(int status)

@@ -25,6 +25,7 @@
 #define KVSTORE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #ifdef __cplusplus
@@ -121,6 +122,19 @@ int kvs_unregister_buffer(kvs_client *c, void *ptr);
  * negative code.
  */
 ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap);
+
+/*
+ * This client's own transport counters, read locally (nothing is sent): emit
+ * is called once per server and counter, e.g. ("127.0.0.1:7070",
+ * "send_syscalls", 1234). Over TCP: frames_sent, send_syscalls,
+ * recv_syscalls, bytes_sent, bytes_received, connects, connections_lost,
+ * timeouts. Over RDMA: doorbells (ibv_post_send calls), work_requests,
+ * completions, round_trips, bounce_bytes, zero_copy_bytes, split_chains,
+ * reconnects. Values only grow. Safe while other threads use c, not
+ * concurrently with kvs_close(c). 0, or -EINVAL.
+ */
+typedef void (*kvs_counter_cb)(void *arg, const char *server, const char *name, uint64_t value);
+int kvs_client_counters(kvs_client *c, kvs_counter_cb emit, void *arg);
 
 const char *kvs_strerror(int status);
 

@@ -48,6 +48,7 @@ static struct real_calls {
                                const size_t[], ssize_t[], kvs_done_fn, void *, kvs_op **);
     int (*kvs_batch_exists_async)(kvs_client *, size_t, const char *const[], int[], kvs_done_fn,
                                   void *, kvs_op **);
+    int (*kvs_client_counters)(kvs_client *, kvs_counter_cb, void *); /* optional */
 } real;
 
 enum { INIT_NONE, INIT_DONE };
@@ -62,9 +63,10 @@ static __thread int recursive;
 /* Side table: client -> batcher, for the process (fork generation) that made it. */
 #define MAX_CLIENTS 64
 struct slot {
-    _Atomic(kvs_client *) client;
+    _Atomic(kvs_client *) client; /* NULL once kvs_close starts: calls stop finding it */
     struct kvb_batcher *b;
     unsigned gen;
+    kvs_client *counted; /* until the real kvs_close: its transport counters; table_lock */
 };
 static struct slot slots[MAX_CLIENTS];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -170,18 +172,54 @@ static double wall_now(void)
     return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
 }
 
+/* The transport counters of clients already closed, so that the totals never go down. */
+static struct kvb_transport_totals retired; /* table_lock */
+
+/*
+ * Sums libkvstore's transport counters over the clients opened through the
+ * shim, closed ones included. table_lock keeps kvs_close from freeing a
+ * client meanwhile (it retires the client's counters under that lock before
+ * the real close). stats_lock held.
+ */
+static void transport_totals_locked(struct kvb_transport_totals *t)
+{
+    pthread_mutex_lock(&table_lock);
+    *t = retired;
+    for (int i = 0; i < MAX_CLIENTS && real.kvs_client_counters; i++)
+        if (slots[i].counted) real.kvs_client_counters(slots[i].counted, kvb_transport_add, t);
+    pthread_mutex_unlock(&table_lock);
+}
+
+/* Moves c's transport counters into the retired totals, just before the real close. */
+static void retire_counters(kvs_client *c)
+{
+    pthread_mutex_lock(&table_lock);
+    for (int i = 0; i < MAX_CLIENTS; i++) {
+        if (slots[i].counted != c) continue;
+        if (real.kvs_client_counters) real.kvs_client_counters(c, kvb_transport_add, &retired);
+        slots[i].counted = NULL;
+        break;
+    }
+    pthread_mutex_unlock(&table_lock);
+}
+
 /* Renders and writes the stats file; stats_lock held. */
 static void write_stats_locked(void)
 {
+    static struct kvb_transport_totals transport;
     size_t n = kvb_settings_render(&cfg, !batching, start_time, wall_now(), stats_text,
                                    sizeof(stats_text));
     if (n >= sizeof(stats_text)) return;
-    size_t m = kvb_stats_render(&stats, stats_text + n, sizeof(stats_text) - n);
-    if (n + m >= sizeof(stats_text)) {
+    n += kvb_stats_render(&stats, stats_text + n, sizeof(stats_text) - n);
+    if (n < sizeof(stats_text)) {
+        transport_totals_locked(&transport);
+        n += kvb_transport_render(&transport, stats_text + n, sizeof(stats_text) - n);
+    }
+    if (n >= sizeof(stats_text)) {
         log_line(KVB_LOG_WARN, "kvbatch: stats text too long; %s not written", cfg.stats_file);
         return;
     }
-    int rc = kvb_write_file_atomic(cfg.stats_file, stats_text, n + m);
+    int rc = kvb_write_file_atomic(cfg.stats_file, stats_text, n);
     if (rc < 0) log_line(KVB_LOG_DEBUG, "kvbatch: writing %s: %s", cfg.stats_file, strerror(-rc));
 }
 
@@ -308,6 +346,8 @@ static void init_preload(void)
     LOAD(kvs_batch_put_async);
     LOAD(kvs_batch_get_async);
     LOAD(kvs_batch_exists_async);
+    /* Newer than the rest: a libkvstore without it only leaves its counters out. */
+    *(void **)&real.kvs_client_counters = dlsym(RTLD_NEXT, "kvs_client_counters");
     kvb_stats_init(&stats);
     start_time = wall_now();
     int rc = kvb_config_load(&cfg, env_get, (long)getpid(), err, sizeof(err));
@@ -392,26 +432,27 @@ EXPORT kvs_client *kvs_open(const char *servers)
         return NULL;
     }
     kvs_client *c = real.kvs_open(servers);
-    if (!c || !batching || recursive) return c;
+    if (!c || recursive) return c;
     recursive++;
-    struct kvb_batcher *b = make_batcher(c);
-    if (b) {
+    /* Passing through, a client is still listed: the stats file shows its transport counters. */
+    struct kvb_batcher *b = batching ? make_batcher(c) : NULL;
+    if (b || !batching) {
         pthread_mutex_lock(&table_lock);
         int i;
         for (i = 0; i < MAX_CLIENTS; i++)
-            if (!atomic_load(&slots[i].client)) break;
+            if (!atomic_load(&slots[i].client) && !slots[i].counted) break;
         if (i < MAX_CLIENTS) {
             slots[i].b = b;
             slots[i].gen = atomic_load(&fork_gen);
+            slots[i].counted = c;
             atomic_store_explicit(&slots[i].client, c, memory_order_release);
             b = NULL;
-        }
-        pthread_mutex_unlock(&table_lock);
-        if (b) {
+        } else if (batching) {
             log_line(KVB_LOG_WARN, "kvbatch: more than %d clients open; this one is not batched",
                      MAX_CLIENTS);
-            kvb_batcher_destroy(b, 0);
         }
+        pthread_mutex_unlock(&table_lock);
+        if (b) kvb_batcher_destroy(b, 0);
     }
     recursive--;
     return c;
@@ -440,11 +481,13 @@ EXPORT void kvs_close(kvs_client *c)
     if (b && owned) {
         recursive++;
         int rc = kvb_batcher_destroy(b, 60ull * 1000000000ull);
+        retire_counters(c);
         real.kvs_close(c); /* completes whatever is still in flight */
         if (rc == -EBUSY) kvb_batcher_destroy(b, 0);
         recursive--;
         return;
     }
+    if (c && !recursive) retire_counters(c);
     real.kvs_close(c);
 }
 

@@ -1,5 +1,6 @@
 /*
- * statsfile.c - atomic stats-file writes and the settings part of the file.
+ * statsfile.c - atomic stats-file writes, and the parts of the file that are
+ * not the batcher's counters: the settings and the transport's counters.
  */
 #include "statsfile.h"
 
@@ -69,4 +70,61 @@ size_t kvb_settings_render(const struct kvb_config *cfg, int passthrough, double
         (double)cfg->window_ns / 1e9, cfg->max_ops, (unsigned long long)cfg->max_bytes,
         cfg->max_inflight, (unsigned long long)cfg->writeback_bytes, start_time, now);
     return n < 0 ? 0 : (size_t)n;
+}
+
+void kvb_transport_add(void *arg, const char *server, const char *name, uint64_t value)
+{
+    struct kvb_transport_totals *t = arg;
+    for (unsigned i = 0; i < t->n; i++)
+        if (strcmp(t->e[i].server, server) == 0 && strcmp(t->e[i].name, name) == 0) {
+            t->e[i].value += value;
+            return;
+        }
+    if (t->n == KVB_TRANSPORT_MAX || strlen(server) >= sizeof(t->e[0].server) ||
+        strlen(name) >= sizeof(t->e[0].name)) {
+        t->dropped++;
+        return;
+    }
+    snprintf(t->e[t->n].server, sizeof(t->e[0].server), "%s", server);
+    snprintf(t->e[t->n].name, sizeof(t->e[0].name), "%s", name);
+    t->e[t->n].value = value;
+    t->n++;
+}
+
+/* Copies s as a Prometheus label value: backslash, quote and newline escaped. */
+static void label_escape(const char *s, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (; *s && o + 2 < cap; s++) {
+        if (*s == '\\' || *s == '"' || *s == '\n') out[o++] = '\\';
+        out[o++] = *s == '\n' ? 'n' : *s;
+    }
+    out[o] = '\0';
+}
+
+size_t kvb_transport_render(const struct kvb_transport_totals *t, char *buf, size_t cap)
+{
+    size_t at = 0;
+    int n = snprintf(buf, cap,
+                     "# HELP kvbatch_transport_total libkvstore's transport counters for this "
+                     "process's clients, per server: frames and system calls on TCP; doorbells "
+                     "(ibv_post_send calls), work requests, completions and round trips on RDMA.\n"
+                     "# TYPE kvbatch_transport_total counter\n");
+    if (n < 0) return 0;
+    at = (size_t)n;
+    for (unsigned i = 0; i < t->n; i++) {
+        char server[2 * sizeof(t->e[0].server)];
+        label_escape(t->e[i].server, server, sizeof(server));
+        n = snprintf(at < cap ? buf + at : NULL, at < cap ? cap - at : 0,
+                     "kvbatch_transport_total{server=\"%s\",counter=\"%s\"} %llu\n", server,
+                     t->e[i].name, (unsigned long long)t->e[i].value);
+        if (n < 0) return 0;
+        at += (size_t)n;
+    }
+    n = snprintf(at < cap ? buf + at : NULL, at < cap ? cap - at : 0,
+                 "# HELP kvbatch_transport_dropped Transport counters left out of "
+                 "kvbatch_transport_total (table full).\n"
+                 "# TYPE kvbatch_transport_dropped gauge\nkvbatch_transport_dropped %u\n",
+                 t->dropped);
+    return n < 0 ? 0 : at + (size_t)n;
 }

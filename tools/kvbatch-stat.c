@@ -166,6 +166,45 @@ static void errors_between(const struct snap *cur, const struct snap *prev, cons
 }
 
 /*
+ * libkvstore's transport counters (kvbatch_transport_total), summed over
+ * servers, over cur - prev, printed per op: frames and system calls per op
+ * on TCP, doorbells and round trips per op on RDMA, are what batching saves.
+ */
+static void transport_line(const struct snap *cur, const struct snap *prev, double ops_done)
+{
+    static const char pre[] = "kvbatch_transport_total{";
+    char names[16][32];
+    double sums[16];
+    int nn = 0;
+    for (int i = 0; i < cur->n; i++) {
+        const char *c = strstr(cur->s[i].name, "counter=\"");
+        if (strncmp(cur->s[i].name, pre, sizeof(pre) - 1) != 0 || !c) continue;
+        char name[32];
+        if (sscanf(c + 9, "%31[^\"]", name) != 1) continue;
+        int k = 0;
+        while (k < nn && strcmp(names[k], name) != 0)
+            k++;
+        if (k == nn) {
+            if (nn == 16) continue;
+            snprintf(names[nn], sizeof(names[0]), "%s", name);
+            sums[nn++] = 0;
+        }
+        sums[k] += cur->s[i].value - (prev ? get(prev, cur->s[i].name) : 0);
+    }
+    static const char *const shown[] = {"frames_sent", "send_syscalls", "recv_syscalls",
+                                        "doorbells",   "work_requests", "round_trips"};
+    int any = 0;
+    for (size_t j = 0; j < sizeof(shown) / sizeof(shown[0]); j++)
+        for (int k = 0; k < nn; k++)
+            if (strcmp(names[k], shown[j]) == 0 && sums[k] > 0) {
+                printf("%s %s %.0f (%.3f/op)", any ? "," : "transport:", shown[j], sums[k],
+                       ops_done > 0 ? sums[k] / ops_done : 0);
+                any = 1;
+            }
+    if (any) printf("\n");
+}
+
+/*
  * The human summary of cur, over the span since prev (a last look of the same
  * shim instance) or, with prev NULL, since the shim started. Gauges ("now")
  * are always cur's.
@@ -227,6 +266,7 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
            fmt_time(quantile(cur, prev, "kvbatch_op_latency_seconds", 0.9), b, sizeof(b)),
            fmt_time(quantile(cur, prev, "kvbatch_op_latency_seconds", 0.99), c, sizeof(c)),
            fmt_time(lat_n > 0 ? lat_sum / lat_n : NAN, d, sizeof(d)));
+    transport_line(cur, prev, tops);
     printf("now: %.0f ops queued, %.0f batches in flight, %s held for write-behind, %.0f "
            "write-behind failures in all\n",
            get(cur, "kvbatch_queued_ops"), get(cur, "kvbatch_inflight_batches"),

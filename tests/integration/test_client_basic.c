@@ -2,7 +2,8 @@
  * test_client_basic.c - libkvstore's single-key calls against a real
  * kvstored: sizes up to the maximum object, not found, -ERANGE and the size
  * probe, local validation (oversize, empty and NULL keys), eviction under
- * memory pressure, server stats, server-list parsing, error names, and that
+ * memory pressure, server stats, the client's own transport counters,
+ * server-list parsing, error names, and that
  * the library exports only the API.
  */
 #include <errno.h>
@@ -216,6 +217,40 @@ static void test_server_stats_text(void **state)
     assert_int_equal(kvs_server_stats(f->c, NULL, 5), -EINVAL);
 }
 
+struct counters_seen {
+    char server[128];
+    int calls;
+    long long frames, doorbells;
+};
+
+static void note_counter(void *arg, const char *server, const char *name, uint64_t value)
+{
+    struct counters_seen *seen = arg;
+    snprintf(seen->server, sizeof(seen->server), "%s", server);
+    seen->calls++;
+    if (strcmp(name, "frames_sent") == 0) seen->frames = (long long)value;
+    if (strcmp(name, "doorbells") == 0) seen->doorbells = (long long)value;
+}
+
+/* The same counters, read locally: one call per counter, named by server, growing with use. */
+static void test_client_counters(void **state)
+{
+    struct kvt_client_fixture *f = *state;
+    struct counters_seen before = {0}, after = {0};
+    assert_int_equal(kvs_client_counters(f->c, note_counter, &before), 0);
+    assert_true(before.calls >= 8);
+    assert_string_equal(before.server, f->srv.name);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(kvs_put(f->c, "counted", "v", 1), 0);
+    assert_int_equal(kvs_client_counters(f->c, note_counter, &after), 0);
+    if (kvt_over_rdma())
+        assert_true(after.doorbells >= before.doorbells + 10);
+    else
+        assert_true(after.frames >= before.frames + 10);
+    assert_int_equal(kvs_client_counters(NULL, note_counter, &after), -EINVAL);
+    assert_int_equal(kvs_client_counters(f->c, NULL, NULL), -EINVAL);
+}
+
 static void test_register_is_noop_on_tcp(void **state)
 {
     struct kvt_client_fixture *f = *state;
@@ -332,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_bad_keys_and_args),
         cmocka_unit_test(test_eviction_under_pressure),
         cmocka_unit_test(test_server_stats_text),
+        cmocka_unit_test(test_client_counters),
         cmocka_unit_test(test_register_is_noop_on_tcp),
         cmocka_unit_test(test_open_server_lists),
         cmocka_unit_test(test_open_from_environment),

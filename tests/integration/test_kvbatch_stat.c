@@ -48,9 +48,10 @@ static void write_stats(double start, double wrote, double puts, double put_batc
             "kvbatch_op_latency_seconds_bucket{le=\"+Inf\"} %.0f\n"
             "kvbatch_op_latency_seconds_sum %.6f\n"
             "kvbatch_op_latency_seconds_count %.0f\n"
-            "kvbatch_queued_ops 3\n",
+            "kvbatch_queued_ops 3\n"
+            "kvbatch_transport_total{server=\"127.0.0.1:7070\",counter=\"frames_sent\"} %.0f\n",
             start, wrote, puts, gets, put_batches, gets, puts * 4096, enoent, put_batches, puts,
-            puts, puts, puts * 50e-6, puts);
+            puts, puts, puts * 50e-6, puts, puts / 10);
     assert_int_equal(fclose(f), 0);
 }
 
@@ -114,6 +115,7 @@ static void test_summary_then_since_last_look(void **state)
     assert_true(ops == 500 && rate == 50);
     assert_non_null(strstr(out, "{op=\"get\",status=\"ENOENT\"}=40"));
     assert_non_null(strstr(out, "{op=\"put\",status=\"EIO\"}=2"));
+    assert_non_null(strstr(out, "transport: frames_sent 100 (0.067/op)"));
     free(out);
 
     /* 10 s later: 3000 puts in 200 batches; the look covers only the last 10 s. */
@@ -125,6 +127,7 @@ static void test_summary_then_since_last_look(void **state)
     op_row(out, "get", &ops, &rate, &batches);
     assert_true(ops == 0 && rate == 0);
     assert_non_null(strstr(out, "errors by status: none")); /* EIO=2 was before the last look */
+    assert_non_null(strstr(out, "transport: frames_sent 200 (0.100/op)"));
     free(out);
 
     /* -s: since start, whatever the last look was. */

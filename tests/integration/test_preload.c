@@ -193,6 +193,13 @@ static void test_16_threads_batch_and_stats_pass_promtool(void **state)
     assert_true(gets == 16 * 100);
     assert_true(batches > 0 && ops >= 4 * batches);
     assert_true(metric(text, "kvbatch_queued_ops") == 0);
+    /* libkvstore's own counters, through the shim: a frame per batch, not per op. */
+    char name[256];
+    snprintf(name, sizeof(name), "kvbatch_transport_total{server=\"%s\",counter=\"frames_sent\"}",
+             server.addr);
+    double frames = metric(text, name);
+    fprintf(stderr, "16 threads: %.0f frames sent for %.0f ops\n", frames, ops + gets);
+    assert_true(frames > 0 && frames < (ops + gets) / 2);
     free(text);
     if (access("/usr/bin/promtool", X_OK) != 0) {
         fprintf(stderr, "SKIP promtool check: /usr/bin/promtool is not installed\n");
