@@ -199,6 +199,20 @@ fuzz: $(FUZZ_BINS)
 fuzz-long: $(FUZZ_BINS)
 	@FUZZ_RUNS=10000000 scripts/fuzz.sh 0 $(FUZZ_BINS)
 
+# make test replays each target's seed corpus and its regression inputs
+# (tests/fuzz/regress/<target>/) with the test build's compiler and sanitizers:
+# test_fuzz_<target> is the target linked with tests/fuzz/replay.c instead of libFuzzer.
+FUZZ_REPLAY_BINS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/tests/fuzz/test_fuzz_%,$(FUZZ_SRCS))
+$(BUILD)/obj/tests/fuzz/replay.o: CPPFLAGS += -DKVS_FUZZ_DIR='"$(CURDIR)/tests/fuzz"'
+
+$(BUILD)/tests/fuzz/test_fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/replay.o \
+    $(AR_SERVER) $(AR_SHIM) $(AR_WIRE)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(filter %.o,$^) -Wl,--start-group $(AR_SERVER) $(AR_SHIM) $(AR_WIRE) \
+	    -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) $(SODIUM_LIBS) -ldl -lm
+
+tests: $(FUZZ_REPLAY_BINS)
+
 # ---- style ----
 .PHONY: format format-check
 format:
