@@ -56,7 +56,7 @@ static void usage(FILE *out)
             "                      (off, with one line on stderr, when there is no device)\n"
             "  --rdma-lease-ms N   cut a client holding an RDMA slot longer (default 10000)\n"
             "  --auth-file PATH    require clients to prove they hold the secret in PATH\n"
-            "                      (mode 600; clients: KVSTORE_AUTH_FILE); RDMA stays off\n"
+            "                      (mode 600; clients: KVSTORE_AUTH_FILE), on TCP and RDMA\n"
             "  --verbose           log connections and protocol errors on stderr\n"
             "\n"
             "SIZE is bytes, or a number with K, M, G (or KiB, MiB, GiB): powers of 1024.\n"
@@ -311,11 +311,8 @@ int main(int argc, char **argv)
     /* Up before "listening on" is printed: whoever waits for that line may connect at once. */
     struct kvs_rdma *rdma = NULL;
     char rdma_addr[300] = "";
-    if (opt.rdma && secret_len > 0) {
-        /* RDMA set-up does not carry the AUTH exchange yet: never serve it unauthenticated. */
-        fprintf(stderr, "kvstored: rdma off: --auth-file is not enforced on RDMA connection "
-                        "set-up yet (docs/SECURITY.md); serving TCP only\n");
-    } else if (opt.rdma) {
+    /* With --auth-file, RDMA peers pass the same AUTH before any slot (server/rdma.c). */
+    if (opt.rdma) {
         struct kvs_rdma_config rcfg = {.host = opt.rdma_host,
                                        .port = opt.rdma_port,
                                        .lease_ms = (unsigned)opt.rdma_lease_ms,

@@ -70,6 +70,9 @@ struct rconn {
     uint32_t free_head, nused;
     uint32_t max_inline;
     int dead;
+    int remote_access;    /* the QP accepts remote READ/WRITE (only once authenticated) */
+    const char *closing;  /* why it is cut once its last reply has left, or NULL */
+    uint64_t close_by_ns; /* cut then at the latest (lease tick) */
     struct rconn *prev, *next;
 };
 
@@ -168,13 +171,18 @@ static void leases_drop_all(struct rconn *c)
 
 /* ---- connections ---- */
 
-static int post_recv(struct rconn *c, uint32_t idx)
+static int post_recv_on(struct rconn *c, struct ibv_qp *qp, uint32_t idx)
 {
     struct ibv_sge sge = {.addr = (uintptr_t)(c->bufs + (size_t)idx * CTRL_MAX),
                           .length = CTRL_MAX,
                           .lkey = c->mr->lkey};
     struct ibv_recv_wr wr = {.wr_id = idx, .sg_list = &sge, .num_sge = 1}, *bad;
-    return -ibv_post_recv(c->id->qp, &wr, &bad);
+    return -ibv_post_recv(qp, &wr, &bad);
+}
+
+static int post_recv(struct rconn *c, uint32_t idx)
+{
+    return post_recv_on(c, c->id->qp, idx);
 }
 
 /*
@@ -191,6 +199,40 @@ static void conn_kill(struct rconn *c, const char *why)
     if (c->id->qp) ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE);
     leases_drop_all(c);
     rdma_disconnect(c->id);
+}
+
+/*
+ * Turns remote READ/WRITE on the connection's QP on or off (RTS -> RTS,
+ * IBV_QP_ACCESS_FLAGS). With --auth-file a QP has none until its peer has
+ * passed AUTH: the pool's rkey is then useless on it, even if guessed or
+ * learned on another connection. 0 or -errno.
+ */
+static int qp_remote_access(struct rconn *c, int on)
+{
+    struct ibv_qp_attr attr = {.qp_access_flags =
+                                   on ? IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ : 0};
+    int rc = ibv_modify_qp(c->id->qp, &attr, IBV_QP_ACCESS_FLAGS);
+    if (rc != 0) return rc > 0 ? -rc : -EIO;
+    c->remote_access = on;
+    return 0;
+}
+
+/*
+ * Cuts c once the reply just posted (an ERROR saying why, e.g. -EACCES) has
+ * left, so that the peer reads the reason rather than a bare disconnect: a
+ * QP moved to the error state at once would flush that reply unsent. Until
+ * then the QP has no remote access and nothing the peer sends is served; a
+ * peer that never acknowledges is cut by the lease tick.
+ */
+static void conn_close_after_reply(struct rconn *c, const char *why)
+{
+    if (c->dead || c->closing) return;
+    if (qp_remote_access(c, 0) < 0) {
+        conn_kill(c, why);
+        return;
+    }
+    c->closing = why;
+    c->close_by_ns = mono_ns() + 1000000000ull;
 }
 
 static void conn_free(struct rconn *c)
@@ -220,7 +262,47 @@ static struct rconn *conn_by_qp(struct kvs_rdma *r, uint32_t qp_num)
     return NULL;
 }
 
-/* Accepts a connect request: QP on the shared CQ, buffers, receives posted. */
+/*
+ * With --auth-file the QP is created and brought to RTS here rather than by
+ * rdma_create_qp/rdma_accept, which grant remote READ and WRITE from INIT on:
+ * revoking them after rdma_accept left a window (seen in the VM) in which a
+ * peer that fires a WRITE right after ESTABLISHED got it through. Here the
+ * QP never has remote access until AUTH turns it on (qp_remote_access). The
+ * transitions are those librdmacm makes (rdma_init_qp_attr per state), with
+ * qp_access_flags 0 and our responder resources. *qa gets the capabilities.
+ */
+static int create_qp_without_remote_access(struct kvs_rdma *r, struct rdma_cm_id *cid,
+                                           struct ibv_qp_init_attr *qa, uint8_t resp_res,
+                                           struct ibv_qp **out)
+{
+    struct ibv_qp *qp = ibv_create_qp(r->pd, qa);
+    if (!qp) {
+        qa->cap.max_inline_data = 0;
+        qp = ibv_create_qp(r->pd, qa);
+    }
+    if (!qp) return errno ? -errno : -ENOMEM;
+    static const enum ibv_qp_state states[] = {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS};
+    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+        struct ibv_qp_attr attr = {.qp_state = states[i]};
+        int mask = 0;
+        if (rdma_init_qp_attr(cid, &attr, &mask) != 0) goto fail;
+        attr.qp_access_flags = 0;
+        if (states[i] == IBV_QPS_RTR) attr.max_dest_rd_atomic = resp_res;
+        if (states[i] == IBV_QPS_RTS) attr.max_rd_atomic = 0;
+        if (ibv_modify_qp(qp, &attr, mask) != 0) goto fail;
+    }
+    *out = qp;
+    return 0;
+fail:;
+    int rc = errno ? -errno : -EIO;
+    ibv_destroy_qp(qp);
+    return rc;
+}
+
+/*
+ * Accepts a connect request: QP on the shared CQ, buffers, receives posted.
+ * With --auth-file the QP has no remote access until the peer passes AUTH.
+ */
 static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
                        const struct rdma_conn_param *req)
 {
@@ -229,6 +311,7 @@ static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
     if (!c) return -ENOMEM;
     c->r = r;
     c->id = cid;
+    struct ibv_qp *own_qp = NULL;
     int rc = -ENOMEM;
     size_t bytes = (size_t)(NRECV + 1) * CTRL_MAX;
     if (posix_memalign((void **)&c->bufs, 4096, bytes) != 0) {
@@ -251,34 +334,41 @@ static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
                                           .max_send_sge = 1,
                                           .max_recv_sge = 1,
                                           .max_inline_data = INLINE_WANT}};
-    if (rdma_create_qp(cid, r->pd, &qa) != 0) {
-        qa.cap.max_inline_data = 0;
-        if (rdma_create_qp(cid, r->pd, &qa) != 0) {
-            rc = -errno;
-            goto fail;
-        }
-    }
-    c->max_inline = qa.cap.max_inline_data;
-    for (uint32_t i = 0; i < NRECV; i++)
-        if ((rc = post_recv(c, i)) < 0) goto fail;
     /* The CM event reports the client's initiator depth as our responder_resources. */
     uint8_t rd = req->responder_resources < r->max_rd_atom ? req->responder_resources
                                                            : (uint8_t)r->max_rd_atom;
     struct rdma_conn_param p = {
         .responder_resources = rd, .initiator_depth = 0, .rnr_retry_count = 7};
+    if (r->srv->auth_secret) {
+        /* Our own QP: rdma_accept leaves it alone (cid->qp is set only afterwards). */
+        if ((rc = create_qp_without_remote_access(r, cid, &qa, rd, &own_qp)) < 0) goto fail;
+        p.qp_num = own_qp->qp_num;
+    } else if (rdma_create_qp(cid, r->pd, &qa) != 0) {
+        qa.cap.max_inline_data = 0;
+        if (rdma_create_qp(cid, r->pd, &qa) != 0) {
+            rc = -errno;
+            goto fail;
+        }
+        c->remote_access = 1;
+    }
+    c->max_inline = qa.cap.max_inline_data;
+    for (uint32_t i = 0; i < NRECV; i++)
+        if ((rc = post_recv_on(c, own_qp ? own_qp : cid->qp, i)) < 0) goto fail;
     cid->context = c;
     c->next = r->conns;
     if (r->conns) r->conns->prev = c;
     r->conns = c;
     r->ctr.conns_current++;
     r->ctr.conns_total++;
-    if (rdma_accept(cid, &p) != 0) {
-        rc = -errno;
-        conn_free(c); /* destroys cid too */
-        return rc == 0 ? -EIO : rc;
+    rc = rdma_accept(cid, &p) != 0 ? (errno ? -errno : -EIO) : 0;
+    if (own_qp) cid->qp = own_qp; /* from now on it is the id's, as rdma_create_qp's would be */
+    if (rc < 0) {
+        conn_free(c); /* destroys cid (and the QP) too */
+        return rc;
     }
     return 0;
 fail:
+    if (own_qp) ibv_destroy_qp(own_qp);
     if (cid->qp) rdma_destroy_qp(cid);
     if (c->proto) kvs_proto_conn_free(c->proto);
     if (c->mr) ibv_dereg_mr(c->mr);
@@ -489,7 +579,15 @@ static void handle_proto(struct rconn *c, const uint8_t *msg, size_t len)
         return;
     }
     if (n) send_reply(c, n);
-    if (taken < len || kvs_proto_closing(c->proto)) conn_kill(c, "protocol error");
+    if (taken < len || kvs_proto_closing(c->proto)) {
+        const char *why = kvs_proto_authenticated(c->proto)
+                              ? "protocol error"
+                              : "not authenticated (HELLO, then AUTH)";
+        if (n)
+            conn_close_after_reply(c, why);
+        else
+            conn_kill(c, why);
+    }
 }
 
 static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
@@ -516,8 +614,14 @@ static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
         /*
          * With --auth-file, nothing hands out a slot (or an rkey) before AUTH:
          * proto answers everything but HELLO and AUTH with -EACCES and closes.
+         * Remote access is turned on only once AUTH has passed (before any
+         * RESERVE/LEASE can be read: one message at a time).
          */
         handle_proto(c, msg, len);
+        if (!c->dead && !c->closing && kvs_proto_authenticated(c->proto) && !c->remote_access) {
+            int rc = qp_remote_access(c, 1);
+            if (rc < 0) conn_kill(c, "cannot grant remote access after AUTH");
+        }
         return;
     }
     switch (h.opcode) {
@@ -588,6 +692,11 @@ static void cq_events(struct kvs_rdma *r)
                 conn_kill(c, ibv_wc_status_str(wc[i].status));
                 continue;
             }
+            if (c->closing) {
+                /* Its last reply has left: cut it now. Nothing it sent is served. */
+                if (wc[i].opcode != IBV_WC_RECV) conn_kill(c, c->closing);
+                continue;
+            }
             if (wc[i].opcode != IBV_WC_RECV) continue;
             uint32_t idx = (uint32_t)wc[i].wr_id;
             handle_message(c, c->bufs + (size_t)idx * CTRL_MAX, wc[i].byte_len);
@@ -603,6 +712,7 @@ static void lease_tick(struct kvs_rdma *r)
     if (read(r->tfd, &expirations, sizeof(expirations)) < 0) return;
     uint64_t now = mono_ns();
     for (struct rconn *c = r->conns; c; c = c->next) {
+        if (!c->dead && c->closing && c->close_by_ns < now) conn_kill(c, c->closing);
         if (c->dead || !c->nused) continue;
         for (uint32_t i = 0; i < LEASES_PER_CONN; i++) {
             if (c->leases[i].kind != LEASE_FREE && c->leases[i].deadline_ns < now) {

@@ -368,6 +368,75 @@ static const uint8_t *take_reply(struct kvs_conn *c, uint8_t opcode, uint64_t id
 
 /* ---- connection set-up ---- */
 
+/*
+ * The AUTH exchange after HELLO, over the control channel, with the same
+ * semantics as transport/tcp.c authenticate (docs/PROTOCOL.md
+ * "Authentication", docs/SECURITY.md "RDMA"): proves that we hold
+ * KVSTORE_AUTH_FILE's secret without sending it and checks the server's
+ * proof. -EACCES (with one warning) for a server that wants a secret we lack,
+ * that does not authenticate although we hold one, that refuses our proof,
+ * or whose own proof is wrong. Runs before any RESERVE/LEASE, so no address
+ * or rkey is ever asked for on an unauthenticated connection.
+ */
+static int authenticate(struct kvs_conn *c, const uint8_t *hello_body, uint32_t hello_len,
+                        const struct kvs_wire_hello *hello, uint64_t deadline)
+{
+    const struct kvs_transport_config *cfg = &c->cfg;
+    int server_wants = (hello->features & KVS_FEAT_AUTH) != 0;
+    if (!server_wants && cfg->auth_secret_len == 0) return 0;
+    if (!server_wants) {
+        kvs_log(KVS_LOG_WARN,
+                "rdma %s: KVSTORE_AUTH_FILE is set but the server does not authenticate "
+                "(started without --auth-file); refusing it",
+                c->ep.name);
+        return -EACCES;
+    }
+    if (cfg->auth_secret_len == 0) {
+        kvs_log(KVS_LOG_WARN,
+                "rdma %s: the server requires authentication; set KVSTORE_AUTH_FILE to a file "
+                "holding its shared secret",
+                c->ep.name);
+        return -EACCES;
+    }
+    /* The HELLO body lies in a receive buffer already posted again: take the nonce first. */
+    uint8_t server_nonce[KVS_WIRE_NONCE_LEN], client_nonce[KVS_WIRE_NONCE_LEN];
+    uint8_t mac[KVS_WIRE_MAC_LEN];
+    if (kvs_wire_hello_nonce(hello_body, hello_len, hello, server_nonce) < 0) return -EPROTO;
+    kvs_auth_nonce(client_nonce);
+    kvs_auth_client_mac(cfg->auth_secret, cfg->auth_secret_len, server_nonce, client_nonce, mac);
+    uint64_t id = ++c->next_id;
+    uint8_t *out = send_buf(c);
+    size_t len = put_hdr(out, KVS_OP_AUTH, 0, KVS_WIRE_AUTH_LEN, id);
+    kvs_wire_auth_encode(out + len, client_nonce, mac);
+    len += KVS_WIRE_AUTH_LEN;
+    int rc = post_chain_and_call(c, NULL, 0, len, 0, deadline);
+    if (rc < 0) return rc;
+    /* The server answers a wrong proof with ERROR -EACCES, then closes. */
+    const uint8_t *m = c->ctrl + (size_t)c->reply_idx * CTRL_MAX;
+    if (c->reply_len >= KVS_WIRE_HDR_LEN + 4 && m[5] == (KVS_OP_ERROR | KVS_OP_REPLY) &&
+        (int32_t)kvs_get_u32(m + KVS_WIRE_HDR_LEN) == -EACCES) {
+        kvs_log(KVS_LOG_WARN,
+                "rdma %s: the server refused authentication: KVSTORE_AUTH_FILE does not hold "
+                "its shared secret",
+                c->ep.name);
+        return -EACCES;
+    }
+    uint32_t blen;
+    const uint8_t *body = take_reply(c, KVS_OP_AUTH, id, 0, 0, &blen, &rc);
+    if (!body) return rc;
+    if (blen != KVS_WIRE_MAC_LEN) return -EPROTO;
+    kvs_auth_server_mac(cfg->auth_secret, cfg->auth_secret_len, client_nonce, server_nonce, mac);
+    if (!kvs_auth_mac_equal(body, mac)) {
+        kvs_log(KVS_LOG_WARN,
+                "rdma %s: the server's authentication proof is wrong: it does not hold the "
+                "secret of KVSTORE_AUTH_FILE",
+                c->ep.name);
+        return -EACCES;
+    }
+    return 0;
+}
+
+/* HELLO (and AUTH, see authenticate) on a fresh connection; fills c->lim. */
 static int say_hello(struct kvs_conn *c, uint64_t deadline)
 {
     uint64_t id = ++c->next_id;
@@ -379,14 +448,7 @@ static int say_hello(struct kvs_conn *c, uint64_t deadline)
     if (!body) return rc;
     struct kvs_wire_hello h;
     if (kvs_wire_hello_decode(body, blen, &h) < 0) return -EPROTO;
-    if (c->cfg.auth_secret_len || (h.features & KVS_FEAT_AUTH)) {
-        /* The AUTH exchange is TCP-only so far (docs/SECURITY.md): never run unauthenticated. */
-        kvs_log(KVS_LOG_WARN,
-                "rdma %s: shared-secret authentication (KVSTORE_AUTH_FILE, kvstored "
-                "--auth-file) is not carried over RDMA yet; use tcp://",
-                c->ep.name);
-        return -EACCES;
-    }
+    if ((rc = authenticate(c, body, blen, &h, deadline)) < 0) return rc;
     c->lim = (struct kvs_limits){.max_key = h.max_key,
                                  .max_object = h.max_object,
                                  .max_frame = h.max_frame < CTRL_MAX ? h.max_frame : CTRL_MAX,
@@ -827,7 +889,9 @@ static void rdma_submit(struct kvs_conn *c, struct kvs_req *req)
         }
     }
     if (rc < 0) {
-        int st = rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -EPROTO ? rc : -ECONNRESET;
+        int st = rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -EPROTO || rc == -EACCES
+                     ? rc
+                     : -ECONNRESET;
         if (c->up) {
             kvs_log(KVS_LOG_WARN, "rdma %s: connection lost: %s", c->ep.name, strerror(-rc));
             conn_down(c);

@@ -1,0 +1,772 @@
+/*
+ * test_rdma_auth.c - kvstored --auth-file over RDMA, and RDMA peers that
+ * break the rules. Runs only inside the soft-RoCE VM (make test-rdma):
+ * KVS_RDMA_ADDR_A names the address kvstored's RDMA side binds.
+ *
+ * Through the public API: the right secret works (batches over rdma:// and
+ * KVSTORE_TRANSPORT=auto); a wrong secret, no secret, or a secret against a
+ * server without one give -EACCES.
+ *
+ * Through a raw RDMA peer (librdmacm + verbs, written here, not the
+ * library): RESERVE/LEASE before AUTH get ERROR -EACCES and no slot; an
+ * unauthenticated queue pair cannot READ or WRITE the pool even with a
+ * valid address and rkey; COMMIT/RELEASE with tokens that are not the
+ * peer's or were already used get -EINVAL per entry, counted, without
+ * harming the connection; a READ outside the pool's memory region or with a
+ * bogus rkey fails on the peer's own queue pair and kvstored keeps serving.
+ *
+ * kvstored's TCP side listens on KVS_RDMA_ADDR_A too (the VM's private
+ * TEST-NET address; the VM has no NIC): `auto` connects TCP and RDMA at the
+ * same host:port.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <rdma/rdma_cma.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "auth.h"
+#include "kvstore.h"
+#include "kvtest.h"
+#include "wire.h"
+
+#define SECRET "rdma-auth-test-secret-0123456789"
+
+static struct kvt_server srv;
+static const char *rdma_host;
+static char rdma_port[8];
+static char rdma_url[128];  /* rdma://A:PORT */
+static char bare_addr[128]; /* A:PORT (TCP and RDMA) */
+static char dir[64], good_file[128], wrong_file[128];
+
+static int write_secret(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    fclose(f);
+    return chmod(path, 0600);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    rdma_host = getenv("KVS_RDMA_ADDR_A");
+    if (!rdma_host) {
+        fprintf(stderr, "test_rdma_auth: KVS_RDMA_ADDR_A not set: run inside scripts/rxe-vm.sh\n");
+        return -1;
+    }
+    if (kvs_auth_init() < 0) return -1;
+    snprintf(dir, sizeof(dir), "/tmp/kvs-rdma-auth-XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    snprintf(good_file, sizeof(good_file), "%s/secret", dir);
+    snprintf(wrong_file, sizeof(wrong_file), "%s/wrong", dir);
+    if (write_secret(good_file, SECRET "\n") < 0 ||
+        write_secret(wrong_file, "not-the-secret\n") < 0)
+        return -1;
+    snprintf(rdma_port, sizeof(rdma_port), "%d", 20000 + (int)((getpid() + 7) % 20000));
+    char args[400];
+    snprintf(args, sizeof(args),
+             "--memory 64M --auth-file %s --listen %s:%s --rdma-listen %s:%s --rdma-lease-ms 5000",
+             good_file, rdma_host, rdma_port, rdma_host, rdma_port);
+    if (kvt_server_start(&srv, 0, args) < 0) return -1;
+    snprintf(rdma_url, sizeof(rdma_url), "rdma://%s:%s", rdma_host, rdma_port);
+    snprintf(bare_addr, sizeof(bare_addr), "%s:%s", rdma_host, rdma_port);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    kvt_server_stop(&srv);
+    unlink(good_file);
+    unlink(wrong_file);
+    rmdir(dir);
+    return 0;
+}
+
+/* Opens a client on url with KVSTORE_AUTH_FILE = secret_file (NULL: none). */
+static kvs_client *open_with(const char *url, const char *secret_file)
+{
+    if (secret_file)
+        setenv("KVSTORE_AUTH_FILE", secret_file, 1);
+    else
+        unsetenv("KVSTORE_AUTH_FILE");
+    kvs_client *c = kvs_open(url);
+    unsetenv("KVSTORE_AUTH_FILE");
+    return c;
+}
+
+/* A counter of kvstored's STATS, read over rdma with the right secret. */
+static long long server_stat(const char *name)
+{
+    kvs_client *c = open_with(rdma_url, good_file);
+    assert_non_null(c);
+    char text[8192], pat[96];
+    ssize_t n = kvs_server_stats(c, text, sizeof(text) - 1);
+    kvs_close(c);
+    assert_true(n > 0);
+    text[n < (ssize_t)sizeof(text) - 1 ? n : (ssize_t)sizeof(text) - 1] = 0;
+    snprintf(pat, sizeof(pat), "\n%s ", name);
+    const char *p = strstr(text, pat);
+    assert_non_null(p);
+    return atoll(p + strlen(pat));
+}
+
+/* Waits (bounded) until kvstored holds no pinned item (cut peers are cleaned up asynchronously). */
+static void assert_nothing_pinned(void)
+{
+    long long pinned = -1;
+    for (int i = 0; i < 50 && pinned != 0; i++) {
+        pinned = server_stat("pinned_items");
+        if (pinned != 0) usleep(100 * 1000);
+    }
+    assert_int_equal(pinned, 0);
+}
+
+/* n keys "prefix-i" of len bytes: one batch put, one batch get, values checked. */
+static void batch_round_trip(kvs_client *c, const char *prefix, int n, size_t len)
+{
+    const char *keys[32];
+    const void *vals[32];
+    void *bufs[32];
+    size_t lens[32], caps[32];
+    int st[32];
+    ssize_t res[32];
+    char names[32][40];
+    assert_true(n <= 32);
+    uint8_t *data = calloc((size_t)n, len), *out = calloc((size_t)n, len);
+    assert_non_null(data);
+    assert_non_null(out);
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "%s-%d", prefix, i);
+        keys[i] = names[i];
+        vals[i] = data + (size_t)i * len;
+        bufs[i] = out + (size_t)i * len;
+        lens[i] = caps[i] = len;
+        kvt_fill_value(data + (size_t)i * len, len, names[i], 5);
+    }
+    assert_int_equal(kvs_batch_put(c, (size_t)n, keys, vals, lens, st), n);
+    assert_int_equal(kvs_batch_get(c, (size_t)n, keys, bufs, caps, res), n);
+    for (int i = 0; i < n; i++) {
+        unsigned ver = 0;
+        assert_int_equal(res[i], (ssize_t)len);
+        assert_true(kvt_check_value(bufs[i], len, names[i], &ver));
+        assert_int_equal(ver, 5);
+    }
+    free(data);
+    free(out);
+}
+
+/* ---- through the public API ---- */
+
+static void test_right_secret_batch(void **state)
+{
+    (void)state;
+    long long ok_before = server_stat("auth_ok");
+    long long commits_before = server_stat("rdma_commits");
+    kvs_client *c = open_with(rdma_url, good_file);
+    assert_non_null(c);
+    batch_round_trip(c, "authed", 16, 4096);
+    kvs_close(c);
+    assert_true(server_stat("auth_ok") > ok_before);
+    assert_true(server_stat("rdma_commits") >= commits_before + 16);
+}
+
+/* What the library writes on stderr between begin and end (a warning per refusal). */
+struct capture {
+    int saved;
+    char path[128];
+};
+
+static void capture_begin(struct capture *cap)
+{
+    fflush(stderr);
+    snprintf(cap->path, sizeof(cap->path), "%s/stderr-XXXXXX", dir);
+    int fd = mkstemp(cap->path);
+    assert_true(fd >= 0);
+    cap->saved = dup(2);
+    assert_true(cap->saved >= 0);
+    assert_true(dup2(fd, 2) == 2);
+    close(fd);
+}
+
+/* Restores stderr; asserts that what was written meanwhile contains want. */
+static void capture_expect(struct capture *cap, const char *want)
+{
+    fflush(stderr);
+    dup2(cap->saved, 2);
+    close(cap->saved);
+    char text[8192];
+    int fd = open(cap->path, O_RDONLY);
+    assert_true(fd >= 0);
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    unlink(cap->path);
+    text[n > 0 ? n : 0] = '\0';
+    fputs(text, stderr); /* still visible in the test log */
+    assert_non_null(strstr(text, want));
+}
+
+/* Every key of every call fails with -EACCES ("access denied"); nothing is stored. */
+static void expect_refused(kvs_client *c, const char *key)
+{
+    char buf[16];
+    assert_int_equal(kvs_put(c, key, "value", 5), -EACCES);
+    assert_int_equal(kvs_get(c, key, buf, sizeof(buf)), -EACCES);
+    const char *keys[2] = {key, "other"};
+    const void *vals[2] = {"a", "b"};
+    size_t lens[2] = {1, 1};
+    int st[2];
+    assert_int_equal(kvs_batch_put(c, 2, keys, vals, lens, st), 0);
+    assert_int_equal(st[0], -EACCES);
+    assert_int_equal(st[1], -EACCES);
+    assert_string_equal(kvs_strerror(st[0]), "access denied");
+}
+
+static void test_wrong_secret_refused(void **state)
+{
+    (void)state;
+    long long fail_before = server_stat("auth_failures");
+    struct capture cap;
+    capture_begin(&cap);
+    kvs_client *c = open_with(rdma_url, wrong_file);
+    assert_non_null(c);
+    expect_refused(c, "wrong-secret");
+    kvs_close(c);
+    capture_expect(&cap, "refused authentication: KVSTORE_AUTH_FILE does not hold");
+    assert_true(server_stat("auth_failures") > fail_before);
+    kvs_client *good = open_with(rdma_url, good_file);
+    char buf[16];
+    assert_int_equal(kvs_get(good, "wrong-secret", buf, sizeof(buf)), -ENOENT);
+    kvs_close(good);
+}
+
+static void test_no_secret_refused(void **state)
+{
+    (void)state;
+    struct capture cap;
+    capture_begin(&cap);
+    kvs_client *c = open_with(rdma_url, NULL);
+    assert_non_null(c);
+    expect_refused(c, "no-secret");
+    kvs_close(c);
+    capture_expect(&cap, "requires authentication; set KVSTORE_AUTH_FILE");
+}
+
+/* A client holding a secret refuses a server that does not authenticate (as on TCP). */
+static void test_secret_against_plain_server_refused(void **state)
+{
+    (void)state;
+    struct kvt_server plain;
+    char port[8], args[256], url[128];
+    snprintf(port, sizeof(port), "%d", 20000 + (int)((getpid() + 9) % 20000));
+    snprintf(args, sizeof(args), "--memory 16M --rdma-listen %s:%s", rdma_host, port);
+    assert_int_equal(kvt_server_start(&plain, 0, args), 0);
+    snprintf(url, sizeof(url), "rdma://%s:%s", rdma_host, port);
+    struct capture cap;
+    capture_begin(&cap);
+    kvs_client *c = open_with(url, good_file);
+    assert_non_null(c);
+    char buf[16];
+    assert_int_equal(kvs_put(c, "k", "v", 1), -EACCES);
+    assert_int_equal(kvs_get(c, "k", buf, sizeof(buf)), -EACCES);
+    kvs_close(c);
+    capture_expect(&cap, "the server does not authenticate");
+    kvs_client *plain_client = open_with(url, NULL);
+    assert_int_equal(kvs_get(plain_client, "k", buf, sizeof(buf)), -ENOENT);
+    kvs_close(plain_client);
+    kvt_server_stop(&plain);
+}
+
+/* KVSTORE_TRANSPORT=auto with a secret: TCP authenticates, then RDMA does. */
+static void test_auto_with_secret(void **state)
+{
+    (void)state;
+    long long commits_before = server_stat("rdma_commits");
+    const char *was = getenv("KVSTORE_TRANSPORT");
+    char saved[16];
+    snprintf(saved, sizeof(saved), "%s", was ? was : "");
+    setenv("KVSTORE_TRANSPORT", "auto", 1);
+    kvs_client *c = open_with(bare_addr, good_file);
+    kvs_client *bad = open_with(bare_addr, wrong_file);
+    if (was)
+        setenv("KVSTORE_TRANSPORT", saved, 1);
+    else
+        unsetenv("KVSTORE_TRANSPORT");
+    assert_non_null(c);
+    assert_non_null(bad);
+    batch_round_trip(c, "auto", 8, 1024);
+    /* The puts went one-sided: auto chose rdma. */
+    assert_true(server_stat("rdma_commits") >= commits_before + 8);
+    assert_int_equal(kvs_put(bad, "auto-bad", "v", 1), -EACCES);
+    kvs_close(c);
+    kvs_close(bad);
+}
+
+/* ---- a raw RDMA peer ---- */
+
+#define RAW_CTRL   8192
+#define RAW_DATA   65536
+#define RAW_WAIT_S 15
+
+struct raw {
+    struct rdma_event_channel *ec;
+    struct rdma_cm_id *id;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    uint8_t *buf; /* receive | send | data */
+    struct ibv_mr *mr;
+    uint64_t next_id;
+    int gone; /* DISCONNECTED seen or a failed completion */
+};
+
+static uint8_t *raw_recv_buf(struct raw *r)
+{
+    return r->buf;
+}
+static uint8_t *raw_send_buf(struct raw *r)
+{
+    return r->buf + RAW_CTRL;
+}
+static uint8_t *raw_data(struct raw *r)
+{
+    return r->buf + 2 * RAW_CTRL;
+}
+
+static int raw_post_recv(struct raw *r)
+{
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)raw_recv_buf(r), .length = RAW_CTRL, .lkey = r->mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad;
+    return ibv_post_recv(r->id->qp, &wr, &bad);
+}
+
+static int wait_cm_event(struct raw *r, enum rdma_cm_event_type want)
+{
+    time_t end = time(NULL) + RAW_WAIT_S;
+    while (time(NULL) < end) {
+        struct rdma_cm_event *ev;
+        if (rdma_get_cm_event(r->ec, &ev) == 0) {
+            enum rdma_cm_event_type got = ev->event;
+            rdma_ack_cm_event(ev);
+            return got == want ? 0 : -1;
+        }
+        usleep(1000);
+    }
+    return -1;
+}
+
+/* Connects a bare RC queue pair to kvstored's RDMA port; nothing is said yet. */
+static struct raw *raw_connect(void)
+{
+    struct raw *r = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+    assert_int_equal(getaddrinfo(rdma_host, rdma_port, &hints, &res), 0);
+    r->ec = rdma_create_event_channel();
+    assert_non_null(r->ec);
+    int fl = fcntl(r->ec->fd, F_GETFL);
+    assert_int_equal(fcntl(r->ec->fd, F_SETFL, fl | O_NONBLOCK), 0);
+    assert_int_equal(rdma_create_id(r->ec, &r->id, NULL, RDMA_PS_TCP), 0);
+    assert_int_equal(rdma_resolve_addr(r->id, NULL, res->ai_addr, 5000), 0);
+    freeaddrinfo(res);
+    assert_int_equal(wait_cm_event(r, RDMA_CM_EVENT_ADDR_RESOLVED), 0);
+    assert_int_equal(rdma_resolve_route(r->id, 5000), 0);
+    assert_int_equal(wait_cm_event(r, RDMA_CM_EVENT_ROUTE_RESOLVED), 0);
+    r->pd = ibv_alloc_pd(r->id->verbs);
+    assert_non_null(r->pd);
+    r->cq = ibv_create_cq(r->id->verbs, 64, NULL, NULL, 0);
+    assert_non_null(r->cq);
+    struct ibv_qp_init_attr qa = {
+        .send_cq = r->cq,
+        .recv_cq = r->cq,
+        .qp_type = IBV_QPT_RC,
+        .cap = {.max_send_wr = 16, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+    assert_int_equal(rdma_create_qp(r->id, r->pd, &qa), 0);
+    size_t bytes = 2 * RAW_CTRL + RAW_DATA;
+    r->buf = calloc(1, bytes);
+    assert_non_null(r->buf);
+    r->mr = ibv_reg_mr(r->pd, r->buf, bytes, IBV_ACCESS_LOCAL_WRITE);
+    assert_non_null(r->mr);
+    assert_int_equal(raw_post_recv(r), 0);
+    struct rdma_conn_param p = {
+        .initiator_depth = 1, .responder_resources = 0, .retry_count = 7, .rnr_retry_count = 7};
+    assert_int_equal(rdma_connect(r->id, &p), 0);
+    assert_int_equal(wait_cm_event(r, RDMA_CM_EVENT_ESTABLISHED), 0);
+    return r;
+}
+
+static void raw_close(struct raw *r)
+{
+    if (!r->gone) rdma_disconnect(r->id);
+    rdma_destroy_qp(r->id);
+    ibv_dereg_mr(r->mr);
+    ibv_destroy_cq(r->cq);
+    ibv_dealloc_pd(r->pd);
+    rdma_destroy_id(r->id);
+    rdma_destroy_event_channel(r->ec);
+    free(r->buf);
+    free(r);
+}
+
+/*
+ * Waits (bounded) for the completion of wr_id, or (wr_id 0) for a received
+ * message. Returns the completion's status (IBV_WC_SUCCESS...) and the
+ * received length in *len; -ETIMEDOUT; -ECONNRESET once the server cut us off.
+ */
+static int raw_wait(struct raw *r, uint64_t wr_id, uint32_t *len)
+{
+    time_t end = time(NULL) + RAW_WAIT_S;
+    while (time(NULL) < end) {
+        struct ibv_wc wc;
+        int n = ibv_poll_cq(r->cq, 1, &wc);
+        assert_true(n >= 0);
+        if (n == 1) {
+            if (wc.status != IBV_WC_SUCCESS) {
+                r->gone = 1;
+                if (wr_id && wc.wr_id == wr_id) return wc.status;
+                if (wc.status == IBV_WC_WR_FLUSH_ERR) return -ECONNRESET;
+                return wc.status;
+            }
+            if (wc.opcode == IBV_WC_RECV) {
+                if (len) *len = wc.byte_len;
+                if (wr_id == 0) return IBV_WC_SUCCESS;
+                continue;
+            }
+            if (wc.wr_id == wr_id) return IBV_WC_SUCCESS;
+            continue;
+        }
+        struct rdma_cm_event *ev;
+        if (rdma_get_cm_event(r->ec, &ev) == 0) {
+            enum rdma_cm_event_type t = ev->event;
+            rdma_ack_cm_event(ev);
+            if (t == RDMA_CM_EVENT_DISCONNECTED) {
+                r->gone = 1;
+                return -ECONNRESET;
+            }
+        }
+        usleep(1000);
+    }
+    return -ETIMEDOUT;
+}
+
+/*
+ * Sends one control message (header + body) and waits for the reply, left in
+ * raw_recv_buf; returns the reply's opcode byte, or a negative code.
+ */
+static int raw_call(struct raw *r, uint8_t opcode, uint32_t count, const void *body, uint32_t blen,
+                    uint32_t *reply_len)
+{
+    struct kvs_wire_hdr h = {.magic = KVS_WIRE_MAGIC,
+                             .version = KVS_WIRE_VERSION,
+                             .opcode = opcode,
+                             .count = count,
+                             .body_len = blen,
+                             .id = ++r->next_id};
+    uint8_t *out = raw_send_buf(r);
+    assert_true(KVS_WIRE_HDR_LEN + blen <= RAW_CTRL);
+    kvs_wire_hdr_encode(out, &h);
+    if (blen) memcpy(out + KVS_WIRE_HDR_LEN, body, blen);
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)out, .length = KVS_WIRE_HDR_LEN + blen, .lkey = r->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = 100 + r->next_id,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
+    if (ibv_post_send(r->id->qp, &wr, &bad) != 0) return -EIO;
+    uint32_t len = 0;
+    int rc = raw_wait(r, 0, &len);
+    if (rc != IBV_WC_SUCCESS) return rc > 0 ? -EIO : rc;
+    uint8_t *in = raw_recv_buf(r);
+    assert_true(len >= KVS_WIRE_HDR_LEN);
+    assert_int_equal(kvs_get_u64(in + 16), r->next_id);
+    *reply_len = len - KVS_WIRE_HDR_LEN;
+    int op = in[5];
+    assert_int_equal(raw_post_recv(r), 0);
+    return op;
+}
+
+/* HELLO, then AUTH with secret (NULL: HELLO only). 0 when authenticated. */
+static void raw_hello(struct raw *r, const char *secret)
+{
+    uint32_t len;
+    assert_int_equal(raw_call(r, KVS_OP_HELLO, 0, NULL, 0, &len), KVS_OP_HELLO | KVS_OP_REPLY);
+    const uint8_t *body = raw_recv_buf(r) + KVS_WIRE_HDR_LEN;
+    struct kvs_wire_hello h;
+    uint8_t server_nonce[KVS_WIRE_NONCE_LEN], client_nonce[KVS_WIRE_NONCE_LEN];
+    uint8_t mac[KVS_WIRE_MAC_LEN], msg[KVS_WIRE_AUTH_LEN];
+    assert_int_equal(kvs_wire_hello_decode(body, len, &h), 0);
+    assert_true(h.features & KVS_FEAT_AUTH);
+    assert_int_equal(kvs_wire_hello_nonce(body, len, &h, server_nonce), 0);
+    if (!secret) return;
+    kvs_auth_nonce(client_nonce);
+    kvs_auth_client_mac((const uint8_t *)secret, strlen(secret), server_nonce, client_nonce, mac);
+    kvs_wire_auth_encode(msg, client_nonce, mac);
+    assert_int_equal(raw_call(r, KVS_OP_AUTH, 0, msg, sizeof(msg), &len),
+                     KVS_OP_AUTH | KVS_OP_REPLY);
+    assert_int_equal(len, KVS_WIRE_MAC_LEN);
+}
+
+/* One RESERVE (put) or LEASE (get) entry for key; the reply's slot in *slot. */
+static int raw_slot(struct raw *r, uint8_t opcode, const char *key, uint32_t len,
+                    struct kvs_wire_slot *slot)
+{
+    uint8_t body[KVS_WIRE_ENTRY_LEN + 64];
+    size_t klen = strlen(key);
+    kvs_wire_entry_encode(body, (uint16_t)klen, len);
+    memcpy(body + KVS_WIRE_ENTRY_LEN, key, klen);
+    uint32_t rlen = 0;
+    int op = raw_call(r, opcode, 1, body, (uint32_t)(KVS_WIRE_ENTRY_LEN + klen), &rlen);
+    if (op != (opcode | KVS_OP_REPLY)) return op;
+    assert_int_equal(rlen, KVS_WIRE_SLOT_LEN);
+    const uint8_t *s = raw_recv_buf(r) + KVS_WIRE_HDR_LEN;
+    *slot = (struct kvs_wire_slot){.status = (int32_t)kvs_get_u32(s),
+                                   .token = kvs_get_u32(s + 4),
+                                   .addr = kvs_get_u64(s + 8),
+                                   .rkey = kvs_get_u32(s + 16),
+                                   .len = kvs_get_u32(s + 20)};
+    return op;
+}
+
+/* COMMIT (flags 1) or RELEASE of one token; the entry's status. */
+static int32_t raw_token(struct raw *r, uint8_t opcode, uint32_t token)
+{
+    uint8_t body[KVS_WIRE_TOKEN_LEN];
+    kvs_put_u32(body, token);
+    kvs_put_u32(body + 4, opcode == KVS_OP_RDMA_COMMIT ? 1 : 0);
+    uint32_t rlen = 0;
+    assert_int_equal(raw_call(r, opcode, 1, body, sizeof(body), &rlen), opcode | KVS_OP_REPLY);
+    assert_int_equal(rlen, KVS_WIRE_STATUS_LEN);
+    return (int32_t)kvs_get_u32(raw_recv_buf(r) + KVS_WIRE_HDR_LEN);
+}
+
+/* One-sided READ or WRITE of len bytes of raw_data; the completion's status. */
+static int raw_rdma(struct raw *r, enum ibv_wr_opcode op, uint64_t raddr, uint32_t rkey,
+                    uint32_t len)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)raw_data(r), .length = len, .lkey = r->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = 7,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = op,
+                             .send_flags = IBV_SEND_SIGNALED,
+                             .wr.rdma = {.remote_addr = raddr, .rkey = rkey}},
+                       *bad;
+    if (ibv_post_send(r->id->qp, &wr, &bad) != 0) return -EIO;
+    return raw_wait(r, 7, NULL);
+}
+
+/* The reply in raw_recv_buf is ERROR -EACCES. */
+static void assert_refused_reply(struct raw *r, int op)
+{
+    assert_int_equal(op, KVS_OP_ERROR | KVS_OP_REPLY);
+    assert_int_equal((int32_t)kvs_get_u32(raw_recv_buf(r) + KVS_WIRE_HDR_LEN), -EACCES);
+}
+
+/* RESERVE or LEASE before AUTH: ERROR -EACCES, no slot, then the connection is cut. */
+static void test_raw_request_before_auth(void **state)
+{
+    (void)state;
+    static const uint8_t ops[] = {KVS_OP_RDMA_RESERVE, KVS_OP_RDMA_LEASE};
+    long long fail_before = server_stat("auth_failures");
+    for (size_t i = 0; i < sizeof(ops); i++) {
+        struct raw *r = raw_connect();
+        raw_hello(r, NULL);
+        struct kvs_wire_slot slot = {0};
+        int op = raw_slot(r, ops[i], "authed-0", 4096, &slot);
+        assert_refused_reply(r, op);
+        assert_int_equal(slot.rkey, 0);
+        /* Cut: nothing further is served. */
+        uint32_t len;
+        int rc = raw_call(r, KVS_OP_HELLO, 0, NULL, 0, &len);
+        assert_true(rc < 0);
+        raw_close(r);
+    }
+    /* Straight to RESERVE, without even HELLO. */
+    struct raw *r = raw_connect();
+    struct kvs_wire_slot slot = {0};
+    assert_refused_reply(r, raw_slot(r, KVS_OP_RDMA_RESERVE, "x", 16, &slot));
+    raw_close(r);
+    assert_true(server_stat("auth_failures") >= fail_before + 3);
+}
+
+/*
+ * An authenticated peer leases a committed value (so the test knows a valid
+ * address and rkey); peers that have not passed AUTH cannot READ it nor
+ * WRITE over it with them: their queue pair has no remote access.
+ */
+static void test_raw_unauthenticated_qp_has_no_remote_access(void **state)
+{
+    (void)state;
+    kvs_client *c = open_with(rdma_url, good_file);
+    assert_non_null(c);
+    uint8_t val[4096], back[4096];
+    kvt_fill_value(val, sizeof(val), "victim", 9);
+    assert_int_equal(kvs_put(c, "victim", val, sizeof(val)), 0);
+
+    struct raw *authed = raw_connect();
+    raw_hello(authed, SECRET);
+    struct kvs_wire_slot slot;
+    assert_int_equal(raw_slot(authed, KVS_OP_RDMA_LEASE, "victim", 4096, &slot),
+                     KVS_OP_RDMA_LEASE | KVS_OP_REPLY);
+    assert_int_equal(slot.status, 0);
+    assert_int_equal(slot.len, 4096);
+    /* The authenticated peer can read it: the address and rkey are right. */
+    assert_int_equal(raw_rdma(authed, IBV_WR_RDMA_READ, slot.addr, slot.rkey, 4096),
+                     IBV_WC_SUCCESS);
+    assert_memory_equal(raw_data(authed), val, sizeof(val));
+
+    for (int write = 0; write < 2; write++) {
+        for (int hello = 0; hello < 2; hello++) {
+            struct raw *stranger = raw_connect();
+            if (hello) raw_hello(stranger, NULL);
+            memset(raw_data(stranger), 0xee, 4096);
+            int st = raw_rdma(stranger, write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, slot.addr,
+                              slot.rkey, 4096);
+            fprintf(stderr, "unauthenticated %s (%s HELLO): %s\n", write ? "WRITE" : "READ",
+                    hello ? "after" : "without", st >= 0 ? ibv_wc_status_str(st) : strerror(-st));
+            assert_true(st != IBV_WC_SUCCESS);
+            if (!write) {
+                for (int i = 0; i < 4096; i++)
+                    assert_int_equal(raw_data(stranger)[i], 0xee);
+            }
+            raw_close(stranger);
+        }
+    }
+    assert_int_equal(raw_token(authed, KVS_OP_RDMA_RELEASE, slot.token), 0);
+    raw_close(authed);
+    assert_int_equal(kvs_get(c, "victim", back, sizeof(back)), (ssize_t)sizeof(back));
+    assert_memory_equal(back, val, sizeof(val));
+    kvs_close(c);
+}
+
+/*
+ * Tokens that are not the peer's, or already used: -EINVAL per entry,
+ * rdma_bad_tokens counts each, and neither the peer's connection nor the
+ * token's owner is harmed.
+ */
+static void test_raw_bad_tokens(void **state)
+{
+    (void)state;
+    long long bad_before = server_stat("rdma_bad_tokens");
+    struct raw *a = raw_connect(), *b = raw_connect();
+    raw_hello(a, SECRET);
+    raw_hello(b, SECRET);
+    struct kvs_wire_slot slot;
+    assert_int_equal(raw_slot(a, KVS_OP_RDMA_RESERVE, "tok-a", 512, &slot),
+                     KVS_OP_RDMA_RESERVE | KVS_OP_REPLY);
+    assert_int_equal(slot.status, 0);
+    kvt_fill_value(raw_data(a), 512, "tok-a", 1);
+    assert_int_equal(raw_rdma(a, IBV_WR_RDMA_WRITE, slot.addr, slot.rkey, 512), IBV_WC_SUCCESS);
+
+    /* b names a's token: b holds nothing under it. */
+    assert_int_equal(raw_token(b, KVS_OP_RDMA_COMMIT, slot.token), -EINVAL);
+    assert_int_equal(raw_token(b, KVS_OP_RDMA_RELEASE, slot.token), -EINVAL);
+    /* a's reservation is untouched: a read lease is not a reservation, the commit works once. */
+    assert_int_equal(raw_token(a, KVS_OP_RDMA_RELEASE, slot.token), -EINVAL);
+    assert_int_equal(raw_token(a, KVS_OP_RDMA_COMMIT, slot.token), 0);
+    assert_int_equal(raw_token(a, KVS_OP_RDMA_COMMIT, slot.token), -EINVAL);
+
+    /* Both connections still work. */
+    struct kvs_wire_slot lease;
+    assert_int_equal(raw_slot(b, KVS_OP_RDMA_LEASE, "tok-a", 512, &lease),
+                     KVS_OP_RDMA_LEASE | KVS_OP_REPLY);
+    assert_int_equal(lease.status, 0);
+    assert_int_equal(raw_rdma(b, IBV_WR_RDMA_READ, lease.addr, lease.rkey, 512), IBV_WC_SUCCESS);
+    unsigned ver = 0;
+    assert_true(kvt_check_value(raw_data(b), 512, "tok-a", &ver));
+    assert_int_equal(raw_token(b, KVS_OP_RDMA_RELEASE, lease.token), 0);
+    assert_int_equal(raw_token(b, KVS_OP_RDMA_RELEASE, lease.token), -EINVAL);
+    assert_int_equal(raw_slot(a, KVS_OP_RDMA_RESERVE, "tok-a2", 64, &slot),
+                     KVS_OP_RDMA_RESERVE | KVS_OP_REPLY);
+    assert_int_equal(raw_token(a, KVS_OP_RDMA_COMMIT, slot.token), 0);
+    raw_close(a);
+    raw_close(b);
+    assert_int_equal(server_stat("rdma_bad_tokens"), bad_before + 5);
+    assert_nothing_pinned();
+}
+
+/*
+ * One-sided operations outside what the pool's memory region covers, or
+ * with a bogus rkey: the adapter refuses them on the peer's own queue pair
+ * (a remote access error), its connection is then dead and it must
+ * reconnect; kvstored and its other clients are unharmed.
+ */
+static void test_raw_access_outside_the_pool(void **state)
+{
+    (void)state;
+    kvs_client *c = open_with(rdma_url, good_file);
+    assert_non_null(c);
+    struct raw *probe = raw_connect();
+    raw_hello(probe, SECRET);
+    struct kvs_wire_slot slot;
+    assert_int_equal(raw_slot(probe, KVS_OP_RDMA_RESERVE, "outside", 4096, &slot),
+                     KVS_OP_RDMA_RESERVE | KVS_OP_REPLY);
+    assert_int_equal(slot.status, 0);
+    raw_close(probe); /* drops the reservation */
+
+    struct {
+        const char *what;
+        enum ibv_wr_opcode op;
+        uint64_t addr;
+        uint32_t rkey;
+    } cases[] = {
+        {"READ 128 MiB past a slot (the pool is 64 MiB)", IBV_WR_RDMA_READ,
+         slot.addr + (128ull << 20), slot.rkey},
+        {"WRITE 128 MiB past a slot", IBV_WR_RDMA_WRITE, slot.addr + (128ull << 20), slot.rkey},
+        {"READ below the pool", IBV_WR_RDMA_READ, slot.addr - (128ull << 20), slot.rkey},
+        {"READ with a bogus rkey", IBV_WR_RDMA_READ, slot.addr, slot.rkey ^ 0x5a5a5a00u},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct raw *r = raw_connect();
+        raw_hello(r, SECRET);
+        int st = raw_rdma(r, cases[i].op, cases[i].addr, cases[i].rkey, 4096);
+        fprintf(stderr, "%s: %s\n", cases[i].what, st >= 0 ? ibv_wc_status_str(st) : strerror(-st));
+        assert_true(st == IBV_WC_REM_ACCESS_ERR || st == IBV_WC_REM_INV_REQ_ERR ||
+                    st == IBV_WC_REM_OP_ERR);
+        /* Its queue pair is in error: nothing more goes through it. */
+        uint32_t len;
+        assert_true(raw_call(r, KVS_OP_HELLO, 0, NULL, 0, &len) < 0);
+        raw_close(r);
+        /* The peer reconnects and is served again. */
+        struct raw *again = raw_connect();
+        raw_hello(again, SECRET);
+        raw_close(again);
+        /* Another client is unharmed. */
+        char key[32];
+        snprintf(key, sizeof(key), "outside-ok-%zu", i);
+        batch_round_trip(c, key, 4, 2048);
+    }
+    kvs_close(c);
+    assert_nothing_pinned();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_right_secret_batch),
+        cmocka_unit_test(test_wrong_secret_refused),
+        cmocka_unit_test(test_no_secret_refused),
+        cmocka_unit_test(test_secret_against_plain_server_refused),
+        cmocka_unit_test(test_auto_with_secret),
+        cmocka_unit_test(test_raw_request_before_auth),
+        cmocka_unit_test(test_raw_unauthenticated_qp_has_no_remote_access),
+        cmocka_unit_test(test_raw_bad_tokens),
+        cmocka_unit_test(test_raw_access_outside_the_pool),
+    };
+    return cmocka_run_group_tests_name("rdma_auth", tests, setup, teardown);
+}
