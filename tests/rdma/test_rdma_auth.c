@@ -13,7 +13,9 @@
  * valid address and rkey; COMMIT/RELEASE with tokens that are not the
  * peer's or were already used get -EINVAL per entry, counted, without
  * harming the connection; a READ outside the pool's memory region or with a
- * bogus rkey fails on the peer's own queue pair and kvstored keeps serving.
+ * bogus rkey fails on the peer's own queue pair and kvstored keeps serving;
+ * inside the pool, an authenticated peer's rkey reaches more than its slot
+ * (the documented limit).
  *
  * kvstored's TCP side listens on KVS_RDMA_ADDR_A too (the VM's private
  * TEST-NET address; the VM has no NIC): `auto` connects TCP and RDMA at the
@@ -755,6 +757,46 @@ static void test_raw_access_outside_the_pool(void **state)
     assert_nothing_pinned();
 }
 
+/*
+ * The documented limit (docs/SECURITY.md "RDMA"): the pool is one memory
+ * region, so an authenticated peer's rkey reaches more than its own slot. A
+ * peer that leased a value and released it can still READ it with the rkey
+ * of an unrelated reservation. Should per-lease memory windows ever be
+ * bound, this READ must fail and this test be turned round.
+ */
+static void test_raw_authenticated_peer_reaches_the_whole_pool(void **state)
+{
+    (void)state;
+    kvs_client *c = open_with(rdma_url, good_file);
+    assert_non_null(c);
+    uint8_t val[4096];
+    kvt_fill_value(val, sizeof(val), "neighbour", 4);
+    assert_int_equal(kvs_put(c, "neighbour", val, sizeof(val)), 0);
+    struct raw *r = raw_connect();
+    raw_hello(r, SECRET);
+    struct kvs_wire_slot lease, mine;
+    assert_int_equal(raw_slot(r, KVS_OP_RDMA_LEASE, "neighbour", 4096, &lease),
+                     KVS_OP_RDMA_LEASE | KVS_OP_REPLY);
+    assert_int_equal(lease.status, 0);
+    assert_int_equal(raw_token(r, KVS_OP_RDMA_RELEASE, lease.token), 0);
+    assert_int_equal(raw_slot(r, KVS_OP_RDMA_RESERVE, "mine", 64, &mine),
+                     KVS_OP_RDMA_RESERVE | KVS_OP_REPLY);
+    assert_int_equal(mine.status, 0);
+    assert_int_equal(mine.rkey, lease.rkey); /* one region, one rkey */
+    memset(raw_data(r), 0, 4096);
+    assert_int_equal(raw_rdma(r, IBV_WR_RDMA_READ, lease.addr, mine.rkey, 4096), IBV_WC_SUCCESS);
+    assert_memory_equal(raw_data(r), val, sizeof(val));
+    uint8_t body[KVS_WIRE_TOKEN_LEN];
+    kvs_put_u32(body, mine.token);
+    kvs_put_u32(body + 4, 0); /* abort */
+    uint32_t rlen;
+    assert_int_equal(raw_call(r, KVS_OP_RDMA_COMMIT, 1, body, sizeof(body), &rlen),
+                     KVS_OP_RDMA_COMMIT | KVS_OP_REPLY);
+    raw_close(r);
+    kvs_close(c);
+    assert_nothing_pinned();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -767,6 +809,7 @@ int main(void)
         cmocka_unit_test(test_raw_unauthenticated_qp_has_no_remote_access),
         cmocka_unit_test(test_raw_bad_tokens),
         cmocka_unit_test(test_raw_access_outside_the_pool),
+        cmocka_unit_test(test_raw_authenticated_peer_reaches_the_whole_pool),
     };
     return cmocka_run_group_tests_name("rdma_auth", tests, setup, teardown);
 }
