@@ -4,11 +4,13 @@
  * two pages, so that eviction and page reclaim happen).
  *
  * The first input byte picks how the rest is cut into reads (as a socket
- * would deliver it) and how often replies are drained. Checked beyond
+ * would deliver it), how often replies are drained, one or two connections,
+ * the pool size and whether a page is filled first. Checked beyond
  * "no crash, no leak": every reply byte is part of a well-formed reply
  * frame, and once the connection is gone nothing stays pinned.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +79,33 @@ static void feed_all(struct kvs_proto_conn *c, const uint8_t *data, size_t n,
     }
 }
 
+/* Values of this size fill a page 4 at a time (235000-byte chunks). */
+#define FILL_LEN 200000u
+
+/*
+ * Fills one pool page with committed FILL_LEN-byte values, keys "fill0",
+ * "fill1", ... An input is at most 64 KiB and a page is 1 MiB, so without
+ * this an input could never fill a class and reach the LRU eviction of
+ * alloc_slot. With it, a PUT whose entry announces 188001..235000 bytes
+ * evicts the oldest of them (one-page pool) as soon as its entry header is
+ * read: the value itself need not be in the input. A PUT of another size
+ * reclaims the page. A large class keeps this cheap (4 items: ~15 us; 64
+ * items of 16000 bytes took 190 us, mostly the pool's class lookup). The
+ * values are not written: nothing reads them.
+ */
+static void prefill(struct kvs_store *st)
+{
+    size_t count = KVS_POOL_PAGE / kvs_pool_slot_size(kvs_store_pool(st), FILL_LEN);
+    for (size_t i = 0; i < count; i++) {
+        char key[24];
+        int klen = snprintf(key, sizeof(key), "fill%zu", i);
+        struct kvs_item *it;
+        if (kvs_store_reserve(st, (const uint8_t *)key, (uint16_t)klen, FILL_LEN, &it) < 0 ||
+            kvs_store_commit(st, it) < 0)
+            abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
@@ -86,8 +115,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Two connections on one store: pins held by one while the other replaces and evicts. */
     int nconn = (data[0] >> 4) & 1 ? 2 : 1;
     int second_freed_first = (data[0] >> 5) & 1;
-    /* One or two 1 MiB pages: small enough for an input to fill, so eviction and reclaim run. */
+    /* One or two 1 MiB pages: with a small value in each of two classes, page reclaim runs. */
     size_t pool = (data[0] >> 6) & 1 ? 2u << 20 : 1u << 20;
+    int full = (data[0] >> 7) & 1; /* one page filled first (prefill): LRU eviction */
     data++;
     size--;
 
@@ -95,6 +125,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct kvs_server_limits lim = {
         .max_object = 256 * 1024, .max_frame = 512 * 1024, .out_limit = 8192, .rbuf_size = 4096};
     if (kvs_server_init(&srv, pool, &lim) < 0) return 0;
+    if (full) prefill(srv.store);
     struct kvs_proto_conn *c[2] = {kvs_proto_conn_new(&srv), kvs_proto_conn_new(&srv)};
     if (!c[0] || !c[1]) goto out;
     struct reply_check rc[2];
