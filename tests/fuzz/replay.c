@@ -6,6 +6,9 @@
  * crash the fuzzers found (tests/fuzz/regress/<target>/, one file per bug).
  *
  * The target is named by the program: test_fuzz_server replays "server".
+ * Given arguments (files or directories), it replays those instead: e.g. a
+ * campaign's corpus (build-fuzz/corpus/fuzz_server) under this build's
+ * sanitizers, which check more than the libFuzzer build (UBSan alignment).
  * A target reports a broken invariant by aborting, a memory error shows
  * under `make test SAN=asan`; either fails the program. Each input gets a
  * buffer of exactly its size, as libFuzzer gives it, so an over-read of the
@@ -72,35 +75,50 @@ static int is_input(const struct dirent *d)
     return d->d_name[0] != '.';
 }
 
-/* Runs every file of KVS_FUZZ_DIR/kind/target through the target; returns how many (-1: no dir). */
-static int replay_dir(const char *kind)
+static char **given; /* files or directories named on the command line */
+static int ngiven;
+
+/* Runs one file through the target. */
+static void replay_file(const char *path)
 {
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s/%s/%s", KVS_FUZZ_DIR, kind, target);
+    uint8_t *data = NULL;
+    size_t size = 0;
+    int rc = read_input(path, &data, &size);
+    if (rc < 0) fail_msg("%s: %s", path, strerror(-rc));
+    print_message("%s (%zu bytes)\n", path, size);
+    LLVMFuzzerTestOneInput(data, size);
+    free(data);
+}
+
+/* Runs every file of dir through the target, in name order; returns how many (-1: no dir). */
+static int replay_dir(const char *dir)
+{
     struct dirent **names;
     int n = scandir(dir, &names, is_input, alphasort);
     if (n < 0) return -1;
     for (int i = 0; i < n; i++) {
         char path[8192];
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]->d_name);
-        uint8_t *data = NULL;
-        size_t size = 0;
-        int rc = read_input(path, &data, &size);
-        if (rc < 0) fail_msg("%s: %s", path, strerror(-rc));
-        print_message("%s/%s/%s (%zu bytes)\n", kind, target, names[i]->d_name, size);
-        LLVMFuzzerTestOneInput(data, size);
-        free(data);
+        replay_file(path);
         free(names[i]);
     }
     free(names);
     return n;
 }
 
+/* KVS_FUZZ_DIR/kind/target: the stored inputs of one kind. */
+static int replay_stored(const char *kind)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/%s/%s", KVS_FUZZ_DIR, kind, target);
+    return replay_dir(dir);
+}
+
 /* The seed corpus: every target has one, so an empty or missing one is an error. */
 static void test_seed_corpus(void **state)
 {
     (void)state;
-    int n = replay_dir("corpus");
+    int n = replay_stored("corpus");
     if (n <= 0) fail_msg("no seed inputs in %s/corpus/%s", KVS_FUZZ_DIR, target);
 }
 
@@ -108,13 +126,26 @@ static void test_seed_corpus(void **state)
 static void test_regressions(void **state)
 {
     (void)state;
-    int n = replay_dir("regress");
+    int n = replay_stored("regress");
     if (n <= 0) skip(); /* this target never crashed */
+}
+
+/* The files and directories given as arguments. */
+static void test_given_inputs(void **state)
+{
+    (void)state;
+    for (int i = 0; i < ngiven; i++) {
+        struct stat st;
+        if (stat(given[i], &st) < 0) fail_msg("%s: %s", given[i], strerror(errno));
+        if (S_ISDIR(st.st_mode))
+            replay_dir(given[i]);
+        else
+            replay_file(given[i]);
+    }
 }
 
 int main(int argc, char **argv)
 {
-    (void)argc;
     const char *base = strrchr(argv[0], '/');
     base = base ? base + 1 : argv[0];
     const char *prefix = "test_fuzz_";
@@ -123,6 +154,12 @@ int main(int argc, char **argv)
         return 2;
     }
     target = base + strlen(prefix);
+    if (argc > 1) {
+        given = argv + 1;
+        ngiven = argc - 1;
+        const struct CMUnitTest one[] = {cmocka_unit_test(test_given_inputs)};
+        return cmocka_run_group_tests_name(base, one, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seed_corpus),
         cmocka_unit_test(test_regressions),
