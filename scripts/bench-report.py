@@ -362,8 +362,8 @@ def main():
         md.append("Save only, %d interleaved rounds (order rotated), medians. Every save round "
                   "moves %d MiB (%d requests x %d layers x %d slices of 64 KiB); at the iperf3 "
                   "goodput (%s MB/s) that alone takes %s ms, against %s ms of compute per round "
-                  "at 100 us/layer and %s ms at 1000 us/layer: the exposed save cannot fall below "
-                  "the difference. Writeback: a put returns once copied into the shim (bounded by "
+                  "at 100 us/layer and %s ms at 1000 us/layer: the exposed save is bounded by roughly "
+                  "the difference (bytes / a path's goodput - compute). Writeback: a put returns once copied into the shim (bounded by "
                   "KVBATCH_WRITEBACK_BYTES), so its exposure is until copied, not until stored. "
                   "Load average before -> after each round: %s.\n" % (
                       len(lwm[0]), round_bytes >> 20, LW_REQUESTS, LW_LAYERS, LW_PROMPT // LW_BLOCK,
