@@ -258,9 +258,11 @@ gp_variant() { # gp_variant NAME ROUND
     esac
     for op in put get; do
         echo "  goodput r$r kvbench $op $name" >&2
-        local t0 t1
+        local t0 t1 stats=()
+        # the shim's own view of each run (flush reasons, batch sizes), to explain outliers
+        [ ${#envs[@]} -gt 0 ] && stats=(KVBATCH_STATS_FILE="$OUT/runs/gp__${name}__${op}__r$r.prom")
         t0=$(cpu_ticks)
-        timeout -k 5 $((WHOLE_SECS + 30)) env "${envs[@]}" "$KVBENCH" "$op" --servers "$KV_ADDR" \
+        timeout -k 5 $((WHOLE_SECS + 30)) env "${envs[@]}" "${stats[@]}" "$KVBENCH" "$op" --servers "$KV_ADDR" \
             --size $GP_SIZE --threads $CLIENTS --seconds "$SECS" --ops "$(ops_for $GP_SIZE)" \
             --keys "$(keys_for $GP_SIZE)" --prefix "b$GP_SIZE" --quiet \
             --csv "$OUT/runs/gp__${name}__${op}__r$r.csv" "${args[@]}" >>"$OUT/runs/kvbench.log" 2>&1 ||

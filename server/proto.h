@@ -85,8 +85,10 @@ void kvs_proto_conn_free(struct kvs_proto_conn *c);
 /*
  * Where the next received bytes should go, in order (a readv): the rest of
  * the PUT value being read, straight into its slot, when no bytes are
- * buffered; then the read buffer's free space. Returns the number of iovecs
- * (1 or 2), or 0: take no input now (back-pressure or closing).
+ * buffered; then the read buffer's free space (only a few hundred bytes of
+ * it while the connection sends values >= 16 KiB, so that the next value
+ * also lands in its slot). Returns the number of iovecs (1 or 2), or 0: take
+ * no input now (back-pressure or closing).
  */
 int kvs_proto_recv_iov(struct kvs_proto_conn *c, struct iovec iov[2]);
 /* n bytes were stored where kvs_proto_recv_iov said: parse and answer them. */
