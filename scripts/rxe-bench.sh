@@ -63,6 +63,18 @@ for size in 16384 65536; do
     done
 done
 
+# Where a batch's time goes: one more run of the 16 KiB put batches, with
+# the transport's counters (printed at kvs_close with KVSTORE_LOG=debug),
+# per batch (round trips minus HELLO, halved).
+echo "16 KiB batch 32, per batch (us): RESERVE round trip (incl. copy-in), WRITE chain + COMMIT, copy-in"
+for op in put; do
+    KVSTORE_LOG=debug KVSTORE_TIMEOUT_MS=60000 timeout 300 "$BUILD/bin/kvbench" $op --servers "$URL" \
+        --mode batch --batch 32 --size 16384 --keys 512 --ops 3200 --quiet 2>&1 |
+        awk -v op=$op '$3 == "round_trips" { rt = $4 } $3 == "slot_wait_us" { s = $4 }
+            $3 == "chain_wait_us" { w = $4 } $3 == "copy_us" { c = $4 }
+            END { b = (rt - 1) / 2; if (b < 1) b = 1; printf "  %s: %d batches, slot %.0f, chain %.0f, copy %.0f\n", op, b, s / b, w / b, c / b }'
+done
+
 echo "8 threads x 4 KiB puts over rdma: ops/s"
 single=$(kvb put --servers "$URL" --mode single --threads 8 --size 4096 --keys 1024 --ops 4000)
 shim=$(KVB_PRELOAD=$PWD/$BUILD/lib/libkvbatch.so kvb put --servers "$URL" --mode single --threads 8 \

@@ -103,6 +103,8 @@ struct kvs_conn {
     uint32_t token_xor; /* KVS_RDMA_TEST_TOKEN_XOR: test hook, names tokens it was not given */
     atomic_uint_fast64_t doorbells, wrs, cqes, round_trips, bounce_bytes, zero_copy_bytes,
         reconnects, split_chains;
+    /* Where a put/get batch's time goes (microseconds, summed over chunks). */
+    atomic_uint_fast64_t slot_wait_us, chain_wait_us, copy_us;
 };
 
 /* ---- small helpers ---- */
@@ -276,12 +278,12 @@ static int wait_done(struct kvs_conn *c, uint64_t sig, int want_reply, uint64_t 
 /*
  * Posts wrs[0..nwr) (data WRs; may be 0) followed by the control SEND of
  * msg_len bytes from the send buffer, with as few ibv_post_send calls as the
- * send queue allows (one when the chain fits), and waits for the reply.
- * fence: the SEND waits for the READs before it. Returns 0 and leaves the
- * reply in c->ctrl[c->reply_idx], or a negative code.
+ * send queue allows (one when the chain fits). Pieces before the last are
+ * waited for; the last is not: wait_reply waits for it and the answer.
+ * fence: the SEND waits for the READs before it.
  */
-static int post_chain_and_call(struct kvs_conn *c, struct ibv_send_wr *wrs, uint32_t nwr,
-                               size_t msg_len, int fence, uint64_t deadline)
+static int post_chain(struct kvs_conn *c, struct ibv_send_wr *wrs, uint32_t nwr, size_t msg_len,
+                      int fence, uint64_t deadline)
 {
     struct ibv_sge sge = {
         .addr = (uintptr_t)send_buf(c), .length = (uint32_t)msg_len, .lkey = c->ctrl_mr->lkey};
@@ -319,7 +321,26 @@ static int post_chain_and_call(struct kvs_conn *c, struct ibv_send_wr *wrs, uint
     atomic_fetch_add(&c->doorbells, 1);
     atomic_fetch_add(&c->wrs, nwr - i + 1);
     atomic_fetch_add(&c->round_trips, 1);
+    return 0;
+}
+
+/* Waits for the last post of post_chain and the reply: it is then in c->ctrl[c->reply_idx]. */
+static int wait_reply(struct kvs_conn *c, uint64_t deadline)
+{
     return wait_done(c, c->sig_posted, 1, deadline);
+}
+
+/* post_chain, then wait_reply. */
+static int post_chain_and_call(struct kvs_conn *c, struct ibv_send_wr *wrs, uint32_t nwr,
+                               size_t msg_len, int fence, uint64_t deadline)
+{
+    int rc = post_chain(c, wrs, nwr, msg_len, fence, deadline);
+    return rc < 0 ? rc : wait_reply(c, deadline);
+}
+
+static uint64_t elapsed_us(uint64_t since_ns)
+{
+    return (kvs_now_ns() - since_ns) / 1000u;
 }
 
 static size_t put_hdr(uint8_t *out, uint8_t opcode, uint32_t count, uint32_t body_len, uint64_t id)
@@ -634,6 +655,34 @@ static uint32_t chunk_size(struct kvs_conn *c, const struct kvs_key_io *k, uint3
 }
 
 /*
+ * Puts: copies the values that are not in registered memory into the
+ * bounce buffer, back to back in key order, and notes each one's offset
+ * (UINT64_MAX: registered, no copy). Runs while the RESERVE is in flight,
+ * so the copy costs no time of its own; the offsets do not depend on the
+ * reply (a reserved slot has exactly the value's length).
+ */
+static int copy_puts_in(struct kvs_conn *c, const struct kvs_key_io *k, uint32_t n,
+                        uint64_t *bounce_off)
+{
+    uint64_t t0 = kvs_now_ns();
+    size_t need = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (k[i].len && !find_reg(c, k[i].val, k[i].len)) need += k[i].len;
+    int rc = bounce_reserve(c, need);
+    if (rc < 0) return rc;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        bounce_off[i] = UINT64_MAX;
+        if (!k[i].len || find_reg(c, k[i].val, k[i].len)) continue;
+        memcpy(c->bounce + off, k[i].val, k[i].len);
+        bounce_off[i] = off;
+        off += k[i].len;
+    }
+    atomic_fetch_add(&c->copy_us, elapsed_us(t0));
+    return 0;
+}
+
+/*
  * One chunk of a put or get batch: the slot round trip, then the data chain
  * and COMMIT/RELEASE in one post. Fills the keys' statuses; returns 0, or
  * a transport error (the connection is then unusable).
@@ -641,6 +690,13 @@ static uint32_t chunk_size(struct kvs_conn *c, const struct kvs_key_io *k, uint3
 static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int put,
                     uint64_t deadline)
 {
+    struct ibv_send_wr *wrs = calloc(n ? n : 1, sizeof(*wrs));
+    struct ibv_sge *sges = calloc(n ? n : 1, sizeof(*sges));
+    uint32_t *tokens = calloc(n ? n : 1, sizeof(*tokens));
+    uint64_t *bounce_off = calloc(n ? n : 1, sizeof(*bounce_off));
+    int rc = -ENOMEM;
+    if (!wrs || !sges || !tokens || !bounce_off) goto out;
+
     uint8_t *out = send_buf(c);
     uint64_t id = ++c->next_id;
     size_t len = KVS_WIRE_HDR_LEN;
@@ -652,28 +708,26 @@ static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int pu
     }
     uint8_t op = put ? KVS_OP_RDMA_RESERVE : KVS_OP_RDMA_LEASE;
     put_hdr(out, op, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
-    int rc = post_chain_and_call(c, NULL, 0, len, 0, deadline);
-    if (rc < 0) return rc;
+    uint64_t t0 = kvs_now_ns();
+    if ((rc = post_chain(c, NULL, 0, len, 0, deadline)) < 0) goto out;
+    if (put && (rc = copy_puts_in(c, k, n, bounce_off)) < 0) goto out;
+    rc = wait_reply(c, deadline);
+    atomic_fetch_add(&c->slot_wait_us, elapsed_us(t0));
+    if (rc < 0) goto out;
     uint32_t blen;
     const uint8_t *body = take_reply(c, op, id, n, KVS_WIRE_SLOT_LEN, &blen, &rc);
-    if (!body) return rc;
+    if (!body) goto out;
 
-    struct ibv_send_wr *wrs = calloc(n ? n : 1, sizeof(*wrs));
-    struct ibv_sge *sges = calloc(n ? n : 1, sizeof(*sges));
-    uint32_t *tokens = calloc(n ? n : 1, sizeof(*tokens));
-    uint64_t *bounce_off = calloc(n ? n : 1, sizeof(*bounce_off));
-    if (!wrs || !sges || !tokens || !bounce_off) {
-        rc = -ENOMEM;
-        goto out;
+    if (!put) {
+        /* Bounce space first: growing re-registers, so sizes are known before any SGE. */
+        size_t need = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint8_t *s = body + (size_t)i * KVS_WIRE_SLOT_LEN;
+            if ((int32_t)kvs_get_u32(s) == 0 && !find_reg(c, k[i].buf, k[i].len))
+                need += kvs_get_u32(s + 20);
+        }
+        if ((rc = bounce_reserve(c, need)) < 0) goto out;
     }
-    /* Bounce space first: growing re-registers, so sizes are known before any SGE. */
-    size_t need = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *s = body + (size_t)i * KVS_WIRE_SLOT_LEN;
-        if ((int32_t)kvs_get_u32(s) == 0 && !find_reg(c, put ? k[i].val : k[i].buf, k[i].len))
-            need += kvs_get_u32(s + 20);
-    }
-    if ((rc = bounce_reserve(c, need)) < 0) goto out;
 
     uint32_t nwr = 0, nsge = 0, ntok = 0;
     uint64_t rnext = 0, boff = 0;
@@ -684,7 +738,7 @@ static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int pu
                                      .addr = kvs_get_u64(s + 8),
                                      .rkey = kvs_get_u32(s + 16),
                                      .len = kvs_get_u32(s + 20)};
-        bounce_off[i] = UINT64_MAX;
+        if (!put) bounce_off[i] = UINT64_MAX;
         tokens[i] = TOKEN_NONE;
         k[i].status = slot.status;
         if (slot.status < 0) {
@@ -707,11 +761,12 @@ static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int pu
             sl.lkey = mr->lkey;
             atomic_fetch_add(&c->zero_copy_bytes, slot.len);
         } else {
-            if (put) memcpy(c->bounce + boff, user, slot.len);
-            bounce_off[i] = boff;
-            sl.laddr = (uintptr_t)(c->bounce + boff);
+            if (!put) {
+                bounce_off[i] = boff;
+                boff += slot.len;
+            }
+            sl.laddr = (uintptr_t)(c->bounce + bounce_off[i]);
             sl.lkey = c->bounce_mr->lkey;
-            boff += slot.len;
             atomic_fetch_add(&c->bounce_bytes, slot.len);
         }
         chain_add(c, wrs, sges, &nwr, &nsge, &rnext, put ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
@@ -731,9 +786,13 @@ static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int pu
     }
     op = put ? KVS_OP_RDMA_COMMIT : KVS_OP_RDMA_RELEASE;
     put_hdr(out, op, ntok, ntok * KVS_WIRE_TOKEN_LEN, id);
-    if ((rc = post_chain_and_call(c, wrs, nwr, len, !put, deadline)) < 0) goto out;
+    t0 = kvs_now_ns();
+    rc = post_chain_and_call(c, wrs, nwr, len, !put, deadline);
+    atomic_fetch_add(&c->chain_wait_us, elapsed_us(t0));
+    if (rc < 0) goto out;
     body = take_reply(c, op, id, ntok, KVS_WIRE_STATUS_LEN, &blen, &rc);
     if (!body) goto out;
+    t0 = kvs_now_ns();
     uint32_t t = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (tokens[i] == TOKEN_NONE) continue;
@@ -742,6 +801,7 @@ static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int pu
         if (st == 0 && !put && bounce_off[i] != UINT64_MAX)
             memcpy(k[i].buf, c->bounce + bounce_off[i], k[i].vlen);
     }
+    if (!put) atomic_fetch_add(&c->copy_us, elapsed_us(t0));
 out:
     free(wrs);
     free(sges);
@@ -984,6 +1044,9 @@ static void rdma_counters(struct kvs_conn *c, kvs_counter_fn emit, void *arg)
     emit(arg, "zero_copy_bytes", atomic_load(&c->zero_copy_bytes));
     emit(arg, "split_chains", atomic_load(&c->split_chains));
     emit(arg, "reconnects", atomic_load(&c->reconnects));
+    emit(arg, "slot_wait_us", atomic_load(&c->slot_wait_us));
+    emit(arg, "chain_wait_us", atomic_load(&c->chain_wait_us));
+    emit(arg, "copy_us", atomic_load(&c->copy_us));
 }
 
 static void rdma_fork_prepare(struct kvs_conn *c)
