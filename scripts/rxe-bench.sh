@@ -34,8 +34,9 @@ perftest() {
 }
 
 # kvbench ARGS... -> median ops/s over its runs
+# (KVB_ENV: extra VAR=value words for kvbench's environment)
 kvb() {
-    KVSTORE_TIMEOUT_MS=60000 LD_PRELOAD=${KVB_PRELOAD:-} timeout 300 "$BUILD/bin/kvbench" "$@" \
+    env ${KVB_ENV:-} KVSTORE_TIMEOUT_MS=60000 LD_PRELOAD=${KVB_PRELOAD:-} timeout 300 "$BUILD/bin/kvbench" "$@" \
         --repeat "$REPEAT" --quiet 2>&1 |
         tee -a "$BUILD/rxe-bench.log" |
         awk '$1 == "run" { for (i = 1; i <= NF; i++) if ($(i + 1) == "ops/s") v[n++] = $i }
@@ -49,30 +50,36 @@ for i in $(seq 60); do grep -q "rdma listening" /tmp/kvstored.log && break; slee
 grep -q "rdma listening" /tmp/kvstored.log || { cat /tmp/kvstored.log; kill $SRV; exit 1; }
 URL="rdma://$A:$PORT"
 
-echo "size    op   kvbatch_MBps  perftest_MBps  ratio"
+# put: the default (values <= 64 KiB as PULL, 1 round trip); put/rsv: the
+# same with KVS_RDMA_PULL_MAX=0 (RESERVE, then WRITEs + COMMIT: 2 round
+# trips), against the same perftest figure.
+echo "size    op       kvbatch_MBps  perftest_MBps  ratio"
 for size in 16384 65536; do
     ops=$((size == 16384 ? 3200 : 1280))
     keys=$((size == 16384 ? 512 : 256))
-    for op in put get; do
-        tool=$([ $op = put ] && echo ib_write_bw || echo ib_read_bw)
-        base=$(perftest $tool $size $((ops / 2)))
-        kops=$(kvb $op --servers "$URL" --mode batch --batch 32 --size $size --keys $keys --ops $ops)
+    for op in put put/rsv get; do
+        tool=$([ $op = get ] && echo ib_read_bw || echo ib_write_bw)
+        [ $op = put/rsv ] || base=$(perftest $tool $size $((ops / 2)))
+        env=$([ $op = put/rsv ] && echo KVS_RDMA_PULL_MAX=0)
+        kops=$(KVB_ENV=$env kvb ${op%/rsv} --servers "$URL" --mode batch --batch 32 --size $size \
+            --keys $keys --ops $ops)
         awk -v s=$size -v op=$op -v k="$kops" -v b="${base:-0}" 'BEGIN {
             kb = k * s; ratio = 0; if (b > 0) ratio = kb / b  # outside printf: some awks read ">" there as a redirection
-            printf "%-7d %-4s %12.1f %14.1f  %.2f\n", s, op, kb / 1e6, b / 1e6, ratio }'
+            printf "%-7d %-8s %12.1f %14.1f  %.2f\n", s, op, kb / 1e6, b / 1e6, ratio }'
     done
 done
 
-# Where a batch's time goes: one more run of the 16 KiB put batches, with
-# the transport's counters (printed at kvs_close with KVSTORE_LOG=debug),
-# per batch (round trips minus HELLO, halved).
-echo "16 KiB batch 32, per batch (us): RESERVE round trip (incl. copy-in), WRITE chain + COMMIT, copy-in"
-for op in put; do
-    KVSTORE_LOG=debug KVSTORE_TIMEOUT_MS=60000 timeout 300 "$BUILD/bin/kvbench" $op --servers "$URL" \
-        --mode batch --batch 32 --size 16384 --keys 512 --ops 3200 --quiet 2>&1 |
-        awk -v op=$op '$3 == "round_trips" { rt = $4 } $3 == "slot_wait_us" { s = $4 }
+# Where a batch's time goes: one more run of the 16 KiB put batches each
+# way, with the transport's counters (printed at kvs_close with
+# KVSTORE_LOG=debug), per batch (100 batches).
+echo "16 KiB put batch 32, per batch (us): slot = RESERVE round trip (with the copy-in in its"
+echo "shadow), chain = WRITEs + COMMIT, or the PULL round trip; copy = bounce copy-in"
+for pm in 65536 0; do
+    KVS_RDMA_PULL_MAX=$pm KVSTORE_LOG=debug KVSTORE_TIMEOUT_MS=60000 timeout 300 "$BUILD/bin/kvbench" \
+        put --servers "$URL" --mode batch --batch 32 --size 16384 --keys 512 --ops 3200 --quiet 2>&1 |
+        awk -v m=$([ $pm = 0 ] && echo put/rsv || echo put) '$3 == "slot_wait_us" { s = $4 }
             $3 == "chain_wait_us" { w = $4 } $3 == "copy_us" { c = $4 }
-            END { b = (rt - 1) / 2; if (b < 1) b = 1; printf "  %s: %d batches, slot %.0f, chain %.0f, copy %.0f\n", op, b, s / b, w / b, c / b }'
+            END { b = 100; printf "  %-8s slot %6.0f  chain %6.0f  copy %5.0f\n", m, s / b, w / b, c / b }'
 done
 
 echo "8 threads x 4 KiB puts over rdma: ops/s"

@@ -10,6 +10,10 @@
  *            returns (token, addr, rkey); COMMIT links or aborts each one.
  *   LEASE    pins each key's current item (kvs_store_lookup with pin) and
  *            returns (token, addr, rkey, len); RELEASE unpins.
+ *   PULL     a put in one round trip: the client names where each value
+ *            lies in its registered memory; the server reserves the slots,
+ *            RDMA READs the values into them (one chain, the last READ
+ *            signaled), and when that completes commits and answers.
  *
  * A token names an entry of the connection's own lease table; COMMIT and
  * RELEASE check index, generation and kind, so a client can only commit or
@@ -43,6 +47,8 @@
 #define CTRL_MAX        (128u * 1024) /* one control message, either way */
 #define NRECV           8             /* receive buffers per connection */
 #define SEND_DEPTH      16
+#define PULL_MAX        KVS_WIRE_PULL_MAX_KEYS /* READs one PULL may post */
+#define PULL_WR_ID      (UINT64_MAX - 1)       /* wr_id of a PULL's signaled last READ */
 #define LEASES_PER_CONN 16384u
 #define MAX_CONNS       128
 #define CQ_DEPTH        (MAX_CONNS * (NRECV + SEND_DEPTH))
@@ -73,6 +79,16 @@ struct rconn {
     int remote_access;    /* the QP accepts remote READ/WRITE (only once authenticated) */
     const char *closing;  /* why it is cut once its last reply has left, or NULL */
     uint64_t close_by_ns; /* cut then at the latest (lease tick) */
+    /* The PULL in flight (at most one: the client waits for its reply). */
+    struct {
+        int pending;
+        uint64_t id;
+        uint32_t count;
+        uint32_t *tokens; /* PULL_MAX: the reservation per key, or TOKEN_FREE */
+        int32_t *status;  /* PULL_MAX: the key's status when it has no token */
+        struct ibv_send_wr *wrs;
+        struct ibv_sge *sges;
+    } pull;
     struct rconn *prev, *next;
 };
 
@@ -87,7 +103,7 @@ struct kvs_rdma {
     struct ibv_comp_channel *comp;
     struct ibv_cq *cq;
     int tfd, epfd;
-    uint32_t max_rd_atom;
+    uint32_t max_rd_atom, max_init_rd_atom;
     struct rconn *conns;
     struct kvs_rdma_counters ctr;
 };
@@ -244,6 +260,10 @@ static void conn_free(struct rconn *c)
     if (c->mr) ibv_dereg_mr(c->mr);
     free(c->bufs);
     free(c->leases);
+    free(c->pull.tokens);
+    free(c->pull.status);
+    free(c->pull.wrs);
+    free(c->pull.sges);
     c->id->context = NULL;
     rdma_destroy_id(c->id);
     if (c->prev)
@@ -273,7 +293,7 @@ static struct rconn *conn_by_qp(struct kvs_rdma *r, uint32_t qp_num)
  */
 static int create_qp_without_remote_access(struct kvs_rdma *r, struct rdma_cm_id *cid,
                                            struct ibv_qp_init_attr *qa, uint8_t resp_res,
-                                           struct ibv_qp **out)
+                                           uint8_t init_depth, struct ibv_qp **out)
 {
     struct ibv_qp *qp = ibv_create_qp(r->pd, qa);
     if (!qp) {
@@ -288,7 +308,8 @@ static int create_qp_without_remote_access(struct kvs_rdma *r, struct rdma_cm_id
         if (rdma_init_qp_attr(cid, &attr, &mask) != 0) goto fail;
         attr.qp_access_flags = 0;
         if (states[i] == IBV_QPS_RTR) attr.max_dest_rd_atomic = resp_res;
-        if (states[i] == IBV_QPS_RTS) attr.max_rd_atomic = 0;
+        /* Our own READs (PULL) only: no access for the peer. */
+        if (states[i] == IBV_QPS_RTS) attr.max_rd_atomic = init_depth;
         if (ibv_modify_qp(qp, &attr, mask) != 0) goto fail;
     }
     *out = qp;
@@ -319,6 +340,11 @@ static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
         goto fail;
     }
     if (leases_init(c) < 0) goto fail;
+    c->pull.tokens = calloc(PULL_MAX, sizeof(*c->pull.tokens));
+    c->pull.status = calloc(PULL_MAX, sizeof(*c->pull.status));
+    c->pull.wrs = calloc(PULL_MAX, sizeof(*c->pull.wrs));
+    c->pull.sges = calloc(PULL_MAX, sizeof(*c->pull.sges));
+    if (!c->pull.tokens || !c->pull.status || !c->pull.wrs || !c->pull.sges) goto fail;
     c->proto = kvs_proto_conn_new(r->srv);
     if (!c->proto) goto fail;
     c->mr = ibv_reg_mr(r->pd, c->bufs, bytes, IBV_ACCESS_LOCAL_WRITE);
@@ -329,7 +355,7 @@ static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
     struct ibv_qp_init_attr qa = {.send_cq = r->cq,
                                   .recv_cq = r->cq,
                                   .qp_type = IBV_QPT_RC,
-                                  .cap = {.max_send_wr = SEND_DEPTH,
+                                  .cap = {.max_send_wr = SEND_DEPTH + PULL_MAX,
                                           .max_recv_wr = NRECV,
                                           .max_send_sge = 1,
                                           .max_recv_sge = 1,
@@ -337,11 +363,14 @@ static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
     /* The CM event reports the client's initiator depth as our responder_resources. */
     uint8_t rd = req->responder_resources < r->max_rd_atom ? req->responder_resources
                                                            : (uint8_t)r->max_rd_atom;
+    /* ...and its responder resources as our initiator depth: what PULL's READs may use. */
+    uint8_t init = req->initiator_depth < r->max_init_rd_atom ? req->initiator_depth
+                                                              : (uint8_t)r->max_init_rd_atom;
     struct rdma_conn_param p = {
-        .responder_resources = rd, .initiator_depth = 0, .rnr_retry_count = 7};
+        .responder_resources = rd, .initiator_depth = init, .rnr_retry_count = 7};
     if (r->srv->auth_secret) {
         /* Our own QP: rdma_accept leaves it alone (cid->qp is set only afterwards). */
-        if ((rc = create_qp_without_remote_access(r, cid, &qa, rd, &own_qp)) < 0) goto fail;
+        if ((rc = create_qp_without_remote_access(r, cid, &qa, rd, init, &own_qp)) < 0) goto fail;
         p.qp_num = own_qp->qp_num;
     } else if (rdma_create_qp(cid, r->pd, &qa) != 0) {
         qa.cap.max_inline_data = 0;
@@ -373,6 +402,10 @@ fail:
     if (c->proto) kvs_proto_conn_free(c->proto);
     if (c->mr) ibv_dereg_mr(c->mr);
     free(c->leases);
+    free(c->pull.tokens);
+    free(c->pull.status);
+    free(c->pull.wrs);
+    free(c->pull.sges);
     free(c->bufs);
     free(c);
     return rc;
@@ -555,6 +588,134 @@ static void handle_tokens(struct rconn *c, const struct kvs_wire_hdr *h, const u
     send_reply(c, KVS_WIRE_HDR_LEN + (size_t)h->count * KVS_WIRE_STATUS_LEN);
 }
 
+/* Commits what a finished PULL's READs brought in and answers a status per key. */
+static void pull_finish(struct rconn *c)
+{
+    struct kvs_store *st = c->r->srv->store;
+    uint8_t *out = send_buf(c) + KVS_WIRE_HDR_LEN;
+    for (uint32_t i = 0; i < c->pull.count; i++, out += KVS_WIRE_STATUS_LEN) {
+        int32_t status = c->pull.status[i];
+        struct lease *l = c->pull.tokens[i] == TOKEN_FREE
+                              ? NULL
+                              : lease_find(c, c->pull.tokens[i], LEASE_RESERVE);
+        if (l) {
+            status = kvs_store_commit(st, l->it);
+            c->r->ctr.commits++;
+            lease_put(c, l);
+        }
+        kvs_wire_status_encode(out, status, 0);
+    }
+    c->pull.pending = 0;
+    put_reply_hdr(send_buf(c), KVS_OP_RDMA_PULL, c->pull.count, c->pull.count * KVS_WIRE_STATUS_LEN,
+                  c->pull.id);
+    send_reply(c, KVS_WIRE_HDR_LEN + (size_t)c->pull.count * KVS_WIRE_STATUS_LEN);
+}
+
+/*
+ * PULL: reserves a slot per key (a reservation lease, so that expiry and a
+ * cut connection abort it), then posts one chain of RDMA READs from the
+ * client's addresses into the slots; reads adjacent on both sides share one
+ * READ. The last READ is signaled; its completion runs pull_finish. The
+ * addresses are the client's own memory: a bad one fails the READ, which
+ * cuts only this connection.
+ */
+static void handle_pull(struct rconn *c, const struct kvs_wire_hdr *h, const uint8_t *body)
+{
+    struct kvs_server *srv = c->r->srv;
+    struct kvs_store *st = srv->store;
+    uint8_t *pool = kvs_pool_base(kvs_store_pool(st));
+    size_t pool_size = kvs_pool_size(kvs_store_pool(st));
+    if (h->count > PULL_MAX) {
+        reply_error_and_kill(c, h->id, -EMSGSIZE, "too many keys for one rdma pull");
+        return;
+    }
+    c->pull.id = h->id;
+    c->pull.count = h->count;
+    struct ibv_send_wr *wrs = c->pull.wrs;
+    struct ibv_sge *sges = c->pull.sges;
+    uint32_t nwr = 0;
+    uint64_t rnext = 0;
+    size_t off = 0;
+    for (uint32_t i = 0; i < h->count; i++) {
+        struct kvs_wire_entry e;
+        c->pull.tokens[i] = TOKEN_FREE;
+        c->pull.status[i] = 0;
+        if (h->body_len - off < KVS_WIRE_ENTRY_LEN || kvs_wire_entry_decode(body + off, &e) < 0 ||
+            h->body_len - off - KVS_WIRE_ENTRY_LEN < (size_t)e.klen + KVS_WIRE_PULL_SRC_LEN) {
+            reply_error_and_kill(c, h->id, -EBADMSG, "malformed rdma pull entry");
+            return;
+        }
+        const uint8_t *key = body + off + KVS_WIRE_ENTRY_LEN;
+        uint64_t raddr = kvs_get_u64(key + e.klen);
+        uint32_t rkey = kvs_get_u32(key + e.klen + 8);
+        off += KVS_WIRE_ENTRY_LEN + e.klen + KVS_WIRE_PULL_SRC_LEN;
+        srv->counters.keys[KVS_OP_PUT]++;
+        if (c->free_head == TOKEN_FREE) {
+            c->pull.status[i] = -ENOSPC;
+            continue;
+        }
+        if (e.len > srv->limits.max_object) {
+            srv->counters.put_too_big++;
+            c->pull.status[i] = -E2BIG;
+            continue;
+        }
+        struct kvs_item *it = NULL;
+        int32_t status = kvs_store_reserve(st, key, e.klen, e.len, &it);
+        if (status < 0) {
+            if (status == -ENOSPC) srv->counters.put_no_space++;
+            c->pull.status[i] = status;
+            continue;
+        }
+        uint8_t *data = kvs_item_data(st, it);
+        if (data < pool || (size_t)(data - pool) + e.len > pool_size) {
+            kvs_store_abort(st, it);
+            c->pull.status[i] = -EIO;
+            continue;
+        }
+        c->pull.tokens[i] = lease_take(c, it, LEASE_RESERVE);
+        c->r->ctr.reserves++;
+        if (e.len == 0) continue;
+        uintptr_t laddr = (uintptr_t)data;
+        if (nwr > 0) {
+            struct ibv_send_wr *w = &wrs[nwr - 1];
+            if (w->wr.rdma.rkey == rkey && rnext == raddr &&
+                w->sg_list->addr + w->sg_list->length == laddr &&
+                (uint64_t)w->sg_list->length + e.len <= UINT32_MAX) {
+                w->sg_list->length += e.len;
+                rnext += e.len;
+                continue;
+            }
+            w->next = &wrs[nwr];
+        }
+        sges[nwr] = (struct ibv_sge){.addr = laddr, .length = e.len, .lkey = c->r->pool_mr->lkey};
+        wrs[nwr] = (struct ibv_send_wr){.sg_list = &sges[nwr],
+                                        .num_sge = 1,
+                                        .opcode = IBV_WR_RDMA_READ,
+                                        .wr.rdma = {.remote_addr = raddr, .rkey = rkey}};
+        rnext = raddr + e.len;
+        nwr++;
+    }
+    if (off != h->body_len) {
+        reply_error_and_kill(c, h->id, -EBADMSG, "trailing bytes in rdma pull");
+        return;
+    }
+    srv->counters.requests[KVS_OP_PUT]++;
+    c->r->ctr.pulls++;
+    if (nwr == 0) { /* nothing to read (every key failed, or empty values) */
+        pull_finish(c);
+        return;
+    }
+    wrs[nwr - 1].next = NULL;
+    wrs[nwr - 1].wr_id = PULL_WR_ID;
+    wrs[nwr - 1].send_flags = IBV_SEND_SIGNALED;
+    struct ibv_send_wr *bad;
+    if (ibv_post_send(c->id->qp, wrs, &bad) != 0) {
+        conn_kill(c, "ibv_post_send of a pull failed");
+        return;
+    }
+    c->pull.pending = 1;
+}
+
 /* Any other frame: through the same protocol state machine as TCP. */
 static void handle_proto(struct rconn *c, const uint8_t *msg, size_t len)
 {
@@ -610,6 +771,11 @@ static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
         return;
     }
     const uint8_t *body = msg + KVS_WIRE_HDR_LEN;
+    if (c->pull.pending) {
+        /* The client waits for a PULL's reply before it sends again; its reply would be lost. */
+        conn_kill(c, "rdma message while a pull is in flight");
+        return;
+    }
     if (!kvs_proto_authenticated(c->proto)) {
         /*
          * With --auth-file, nothing hands out a slot (or an rkey) before AUTH:
@@ -632,6 +798,9 @@ static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
     case KVS_OP_RDMA_COMMIT:
     case KVS_OP_RDMA_RELEASE:
         handle_tokens(c, &h, body);
+        break;
+    case KVS_OP_RDMA_PULL:
+        handle_pull(c, &h, body);
         break;
     default:
         handle_proto(c, msg, len);
@@ -695,6 +864,10 @@ static void cq_events(struct kvs_rdma *r)
             if (c->closing) {
                 /* Its last reply has left: cut it now. Nothing it sent is served. */
                 if (wc[i].opcode != IBV_WC_RECV) conn_kill(c, c->closing);
+                continue;
+            }
+            if (wc[i].wr_id == PULL_WR_ID && c->pull.pending) {
+                pull_finish(c); /* RC: every READ before the signaled last one is done too */
                 continue;
             }
             if (wc[i].opcode != IBV_WC_RECV) continue;
@@ -820,6 +993,7 @@ int kvs_rdma_create(struct kvs_server *srv, const struct kvs_rdma_config *cfg,
         goto fail;
     }
     r->max_rd_atom = da.max_qp_rd_atom < 16 ? (uint32_t)da.max_qp_rd_atom : 16;
+    r->max_init_rd_atom = da.max_qp_init_rd_atom < 16 ? (uint32_t)da.max_qp_init_rd_atom : 16;
     r->pd = ibv_alloc_pd(r->verbs);
     if (!r->pd) {
         rc = fail_with(err, errlen, -errno, "ibv_alloc_pd");
@@ -900,6 +1074,7 @@ void kvs_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64
     line(text, "rdma_lease_expiries", k->lease_expiries);
     line(text, "rdma_messages_in", k->messages_in);
     line(text, "rdma_messages_out", k->messages_out);
+    line(text, "rdma_pulls", k->pulls);
 }
 
 const struct kvs_rdma_counters *kvs_rdma_counters(const struct kvs_rdma *r)

@@ -32,6 +32,7 @@ struct kvs_rdma_counters {
     uint64_t bad_tokens;     /* COMMIT/RELEASE naming no live reservation/lease of the conn */
     uint64_t lease_expiries; /* connections cut because a lease outlived lease_ms */
     uint64_t messages_in, messages_out;
+    uint64_t pulls; /* PULL messages (puts whose values the server READ) */
 };
 
 /*

@@ -2,12 +2,20 @@
  * rdma.c - the RDMA transport (librdmacm + libibverbs): one RC queue pair
  * per (client, server); values move one-sided (docs/rdma.md).
  *
- *   put batch: RESERVE (control round trip: the server reserves a slot per
- *              key and answers addr/rkey/token), then ONE ibv_post_send of
- *              the chain  WRITE ... WRITE, SEND(COMMIT). RC delivers the
- *              SEND after the WRITEs before it, so when the server sees
- *              COMMIT every value has landed; it links the items and
- *              answers a status per key. 2 round trips per batch.
+ *   put batch: values up to KVS_RDMA_PULL_MAX (default 64 KiB) as PULL:
+ *              ONE SEND naming, per key, where its value lies in the
+ *              client's registered memory (bounce buffer or a
+ *              kvs_register_buffer region); the server reserves the slots,
+ *              RDMA READs the values into them, commits and answers a
+ *              status per key. 1 round trip per batch.
+ *              Larger values (where one READ's response burst overruns
+ *              soft-RoCE, and a round trip matters less), or all with
+ *              KVS_RDMA_PULL_MAX=0: RESERVE (control round trip: the
+ *              server reserves a slot per key and answers addr/rkey/token),
+ *              then ONE ibv_post_send of the chain  WRITE ... WRITE,
+ *              SEND(COMMIT). RC delivers the SEND after the WRITEs before
+ *              it, so when the server sees COMMIT every value has landed; it
+ *              links the items and answers a status per key. 2 round trips.
  *   get batch: LEASE (the server pins each key's item, answers addr/rkey/
  *              len/token), then ONE ibv_post_send of  READ ... READ,
  *              SEND(RELEASE) with IBV_SEND_FENCE on the SEND so that the
@@ -45,16 +53,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CTRL_MAX     (128u * 1024) /* one control message (as server/rdma.c) */
-#define NRECV        4
-#define SQ_DEPTH     1024
-#define MAX_SGE      16
-#define INLINE_WANT  256
-#define RD_ATOM_MAX  16
-#define CHUNK_KEYS   2048        /* keys per RESERVE/LEASE message */
-#define BOUNCE_CHUNK (16u << 20) /* bounce bytes per chunk (one value may exceed it) */
-#define BACKOFF_MS   200
-#define TOKEN_NONE   UINT32_MAX
+#define CTRL_MAX         (128u * 1024) /* one control message (as server/rdma.c) */
+#define NRECV            4
+#define SQ_DEPTH         1024
+#define MAX_SGE          16
+#define INLINE_WANT      256
+#define RD_ATOM_MAX      16
+#define CHUNK_KEYS       2048        /* keys per RESERVE/LEASE message */
+#define BOUNCE_CHUNK     (16u << 20) /* bounce bytes per chunk (one value may exceed it) */
+#define BACKOFF_MS       200
+#define TOKEN_NONE       UINT32_MAX
+#define PULL_MAX_DEFAULT (64u << 10) /* largest put value sent as PULL */
+/* Values' memory: local access, and remote READ so that kvstored can PULL puts from it. */
+#define LOCAL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
 
 struct ureg {
     void *ptr;
@@ -100,7 +111,9 @@ struct kvs_conn {
     int reply_idx;                 /* receive buffer holding the reply, or -1 */
     uint32_t reply_len;
     uint32_t stall_ms;  /* KVS_RDMA_TEST_STALL_MS: test hook, sleep between the two round trips */
-    uint32_t token_xor; /* KVS_RDMA_TEST_TOKEN_XOR: test hook, names tokens it was not given */
+    uint32_t token_xor; /* KVS_RDMA_TEST_TOKEN_XOR: test hook, names tokens (PULL: rkeys) it was not
+                           given */
+    uint32_t pull_max;  /* KVS_RDMA_PULL_MAX: larger put values take RESERVE + WRITEs/COMMIT */
     atomic_uint_fast64_t doorbells, wrs, cqes, round_trips, bounce_bytes, zero_copy_bytes,
         reconnects, split_chains;
     /* Where a put/get batch's time goes (microseconds, summed over chunks). */
@@ -185,7 +198,7 @@ static int bounce_reserve(struct kvs_conn *c, size_t need)
         size *= 2;
     uint8_t *b;
     if (posix_memalign((void **)&b, 4096, size) != 0) return -ENOMEM;
-    struct ibv_mr *mr = ibv_reg_mr(c->pd, b, size, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *mr = ibv_reg_mr(c->pd, b, size, LOCAL_ACCESS);
     if (!mr) {
         free(b);
         return -ENOMEM;
@@ -558,11 +571,13 @@ static int open_connection(struct kvs_conn *c)
     for (int i = 0; i < NRECV; i++)
         if ((rc = post_recv(c, i)) < 0) goto out;
     for (struct ureg *u = c->regs; u; u = u->next)
-        u->mr = ibv_reg_mr(c->pd, u->ptr, u->len, IBV_ACCESS_LOCAL_WRITE);
+        u->mr = ibv_reg_mr(c->pd, u->ptr, u->len, LOCAL_ACCESS);
     struct rdma_conn_param p = {
         .initiator_depth =
             (uint8_t)(da.max_qp_init_rd_atom < RD_ATOM_MAX ? da.max_qp_init_rd_atom : RD_ATOM_MAX),
-        .responder_resources = 0,
+        /* kvstored READs put values from us (PULL). */
+        .responder_resources =
+            (uint8_t)(da.max_qp_rd_atom < RD_ATOM_MAX ? da.max_qp_rd_atom : RD_ATOM_MAX),
         .retry_count = 7,
         .rnr_retry_count = 7};
     if (rdma_connect(c->id, &p) != 0) {
@@ -639,13 +654,15 @@ static void fail_keys(struct kvs_key_io *k, uint32_t n, int status)
         k[i].status = status;
 }
 
-/* How many keys from k[0..n) go in one RESERVE/LEASE message (at least one). */
-static uint32_t chunk_size(struct kvs_conn *c, const struct kvs_key_io *k, uint32_t n, int put)
+/* How many keys from k[0..n) go in one RESERVE/LEASE/PULL message (at least one). */
+static uint32_t chunk_size(struct kvs_conn *c, const struct kvs_key_io *k, uint32_t n, int put,
+                           int pull)
 {
     size_t bytes = KVS_WIRE_HDR_LEN, bounce = 0;
-    uint32_t i = 0;
-    for (; i < n && i < CHUNK_KEYS; i++) {
-        size_t e = KVS_WIRE_ENTRY_LEN + k[i].klen;
+    uint32_t i = 0, max = pull ? KVS_WIRE_PULL_MAX_KEYS : CHUNK_KEYS;
+    for (; i < n && i < max; i++) {
+        if (pull && i > 0 && k[i].len > c->pull_max) break; /* that one takes RESERVE */
+        size_t e = KVS_WIRE_ENTRY_LEN + k[i].klen + (pull ? KVS_WIRE_PULL_SRC_LEN : 0);
         size_t b = find_reg(c, put ? k[i].val : k[i].buf, k[i].len) ? 0 : k[i].len;
         if (i > 0 && (bytes + e > CTRL_MAX || bounce + b > BOUNCE_CHUNK)) break;
         bytes += e;
@@ -680,6 +697,57 @@ static int copy_puts_in(struct kvs_conn *c, const struct kvs_key_io *k, uint32_t
     }
     atomic_fetch_add(&c->copy_us, elapsed_us(t0));
     return 0;
+}
+
+/*
+ * One chunk of a put batch as PULL: values outside registered memory are
+ * copied into the bounce buffer, then one SEND tells the server where each
+ * value lies; it READs them into the slots it reserved, commits, and
+ * answers a status per key. One round trip. Returns 0, or a transport
+ * error (the connection is then unusable).
+ */
+static int do_pull(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, uint64_t deadline)
+{
+    uint64_t *bounce_off = calloc(n ? n : 1, sizeof(*bounce_off));
+    if (!bounce_off) return -ENOMEM;
+    int rc = copy_puts_in(c, k, n, bounce_off);
+    if (rc < 0) goto out;
+    uint8_t *out = send_buf(c);
+    uint64_t id = ++c->next_id;
+    size_t len = KVS_WIRE_HDR_LEN;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t addr = (uintptr_t)k[i].val;
+        uint32_t rkey = 0;
+        if (bounce_off[i] != UINT64_MAX) {
+            addr = (uintptr_t)(c->bounce + bounce_off[i]);
+            rkey = c->bounce_mr->rkey;
+            atomic_fetch_add(&c->bounce_bytes, k[i].len);
+        } else if (k[i].len) {
+            rkey = find_reg(c, k[i].val, k[i].len)->rkey;
+            atomic_fetch_add(&c->zero_copy_bytes, k[i].len);
+        }
+        kvs_wire_entry_encode(out + len, (uint16_t)k[i].klen, (uint32_t)k[i].len);
+        memcpy(out + len + KVS_WIRE_ENTRY_LEN, k[i].key, k[i].klen);
+        len += KVS_WIRE_ENTRY_LEN + k[i].klen;
+        kvs_put_u64(out + len, addr);
+        kvs_put_u32(out + len + 8, rkey ^ c->token_xor); /* test hook: a wrong rkey */
+        len += KVS_WIRE_PULL_SRC_LEN;
+    }
+    put_hdr(out, KVS_OP_RDMA_PULL, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
+    uint64_t t0 = kvs_now_ns();
+    rc = post_chain_and_call(c, NULL, 0, len, 0, deadline);
+    atomic_fetch_add(&c->chain_wait_us, elapsed_us(t0));
+    if (rc < 0) goto out;
+    uint32_t blen;
+    const uint8_t *body = take_reply(c, KVS_OP_RDMA_PULL, id, n, KVS_WIRE_STATUS_LEN, &blen, &rc);
+    if (!body) goto out;
+    for (uint32_t i = 0; i < n; i++) {
+        k[i].status = (int32_t)kvs_get_u32(body + (size_t)i * KVS_WIRE_STATUS_LEN);
+        if (k[i].status == 0) k[i].vlen = k[i].len;
+    }
+out:
+    free(bounce_off);
+    return rc;
 }
 
 /*
@@ -853,6 +921,7 @@ static int rdma_create(const struct kvs_endpoint *ep, const struct kvs_transport
     c->reply_idx = -1;
     c->stall_ms = env_u32("KVS_RDMA_TEST_STALL_MS", 0, 0, 600000);
     c->token_xor = env_u32("KVS_RDMA_TEST_TOKEN_XOR", 0, 0, UINT32_MAX);
+    c->pull_max = env_u32("KVS_RDMA_PULL_MAX", PULL_MAX_DEFAULT, 0, UINT32_MAX);
     pthread_mutex_init(&c->mu, NULL);
     if (c->autosel) {
         int rc = kvs_tcp_transport.create(ep, cfg, &c->tcp);
@@ -938,12 +1007,16 @@ static void rdma_submit(struct kvs_conn *c, struct kvs_req *req)
         int sided = put || req->opcode == KVS_OP_GET;
         while (done < req->n) {
             struct kvs_key_io *k = req->keys + done;
-            uint32_t m = chunk_size(c, k, req->n - done, put);
+            int pull = put && c->pull_max && k[0].len <= c->pull_max;
+            uint32_t m = chunk_size(c, k, req->n - done, put, pull);
             if (!sided) {
                 uint32_t cap = (CTRL_MAX - KVS_WIRE_HDR_LEN) / KVS_WIRE_STATUS_LEN;
                 if (m > cap) m = cap;
             }
-            rc = sided ? do_chunk(c, k, m, put, deadline) : do_plain(c, req, k, m, deadline);
+            if (pull)
+                rc = do_pull(c, k, m, deadline);
+            else
+                rc = sided ? do_chunk(c, k, m, put, deadline) : do_plain(c, req, k, m, deadline);
             if (rc < 0) break;
             done += m;
         }
@@ -1000,7 +1073,7 @@ static int rdma_reg_mem(struct kvs_conn *c, void *ptr, size_t len)
     pthread_mutex_lock(&c->mu);
     int rc = 0;
     if (c->up) {
-        u->mr = ibv_reg_mr(c->pd, ptr, len, IBV_ACCESS_LOCAL_WRITE);
+        u->mr = ibv_reg_mr(c->pd, ptr, len, LOCAL_ACCESS);
         if (!u->mr) rc = errno ? -errno : -ENOMEM;
     }
     if (rc == 0) {

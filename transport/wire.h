@@ -65,6 +65,13 @@ enum kvs_wire_opcode {
      * reply body: the server's MAC (KVS_WIRE_MAC_LEN).
      */
     KVS_OP_AUTH = 11,
+    /*
+     * RDMA only, a put in one round trip: entries as PUT without the value,
+     * each followed by u64 addr | u32 rkey (KVS_WIRE_PULL_SRC_LEN): where the
+     * server RDMA READs the value from. The server reserves, READs, commits;
+     * reply entries: i32 status | u32 0.
+     */
+    KVS_OP_RDMA_PULL = 12,
     KVS_OP_ERROR = 0x7f, /* reply only: body is i32 status | text */
     KVS_OP_REPLY = 0x80, /* flag or-ed into a reply's opcode */
 };
@@ -95,8 +102,10 @@ struct kvs_wire_status {
  * | u64 addr | u32 rkey | u32 len. addr/rkey name the slot in the server's
  * registered pool; token names the reservation or lease in COMMIT/RELEASE.
  */
-#define KVS_WIRE_SLOT_LEN  24
-#define KVS_WIRE_TOKEN_LEN 8 /* COMMIT / RELEASE entry */
+#define KVS_WIRE_SLOT_LEN      24
+#define KVS_WIRE_TOKEN_LEN     8   /* COMMIT / RELEASE entry */
+#define KVS_WIRE_PULL_SRC_LEN  12  /* PULL: u64 addr | u32 rkey after each key */
+#define KVS_WIRE_PULL_MAX_KEYS 256 /* keys per PULL message */
 struct kvs_wire_slot {
     int32_t status;
     uint32_t token;

@@ -277,11 +277,25 @@ static void check_values(uint8_t *const bufs[], uint32_t n, size_t len, const ch
     }
 }
 
-/* Batch 32: RESERVE + one chain (WRITEs + COMMIT) = 2 doorbells; the same for gets. */
+/* A connection whose puts take the two-round-trip path (RESERVE, then WRITEs + COMMIT). */
+static struct kvs_conn *open_conn_reserve(void)
+{
+    setenv("KVS_RDMA_PULL_MAX", "0", 1);
+    struct kvs_conn *conn = open_conn();
+    unsetenv("KVS_RDMA_PULL_MAX");
+    return conn;
+}
+
+/*
+ * Batch 32: a put is one PULL (1 doorbell, 1 WR, 1 round trip), or with
+ * KVS_RDMA_PULL_MAX=0 RESERVE + one chain (WRITEs + COMMIT) = 2 doorbells;
+ * a get is LEASE + one chain (READs + RELEASE) = 2 doorbells.
+ */
 static void test_doorbells_per_batch(void **state)
 {
     (void)state;
     struct kvs_conn *conn = open_conn();
+    struct kvs_conn *rconn = open_conn_reserve();
     enum { N = 32 };
     const size_t len = 4096;
     uint8_t *bufs[N];
@@ -298,16 +312,35 @@ static void test_doorbells_per_batch(void **state)
         assert_int_equal(st[i], 0);
     check_values(bufs, N, len, "bell", 3);
     struct counters d = read_counters(conn);
-    assert_int_equal(b.doorbells - a.doorbells, 2);
-    assert_int_equal(b.round_trips - a.round_trips, 2);
+    assert_int_equal(b.doorbells - a.doorbells, 1);
+    assert_int_equal(b.wrs - a.wrs, 1);
+    assert_int_equal(b.round_trips - a.round_trips, 1);
     assert_int_equal(d.doorbells - b.doorbells, 2);
-    printf("# batch %d x %zu B: put %llu doorbells %llu WRs, get %llu doorbells %llu WRs "
-           "(post_send per op %.4f)\n",
+    assert_int_equal(d.round_trips - b.round_trips, 2);
+
+    kvt_fill_value(bufs[0], len, "bell-0", 4); /* the reserve path writes what a get then sees */
+    struct counters ra = read_counters(rconn);
+    run_batch(rconn, KVS_OP_PUT, "bell", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    struct counters rb = read_counters(rconn);
+    assert_int_equal(rb.doorbells - ra.doorbells, 2);
+    assert_int_equal(rb.round_trips - ra.round_trips, 2);
+    memset(region, 0, (size_t)N * len);
+    run_batch(conn, KVS_OP_GET, "bell", 1, bufs, len, st);
+    assert_int_equal(st[0], 0);
+    check_values(bufs, 1, len, "bell", 4);
+    printf("# batch %d x %zu B: put (pull) %llu doorbells %llu WRs, put (reserve) %llu doorbells "
+           "%llu WRs, get %llu doorbells %llu WRs (post_send per op %.4f pull+get, %.4f "
+           "reserve+get)\n",
            N, len, (unsigned long long)(b.doorbells - a.doorbells),
-           (unsigned long long)(b.wrs - a.wrs), (unsigned long long)(d.doorbells - b.doorbells),
-           (unsigned long long)(d.wrs - b.wrs), (double)(d.doorbells - a.doorbells) / (2.0 * N));
+           (unsigned long long)(b.wrs - a.wrs), (unsigned long long)(rb.doorbells - ra.doorbells),
+           (unsigned long long)(rb.wrs - ra.wrs), (unsigned long long)(d.doorbells - b.doorbells),
+           (unsigned long long)(d.wrs - b.wrs), (double)(d.doorbells - a.doorbells) / (2.0 * N),
+           (double)(rb.doorbells - ra.doorbells + d.doorbells - b.doorbells) / (2.0 * N));
     free(region);
     kvs_rdma_transport.destroy(conn);
+    kvs_rdma_transport.destroy(rconn);
 }
 
 /*
@@ -376,6 +409,24 @@ static void test_bounce_vs_registered(void **state)
     assert_int_equal(d.bounce - b.bounce, 0);
     assert_true(d.wrs - b.wrs <= N + 2);
 
+    /* A put from registered memory: the server READs the values straight from it. */
+    for (int i = 0; i < N; i++) {
+        char key[40];
+        snprintf(key, sizeof(key), "reg-%d", i);
+        kvt_fill_value(bufs[i], len, key, 10);
+    }
+    run_batch(conn, KVS_OP_PUT, "reg", N, bufs, len, st);
+    struct counters e = read_counters(conn);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    assert_int_equal(e.zero_copy - d.zero_copy, (uint64_t)N * len);
+    assert_int_equal(e.bounce - d.bounce, 0);
+    memset(region, 0, (size_t)N * len);
+    run_batch(conn, KVS_OP_GET, "reg", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, N, len, "reg", 10);
+
     assert_int_equal(kvs_rdma_transport.unreg_mem(conn, region), 0);
     assert_int_equal(kvs_rdma_transport.unreg_mem(conn, region), -ENOENT);
     free(region);
@@ -436,7 +487,7 @@ static void test_lease_expiry(void **state)
 {
     (void)state;
     setenv("KVS_RDMA_TEST_STALL_MS", "3000", 1);
-    struct kvs_conn *slow = open_conn();
+    struct kvs_conn *slow = open_conn_reserve();
     unsetenv("KVS_RDMA_TEST_STALL_MS");
     uint8_t *bufs[4];
     int32_t st[4];
@@ -474,7 +525,7 @@ static void test_bad_tokens(void **state)
     for (size_t x = 0; x < sizeof(xors) / sizeof(xors[0]); x++) {
         long long bad_before = server_stat("rdma_bad_tokens");
         setenv("KVS_RDMA_TEST_TOKEN_XOR", xors[x], 1);
-        struct kvs_conn *conn = open_conn();
+        struct kvs_conn *conn = open_conn_reserve();
         unsetenv("KVS_RDMA_TEST_TOKEN_XOR");
         uint8_t *bufs[4];
         int32_t st[4];
@@ -501,6 +552,42 @@ static void test_bad_tokens(void **state)
     assert_int_equal(pinned, 0);
 }
 
+/*
+ * A PULL naming memory the server cannot READ (a wrong rkey): its READ
+ * fails, which cuts only that connection; the keys fail with a connection
+ * error, nothing stays reserved, the keys never appear, and a
+ * well-behaved connection works at once.
+ */
+static void test_pull_bad_source(void **state)
+{
+    (void)state;
+    setenv("KVS_RDMA_TEST_TOKEN_XOR", "4660", 1); /* PULL: xors the rkeys it names */
+    struct kvs_conn *conn = open_conn();
+    unsetenv("KVS_RDMA_TEST_TOKEN_XOR");
+    uint8_t *bufs[4];
+    int32_t st[4];
+    uint8_t *region = carve(bufs, 4, 2048, 2048, "badsrc", 1);
+    run_batch(conn, KVS_OP_PUT, "badsrc", 4, bufs, 2048, st);
+    for (int i = 0; i < 4; i++)
+        if (st[i] != -ECONNRESET && st[i] != -EIO) fail_msg("key %d: %d", i, st[i]);
+    kvs_rdma_transport.destroy(conn);
+    long long pinned = -1;
+    for (int i = 0; i < 50 && pinned != 0; i++) {
+        pinned = server_stat("pinned_items");
+        if (pinned != 0) usleep(100 * 1000);
+    }
+    assert_int_equal(pinned, 0);
+    struct kvs_conn *good = open_conn();
+    run_batch(good, KVS_OP_GET, "badsrc", 4, bufs, 2048, st);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(st[i], -ENOENT);
+    run_batch(good, KVS_OP_PUT, "badsrc", 4, bufs, 2048, st);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(st[i], 0);
+    kvs_rdma_transport.destroy(good);
+    free(region);
+}
+
 /* A client killed between RESERVE and COMMIT: the server drops what it held. */
 static void test_client_dies_mid_transfer(void **state)
 {
@@ -511,6 +598,7 @@ static void test_client_dies_mid_transfer(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         setenv("KVS_RDMA_TEST_STALL_MS", "20000", 1);
+        setenv("KVS_RDMA_PULL_MAX", "0", 1);
         execl("/proc/self/exe", "test_rdma", "--dying-client", rdma_host, rdma_port, (char *)NULL);
         _exit(127);
     }
@@ -581,6 +669,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_adjacent_slices_merge),
         cmocka_unit_test(test_lease_expiry),
         cmocka_unit_test(test_bad_tokens),
+        cmocka_unit_test(test_pull_bad_source),
         cmocka_unit_test(test_client_dies_mid_transfer),
         cmocka_unit_test(test_server_killed),
     };
