@@ -1,6 +1,6 @@
 # bench.mk - kvbatch side by side with iperf3 (the link's limit) and Redis:
-#   make bench          full run (under ~10 min): $(BUILD)/bench/results.md + PNGs
-#   make bench-quick    the same, fewer sizes and windows (under ~2 min)
+#   make bench          full run (~10-15 min): $(BUILD)/bench/results.md + PNGs
+#   make bench-quick    the same, fewer sizes, windows and seconds (~3-4 min)
 .PHONY: bench bench-quick
 bench:
 	@scripts/deps.sh bench
