@@ -529,8 +529,10 @@ static int raw_slot(struct raw *r, uint8_t opcode, const char *key, uint32_t len
 {
     uint8_t body[KVS_WIRE_ENTRY_LEN + 64];
     size_t klen = strlen(key);
+    assert_true(klen > 0 && klen <= sizeof(body) - KVS_WIRE_ENTRY_LEN);
     kvs_wire_entry_encode(body, (uint16_t)klen, len);
-    memcpy(body + KVS_WIRE_ENTRY_LEN, key, klen);
+    for (size_t i = 0; i < klen; i++) /* wire keys carry no NUL */
+        body[KVS_WIRE_ENTRY_LEN + i] = (uint8_t)key[i];
     uint32_t rlen = 0;
     int op = raw_call(r, opcode, 1, body, (uint32_t)(KVS_WIRE_ENTRY_LEN + klen), &rlen);
     if (op != (opcode | KVS_OP_REPLY)) return op;
