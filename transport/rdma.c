@@ -570,8 +570,6 @@ static int open_connection(struct kvs_conn *c)
     if (!c->ctrl_mr) goto out;
     for (int i = 0; i < NRECV; i++)
         if ((rc = post_recv(c, i)) < 0) goto out;
-    for (struct ureg *u = c->regs; u; u = u->next)
-        u->mr = ibv_reg_mr(c->pd, u->ptr, u->len, LOCAL_ACCESS);
     struct rdma_conn_param p = {
         .initiator_depth =
             (uint8_t)(da.max_qp_init_rd_atom < RD_ATOM_MAX ? da.max_qp_init_rd_atom : RD_ATOM_MAX),
@@ -588,6 +586,14 @@ static int open_connection(struct kvs_conn *c)
     c->up = 1;
     c->sig_posted = c->sig_done = 0;
     if ((rc = say_hello(c, deadline)) < 0) goto out;
+    /*
+     * Only now, with the server's proof checked (when we hold a secret), do
+     * memory regions the server may READ (PULL) exist on this connection: an
+     * impostor cannot read registered buffers during the handshake, even by
+     * guessing an rkey. (The bounce buffer is registered on first use.)
+     */
+    for (struct ureg *u = c->regs; u; u = u->next)
+        u->mr = ibv_reg_mr(c->pd, u->ptr, u->len, LOCAL_ACCESS);
     freeaddrinfo(res);
     return 0;
 out:
