@@ -54,23 +54,27 @@ for i in $(seq 60); do grep -q "rdma listening" /tmp/kvstored.log && break; slee
 grep -q "rdma listening" /tmp/kvstored.log || { cat /tmp/kvstored.log; kill $SRV; exit 1; }
 URL="rdma://$A:$PORT"
 
-# put: the default (values <= 64 KiB as PULL, 1 round trip); put/rsv: the
-# same with KVS_RDMA_PULL_MAX=0 (RESERVE, then WRITEs + COMMIT: 2 round
-# trips), against the same ib_write_bw run.
+# put/pull: PULL (1 round trip, kvstored READs the values; the default for
+# chunks up to 256 KiB); put/rsv: RESERVE, then WRITEs + COMMIT (2 round
+# trips; the default above: both sizes here); both against one ib_write_bw run.
 echo "size    op       kvbatch_MBps  perftest_MBps  ratio (medians of $REPEAT interleaved rounds)"
 for size in 16384 65536; do
     ops=$((size == 16384 ? 3200 : 1280))
     keys=$((size == 16384 ? 512 : 256))
     rounds=$(for r in $(seq "$REPEAT"); do
         w=$(pt_once ib_write_bw $size $((ops / 2)))
-        p=$(KVB_RUNS=1 kvb put --servers "$URL" --mode batch --batch 32 --size $size --keys $keys --ops $ops)
+        # the two put paths in turn, first one then the other (order swapped each round)
+        [ $((r % 2)) = 1 ] && p=$(KVB_RUNS=1 KVB_ENV=KVS_RDMA_PULL_MAX=4294967295 kvb put --servers "$URL" \
+            --mode batch --batch 32 --size $size --keys $keys --ops $ops)
         q=$(KVB_RUNS=1 KVB_ENV=KVS_RDMA_PULL_MAX=0 kvb put --servers "$URL" --mode batch --batch 32 \
             --size $size --keys $keys --ops $ops)
+        [ $((r % 2)) = 0 ] && p=$(KVB_RUNS=1 KVB_ENV=KVS_RDMA_PULL_MAX=4294967295 kvb put --servers "$URL" \
+            --mode batch --batch 32 --size $size --keys $keys --ops $ops)
         rd=$(pt_once ib_read_bw $size $((ops / 2)))
         g=$(KVB_RUNS=1 kvb get --servers "$URL" --mode batch --batch 32 --size $size --keys $keys --ops $ops)
         echo "$w $p $q $rd $g"
     done)
-    echo "$rounds" | sed "s/^/  round (size $size): ib_write_bw B\/s, put ops\/s, put\/rsv ops\/s, ib_read_bw B\/s, get ops\/s: /" \
+    echo "$rounds" | sed "s/^/  round (size $size): ib_write_bw B\/s, put\/pull ops\/s, put\/rsv ops\/s, ib_read_bw B\/s, get ops\/s: /" \
         >>"$BUILD/rxe-bench.log"
     echo "$rounds" | awk -v s=$size '
         function med(a, n,   i, j, t) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n ? a[int(n / 2)] : 0 }
@@ -78,10 +82,10 @@ for size in 16384 65536; do
                   rp[n] = $1 > 0 ? $2 * s / $1 : 0; rq[n] = $1 > 0 ? $3 * s / $1 : 0; rg[n] = $4 > 0 ? $5 * s / $4 : 0
                   pq[n] = $3 > 0 ? $2 / $3 : 0; n++ }
         END {
-            printf "%-7d %-8s %12.1f %14.1f  %.2f\n", s, "put", med(p, n) / 1e6, med(w, n) / 1e6, med(rp, n)
+            printf "%-7d %-8s %12.1f %14.1f  %.2f\n", s, "put/pull", med(p, n) / 1e6, med(w, n) / 1e6, med(rp, n)
             printf "%-7d %-8s %12.1f %14.1f  %.2f\n", s, "put/rsv", med(q, n) / 1e6, med(w, n) / 1e6, med(rq, n)
             printf "%-7d %-8s %12.1f %14.1f  %.2f\n", s, "get", med(g, n) / 1e6, med(rd, n) / 1e6, med(rg, n)
-            printf "%-7d put/put-rsv per round: median %.2f\n", s, med(pq, n) }'
+            printf "%-7d put/pull over put/rsv per round: median %.2f\n", s, med(pq, n) }'
 done
 # Where a batch's time goes: more runs of the 16 KiB put batches, each way
 # in turn (REPEAT rounds), with the transport's counters (printed at
@@ -89,18 +93,18 @@ done
 echo "16 KiB put batch 32, per batch (us, medians): slot = RESERVE round trip (the copy-in in"
 echo "its shadow), chain = WRITEs + COMMIT, or the whole PULL round trip; copy = bounce copy-in"
 for r in $(seq "$REPEAT"); do
-    for pm in 65536 0; do
+    for pm in 4294967295 0; do
         KVS_RDMA_PULL_MAX=$pm KVSTORE_LOG=debug KVSTORE_TIMEOUT_MS=60000 timeout 300 "$BUILD/bin/kvbench" \
             put --servers "$URL" --mode batch --batch 32 --size 16384 --keys 512 --ops 3200 --quiet 2>&1 |
-            awk -v m=$([ $pm = 0 ] && echo put/rsv || echo put) '$3 == "slot_wait_us" { s = $4 }
+            awk -v m=$([ $pm = 0 ] && echo put/rsv || echo put/pull) '$3 == "slot_wait_us" { s = $4 }
                 $3 == "chain_wait_us" { w = $4 } $3 == "copy_us" { c = $4 }
                 END { print m, s / 100, w / 100, c / 100 }'
     done
 done | awk 'function med(a, n,   i, j, t) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n ? a[int(n / 2)] : 0 }
     { k = $1; i = n[k]++; S[k, i] = $2; W[k, i] = $3; C[k, i] = $4 }
-    END { split("put put/rsv", ks, " "); for (x = 1; x <= 2; x++) { k = ks[x]; m = n[k]
+    END { split("put/pull put/rsv", ks, " "); for (x = 1; x <= 2; x++) { k = ks[x]; m = n[k]
             for (i = 0; i < m; i++) { s1[i] = S[k, i]; w1[i] = W[k, i]; c1[i] = C[k, i] }
-            printf "  %-8s slot %6.0f  chain %6.0f  copy %5.0f  total %6.0f\n", k, med(s1, m), med(w1, m), med(c1, m), med(s1, m) + med(w1, m) + (k == "put" ? med(c1, m) : 0) } }'
+            printf "  %-8s slot %6.0f  chain %6.0f  copy %5.0f  total %6.0f\n", k, med(s1, m), med(w1, m), med(c1, m), med(s1, m) + med(w1, m) + (k == "put/pull" ? med(c1, m) : 0) } }'
 
 # 8 threads x 4 KiB single-key puts, without and with the shim, and the
 # explicit batch API, in interleaved rounds; medians.

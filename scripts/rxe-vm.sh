@@ -21,8 +21,9 @@
 # CMD sees KVS_RDMA_ADDR_A / KVS_RDMA_ADDR_B (the two ends' IPv4 addresses),
 # KVS_RDMA_DEV_A / KVS_RDMA_DEV_B (device names) and KVS_RXE_NET (veth or
 # dummy), runs from the caller's working directory, with `ulimit -l
-# unlimited`. Variables named KVS*, KVSTORE_*, KVBATCH_*, BUILD, SAN, TESTS
-# and TEST_TIMEOUT are passed through.
+# unlimited`. Variables named KVS*, KVSTORE_*, KVBATCH_*, BUILD, SAN, TESTS,
+# TEST_TIMEOUT, REPEAT (rxe-bench) and RDMA_SKIP_TESTS (rxe-tests) are passed
+# through.
 #
 # Root is required (debootstrap, chroot). Output comes back on a
 # virtio-serial port (the emulated 16550 is far too slow), the exit status
@@ -262,7 +263,7 @@ EOF
         local v
         for v in $(compgen -e); do
             case $v in
-            KVS* | KVSTORE_* | KVBATCH_* | BUILD | SAN | TESTS | TEST_TIMEOUT)
+            KVS* | KVSTORE_* | KVBATCH_* | BUILD | SAN | TESTS | TEST_TIMEOUT | REPEAT | RDMA_SKIP_TESTS)
                 [[ $v == KVBATCH_RXE_* ]] && continue
                 printf 'export %s=%q\n' "$v" "${!v}"
                 ;;

@@ -2,14 +2,15 @@
  * rdma.c - the RDMA transport (librdmacm + libibverbs): one RC queue pair
  * per (client, server); values move one-sided (docs/rdma.md).
  *
- *   put batch: values up to KVS_RDMA_PULL_MAX (default 64 KiB) as PULL:
- *              ONE SEND naming, per key, where its value lies in the
- *              client's registered memory (bounce buffer or a
- *              kvs_register_buffer region); the server reserves the slots,
- *              RDMA READs the values into them, commits and answers a
- *              status per key. 1 round trip per batch.
- *              Larger values (where one READ's response burst overruns
- *              soft-RoCE, and a round trip matters less), or all with
+ *   put batch: a chunk of at most KVS_RDMA_PULL_MAX value bytes (default
+ *              256 KiB, e.g. 32 x 4 KiB) as PULL: ONE SEND naming, per key,
+ *              where its value lies in the client's registered memory
+ *              (bounce buffer or a kvs_register_buffer region); the server
+ *              reserves the slots, RDMA READs the values into them, commits
+ *              and answers a status per key. 1 round trip per batch.
+ *              Larger chunks (where the round trip matters less than
+ *              the data, and soft-RoCE moves READs slower than WRITEs under
+ *              load and lost a 3 MiB READ's connection), or all with
  *              KVS_RDMA_PULL_MAX=0: RESERVE (control round trip: the
  *              server reserves a slot per key and answers addr/rkey/token),
  *              then ONE ibv_post_send of the chain  WRITE ... WRITE,
@@ -63,7 +64,7 @@
 #define BOUNCE_CHUNK     (16u << 20) /* bounce bytes per chunk (one value may exceed it) */
 #define BACKOFF_MS       200
 #define TOKEN_NONE       UINT32_MAX
-#define PULL_MAX_DEFAULT (64u << 10) /* largest put value sent as PULL */
+#define PULL_MAX_DEFAULT (256u << 10) /* largest put chunk (value bytes) sent as PULL */
 /* Values' memory: local access, and remote READ so that kvstored can PULL puts from it. */
 #define LOCAL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
 
@@ -113,7 +114,7 @@ struct kvs_conn {
     uint32_t stall_ms;  /* KVS_RDMA_TEST_STALL_MS: test hook, sleep between the two round trips */
     uint32_t token_xor; /* KVS_RDMA_TEST_TOKEN_XOR: test hook, names tokens (PULL: rkeys) it was not
                            given */
-    uint32_t pull_max;  /* KVS_RDMA_PULL_MAX: larger put values take RESERVE + WRITEs/COMMIT */
+    uint32_t pull_max;  /* KVS_RDMA_PULL_MAX: larger put chunks take RESERVE + WRITEs/COMMIT */
     atomic_uint_fast64_t doorbells, wrs, cqes, round_trips, bounce_bytes, zero_copy_bytes,
         reconnects, split_chains;
     /* Where a put/get batch's time goes (microseconds, summed over chunks). */
@@ -667,7 +668,6 @@ static uint32_t chunk_size(struct kvs_conn *c, const struct kvs_key_io *k, uint3
     size_t bytes = KVS_WIRE_HDR_LEN, bounce = 0;
     uint32_t i = 0, max = pull ? KVS_WIRE_PULL_MAX_KEYS : CHUNK_KEYS;
     for (; i < n && i < max; i++) {
-        if (pull && i > 0 && k[i].len > c->pull_max) break; /* that one takes RESERVE */
         size_t e = KVS_WIRE_ENTRY_LEN + k[i].klen + (pull ? KVS_WIRE_PULL_SRC_LEN : 0);
         size_t b = find_reg(c, put ? k[i].val : k[i].buf, k[i].len) ? 0 : k[i].len;
         if (i > 0 && (bytes + e > CTRL_MAX || bounce + b > BOUNCE_CHUNK)) break;
@@ -675,6 +675,15 @@ static uint32_t chunk_size(struct kvs_conn *c, const struct kvs_key_io *k, uint3
         bounce += b;
     }
     return i;
+}
+
+/* The value bytes of k[0..n). */
+static uint64_t chunk_bytes(const struct kvs_key_io *k, uint32_t n)
+{
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += k[i].len;
+    return sum;
 }
 
 /*
@@ -1013,8 +1022,10 @@ static void rdma_submit(struct kvs_conn *c, struct kvs_req *req)
         int sided = put || req->opcode == KVS_OP_GET;
         while (done < req->n) {
             struct kvs_key_io *k = req->keys + done;
-            int pull = put && c->pull_max && k[0].len <= c->pull_max;
-            uint32_t m = chunk_size(c, k, req->n - done, put, pull);
+            uint32_t m = chunk_size(c, k, req->n - done, put, 0);
+            /* A put chunk whose values are small in all takes PULL (docs/rdma.md). */
+            int pull = put && c->pull_max && chunk_bytes(k, m) <= c->pull_max;
+            if (pull) m = chunk_size(c, k, m, put, 1);
             if (!sided) {
                 uint32_t cap = (CTRL_MAX - KVS_WIRE_HDR_LEN) / KVS_WIRE_STATUS_LEN;
                 if (m > cap) m = cap;
