@@ -743,7 +743,7 @@ static void handle_proto(struct rconn *c, const uint8_t *msg, size_t len)
     if (taken < len || kvs_proto_closing(c->proto)) {
         const char *why = kvs_proto_authenticated(c->proto)
                               ? "protocol error"
-                              : "not authenticated (HELLO, then AUTH)";
+                              : "refused: a wrong AUTH, or a request before AUTH";
         if (n)
             conn_close_after_reply(c, why);
         else

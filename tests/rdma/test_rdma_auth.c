@@ -581,7 +581,10 @@ static void assert_refused_reply(struct raw *r, int op)
     assert_int_equal((int32_t)kvs_get_u32(raw_recv_buf(r) + KVS_WIRE_HDR_LEN), -EACCES);
 }
 
-/* RESERVE or LEASE before AUTH: ERROR -EACCES, no slot, then the connection is cut. */
+/*
+ * RESERVE or LEASE before AUTH: ERROR -EACCES, no slot, then the connection
+ * is cut; COMMIT, RELEASE, PULL and STATS before AUTH: ERROR -EACCES too.
+ */
 static void test_raw_request_before_auth(void **state)
 {
     (void)state;
@@ -605,7 +608,20 @@ static void test_raw_request_before_auth(void **state)
     struct kvs_wire_slot slot = {0};
     assert_refused_reply(r, raw_slot(r, KVS_OP_RDMA_RESERVE, "x", 16, &slot));
     raw_close(r);
-    assert_true(server_stat("auth_failures") >= fail_before + 3);
+    /* The other RDMA opcodes and STATS, after HELLO: refused before their body is looked at. */
+    static const uint8_t others[] = {KVS_OP_RDMA_COMMIT, KVS_OP_RDMA_RELEASE, KVS_OP_RDMA_PULL,
+                                     KVS_OP_STATS};
+    for (size_t i = 0; i < sizeof(others); i++) {
+        r = raw_connect();
+        raw_hello(r, NULL);
+        uint8_t token[KVS_WIRE_TOKEN_LEN] = {0};
+        uint32_t len;
+        int with_body = others[i] != KVS_OP_STATS;
+        assert_refused_reply(r, raw_call(r, others[i], with_body, with_body ? token : NULL,
+                                         with_body ? sizeof(token) : 0, &len));
+        raw_close(r);
+    }
+    assert_true(server_stat("auth_failures") >= fail_before + 7);
 }
 
 /*
