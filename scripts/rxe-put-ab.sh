@@ -39,11 +39,14 @@ for r in $(seq "$REPEAT"); do
         fi
         echo "round $r $name pull ${p:-0} rsv ${q:-0}"
     done
-done | tee /dev/stderr | awk '
+done >/tmp/rxe-put-ab.rounds
+cat /tmp/rxe-put-ab.rounds
+awk '
     function med(a, n,   i, j, t) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n ? a[int(n / 2)] : 0 }
     $7 > 0 { k = $3; r[k, n[k]++] = $5 / $7 }
     END { split("s4k8t b4k b16k", ks, " "); for (x = 1; x <= 3; x++) { k = ks[x]; m = n[k]
             for (i = 0; i < m; i++) v[i] = r[k, i]
-            printf "%-6s PULL/RESERVE per round: median %.2f (%d rounds)\n", k, med(v, m), m } }'
+            printf "%-6s PULL/RESERVE per round: median %.2f (%d rounds)\n", k, med(v, m), m } }' \
+    /tmp/rxe-put-ab.rounds
 kill $SRV
 wait $SRV 2>/dev/null
