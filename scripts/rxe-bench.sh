@@ -10,7 +10,7 @@
 #   - single-key vs shim-batched ops/s, 8 threads x 4 KiB.
 # Under a loaded host the speed of the emulated VM drifts from second to
 # second, so the goodput rows are taken in interleaved rounds: each round
-# runs ib_write_bw, kvbench put (PULL), kvbench put with KVS_RDMA_PULL_MAX=0
+# runs ib_write_bw, kvbench put (PULL), kvbench put with KVSTORE_RDMA_PULL_MAX=0
 # (RESERVE + WRITEs), ib_read_bw and kvbench get once each, back to back;
 # a ratio is computed per round, and the medians over REPEAT rounds are
 # printed (ratios: median of the per-round ratios). Bytes/s are computed as
@@ -64,11 +64,11 @@ for size in 16384 65536; do
     rounds=$(for r in $(seq "$REPEAT"); do
         w=$(pt_once ib_write_bw $size $((ops / 2)))
         # the two put paths in turn, first one then the other (order swapped each round)
-        [ $((r % 2)) = 1 ] && p=$(KVB_RUNS=1 KVB_ENV=KVS_RDMA_PULL_MAX=4294967295 kvb put --servers "$URL" \
+        [ $((r % 2)) = 1 ] && p=$(KVB_RUNS=1 KVB_ENV=KVSTORE_RDMA_PULL_MAX=4294967295 kvb put --servers "$URL" \
             --mode batch --batch 32 --size $size --keys $keys --ops $ops)
-        q=$(KVB_RUNS=1 KVB_ENV=KVS_RDMA_PULL_MAX=0 kvb put --servers "$URL" --mode batch --batch 32 \
+        q=$(KVB_RUNS=1 KVB_ENV=KVSTORE_RDMA_PULL_MAX=0 kvb put --servers "$URL" --mode batch --batch 32 \
             --size $size --keys $keys --ops $ops)
-        [ $((r % 2)) = 0 ] && p=$(KVB_RUNS=1 KVB_ENV=KVS_RDMA_PULL_MAX=4294967295 kvb put --servers "$URL" \
+        [ $((r % 2)) = 0 ] && p=$(KVB_RUNS=1 KVB_ENV=KVSTORE_RDMA_PULL_MAX=4294967295 kvb put --servers "$URL" \
             --mode batch --batch 32 --size $size --keys $keys --ops $ops)
         rd=$(pt_once ib_read_bw $size $((ops / 2)))
         g=$(KVB_RUNS=1 kvb get --servers "$URL" --mode batch --batch 32 --size $size --keys $keys --ops $ops)
@@ -94,7 +94,7 @@ echo "16 KiB put batch 32, per batch (us, medians): slot = RESERVE round trip (t
 echo "its shadow), chain = WRITEs + COMMIT, or the whole PULL round trip; copy = bounce copy-in"
 for r in $(seq "$REPEAT"); do
     for pm in 4294967295 0; do
-        KVS_RDMA_PULL_MAX=$pm KVSTORE_LOG=debug KVSTORE_TIMEOUT_MS=60000 timeout 300 "$BUILD/bin/kvbench" \
+        KVSTORE_RDMA_PULL_MAX=$pm KVSTORE_LOG=debug KVSTORE_TIMEOUT_MS=60000 timeout 300 "$BUILD/bin/kvbench" \
             put --servers "$URL" --mode batch --batch 32 --size 16384 --keys 512 --ops 3200 --quiet 2>&1 |
             awk -v m=$([ $pm = 0 ] && echo put/rsv || echo put/pull) '$3 == "slot_wait_us" { s = $4 }
                 $3 == "chain_wait_us" { w = $4 } $3 == "copy_us" { c = $4 }

@@ -1,8 +1,8 @@
 #!/bin/sh
 # rxe-put-ab.sh - the two RDMA put paths side by side, inside the soft-RoCE
 # VM (scripts/rxe-vm.sh run -- scripts/rxe-put-ab.sh): PULL (one round trip,
-# kvstored READs the values: KVS_RDMA_PULL_MAX=4294967295) against RESERVE +
-# WRITEs/COMMIT (two: KVS_RDMA_PULL_MAX=0), in REPEAT interleaved rounds (the
+# kvstored READs the values: KVSTORE_RDMA_PULL_MAX=4294967295) against RESERVE +
+# WRITEs/COMMIT (two: KVSTORE_RDMA_PULL_MAX=0), in REPEAT interleaved rounds (the
 # order swapped each round), for 32 x 16 KiB and 32 x 4 KiB batches and 8
 # threads x 4 KiB single-key puts. Prints each round's ops/s and, per
 # workload, the median of the per-round PULL/RESERVE ratios (docs/rdma.md).
@@ -21,7 +21,7 @@ URL="rdma://$A:7490"
 one() {
     pm=$1
     shift
-    KVS_RDMA_PULL_MAX=$pm KVSTORE_TIMEOUT_MS=60000 timeout 120 "$BUILD/bin/kvbench" put --servers "$URL" \
+    KVSTORE_RDMA_PULL_MAX=$pm KVSTORE_TIMEOUT_MS=60000 timeout 120 "$BUILD/bin/kvbench" put --servers "$URL" \
         "$@" --quiet 2>&1 | awk '$1 == "run" { for (i = 1; i <= NF; i++) if ($(i + 1) == "ops/s") print $i }'
 }
 for r in $(seq "$REPEAT"); do

@@ -2,7 +2,7 @@
  * rdma.c - the RDMA transport (librdmacm + libibverbs): one RC queue pair
  * per (client, server); values move one-sided (docs/rdma.md).
  *
- *   put batch: a chunk of at most KVS_RDMA_PULL_MAX value bytes (default
+ *   put batch: a chunk of at most KVSTORE_RDMA_PULL_MAX value bytes (default
  *              256 KiB, e.g. 32 x 4 KiB) as PULL: ONE SEND naming, per key,
  *              where its value lies in the client's registered memory
  *              (bounce buffer or a kvs_register_buffer region); the server
@@ -11,7 +11,7 @@
  *              Larger chunks (where the round trip matters less than
  *              the data, and soft-RoCE moves READs slower than WRITEs under
  *              load and lost a 3 MiB READ's connection), or all with
- *              KVS_RDMA_PULL_MAX=0: RESERVE (control round trip: the
+ *              KVSTORE_RDMA_PULL_MAX=0: RESERVE (control round trip: the
  *              server reserves a slot per key and answers addr/rkey/token),
  *              then ONE ibv_post_send of the chain  WRITE ... WRITE,
  *              SEND(COMMIT). RC delivers the SEND after the WRITEs before
@@ -66,7 +66,9 @@
 #define TOKEN_NONE       UINT32_MAX
 #define PULL_MAX_DEFAULT (256u << 10) /* largest put chunk (value bytes) sent as PULL */
 /* Values' memory: local access, and remote READ so that kvstored can PULL puts from it. */
-#define LOCAL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
+/* Registered memory: local use only, or READable by the server too when PULL is on. */
+#define MR_ACCESS_LOCAL IBV_ACCESS_LOCAL_WRITE
+#define MR_ACCESS_PULL  (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
 
 struct ureg {
     void *ptr;
@@ -114,7 +116,7 @@ struct kvs_conn {
     uint32_t stall_ms;  /* KVS_RDMA_TEST_STALL_MS: test hook, sleep between the two round trips */
     uint32_t token_xor; /* KVS_RDMA_TEST_TOKEN_XOR: test hook, names tokens (PULL: rkeys) it was not
                            given */
-    uint32_t pull_max;  /* KVS_RDMA_PULL_MAX: larger put chunks take RESERVE + WRITEs/COMMIT */
+    uint32_t pull_max;  /* KVSTORE_RDMA_PULL_MAX: larger put chunks take RESERVE + WRITEs/COMMIT */
     atomic_uint_fast64_t doorbells, wrs, cqes, round_trips, bounce_bytes, zero_copy_bytes,
         reconnects, split_chains;
     /* Where a put/get batch's time goes (microseconds, summed over chunks). */
@@ -190,6 +192,21 @@ static void conn_down(struct kvs_conn *c)
     c->up = 0;
 }
 
+/*
+ * PULL is used only when both ends want it: KVSTORE_RDMA_PULL_MAX > 0 here
+ * and the server's HELLO announced KVS_FEAT_PULL (an older kvstored would cut
+ * the connection on opcode 12). Without it no memory is remotely readable.
+ */
+static int pull_on(const struct kvs_conn *c)
+{
+    return c->pull_max && (c->lim.features & KVS_FEAT_PULL);
+}
+
+static int mr_access(const struct kvs_conn *c)
+{
+    return pull_on(c) ? MR_ACCESS_PULL : MR_ACCESS_LOCAL;
+}
+
 /* Makes the bounce buffer at least need bytes (registered again when it grows). */
 static int bounce_reserve(struct kvs_conn *c, size_t need)
 {
@@ -199,7 +216,7 @@ static int bounce_reserve(struct kvs_conn *c, size_t need)
         size *= 2;
     uint8_t *b;
     if (posix_memalign((void **)&b, 4096, size) != 0) return -ENOMEM;
-    struct ibv_mr *mr = ibv_reg_mr(c->pd, b, size, LOCAL_ACCESS);
+    struct ibv_mr *mr = ibv_reg_mr(c->pd, b, size, mr_access(c));
     if (!mr) {
         free(b);
         return -ENOMEM;
@@ -594,7 +611,7 @@ static int open_connection(struct kvs_conn *c)
      * guessing an rkey. (The bounce buffer is registered on first use.)
      */
     for (struct ureg *u = c->regs; u; u = u->next)
-        u->mr = ibv_reg_mr(c->pd, u->ptr, u->len, LOCAL_ACCESS);
+        u->mr = ibv_reg_mr(c->pd, u->ptr, u->len, mr_access(c));
     freeaddrinfo(res);
     return 0;
 out:
@@ -936,7 +953,7 @@ static int rdma_create(const struct kvs_endpoint *ep, const struct kvs_transport
     c->reply_idx = -1;
     c->stall_ms = env_u32("KVS_RDMA_TEST_STALL_MS", 0, 0, 600000);
     c->token_xor = env_u32("KVS_RDMA_TEST_TOKEN_XOR", 0, 0, UINT32_MAX);
-    c->pull_max = env_u32("KVS_RDMA_PULL_MAX", PULL_MAX_DEFAULT, 0, UINT32_MAX);
+    c->pull_max = env_u32("KVSTORE_RDMA_PULL_MAX", PULL_MAX_DEFAULT, 0, UINT32_MAX);
     pthread_mutex_init(&c->mu, NULL);
     if (c->autosel) {
         int rc = kvs_tcp_transport.create(ep, cfg, &c->tcp);
@@ -1024,7 +1041,7 @@ static void rdma_submit(struct kvs_conn *c, struct kvs_req *req)
             struct kvs_key_io *k = req->keys + done;
             uint32_t m = chunk_size(c, k, req->n - done, put, 0);
             /* A put chunk whose values are small in all takes PULL (docs/rdma.md). */
-            int pull = put && c->pull_max && chunk_bytes(k, m) <= c->pull_max;
+            int pull = put && pull_on(c) && chunk_bytes(k, m) <= c->pull_max;
             if (pull) m = chunk_size(c, k, m, put, 1);
             if (!sided) {
                 uint32_t cap = (CTRL_MAX - KVS_WIRE_HDR_LEN) / KVS_WIRE_STATUS_LEN;
@@ -1090,7 +1107,7 @@ static int rdma_reg_mem(struct kvs_conn *c, void *ptr, size_t len)
     pthread_mutex_lock(&c->mu);
     int rc = 0;
     if (c->up) {
-        u->mr = ibv_reg_mr(c->pd, ptr, len, LOCAL_ACCESS);
+        u->mr = ibv_reg_mr(c->pd, ptr, len, mr_access(c));
         if (!u->mr) rc = errno ? -errno : -ENOMEM;
     }
     if (rc == 0) {

@@ -38,6 +38,7 @@
 
 #define KVS_FEAT_RDMA 0x1u /* the server listens for RDMA too */
 #define KVS_FEAT_AUTH 0x2u /* the server requires authentication */
+#define KVS_FEAT_PULL 0x4u /* its RDMA connections serve PULL (opcode 12) */
 
 enum kvs_wire_opcode {
     KVS_OP_PUT = 1,

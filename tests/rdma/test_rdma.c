@@ -280,15 +280,15 @@ static void check_values(uint8_t *const bufs[], uint32_t n, size_t len, const ch
 /* A connection whose puts take the two-round-trip path (RESERVE, then WRITEs + COMMIT). */
 static struct kvs_conn *open_conn_reserve(void)
 {
-    setenv("KVS_RDMA_PULL_MAX", "0", 1);
+    setenv("KVSTORE_RDMA_PULL_MAX", "0", 1);
     struct kvs_conn *conn = open_conn();
-    unsetenv("KVS_RDMA_PULL_MAX");
+    unsetenv("KVSTORE_RDMA_PULL_MAX");
     return conn;
 }
 
 /*
  * Batch 32: a put is one PULL (1 doorbell, 1 WR, 1 round trip), or with
- * KVS_RDMA_PULL_MAX=0 RESERVE + one chain (WRITEs + COMMIT) = 2 doorbells;
+ * KVSTORE_RDMA_PULL_MAX=0 RESERVE + one chain (WRITEs + COMMIT) = 2 doorbells;
  * a get is LEASE + one chain (READs + RELEASE) = 2 doorbells.
  */
 static void test_doorbells_per_batch(void **state)
@@ -598,7 +598,7 @@ static void test_client_dies_mid_transfer(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         setenv("KVS_RDMA_TEST_STALL_MS", "20000", 1);
-        setenv("KVS_RDMA_PULL_MAX", "0", 1);
+        setenv("KVSTORE_RDMA_PULL_MAX", "0", 1);
         execl("/proc/self/exe", "test_rdma", "--dying-client", rdma_host, rdma_port, (char *)NULL);
         _exit(127);
     }
