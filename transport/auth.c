@@ -83,6 +83,17 @@ out:
     return rc;
 }
 
+const char *kvs_auth_client_refusal(uint32_t features, size_t secret_len, int *run)
+{
+    int server_wants = (features & KVS_FEAT_AUTH) != 0;
+    *run = server_wants && secret_len > 0;
+    if (server_wants == (secret_len > 0)) return NULL;
+    return server_wants ? "the server requires authentication; set KVSTORE_AUTH_FILE to a file "
+                          "holding its shared secret"
+                        : "KVSTORE_AUTH_FILE is set but the server does not authenticate "
+                          "(started without --auth-file); refusing it";
+}
+
 void kvs_auth_nonce(uint8_t nonce[KVS_WIRE_NONCE_LEN])
 {
     randombytes_buf(nonce, KVS_WIRE_NONCE_LEN);

@@ -31,6 +31,14 @@ int kvs_auth_init(void);
 long kvs_auth_load_secret(const char *path, uint8_t secret[KVS_AUTH_MAX_SECRET], char *err,
                           size_t errlen);
 
+/*
+ * The client's rule, the same on every transport, for whether to run AUTH
+ * after a HELLO announcing features, holding a secret of secret_len bytes:
+ * NULL with *run = 0 (neither side wants it) or 1 (both do), or the reason to
+ * refuse the server with -EACCES (exactly one side has a secret).
+ */
+const char *kvs_auth_client_refusal(uint32_t features, size_t secret_len, int *run);
+
 /* Fills nonce with fresh random bytes (libsodium: getrandom on Linux). */
 void kvs_auth_nonce(uint8_t nonce[KVS_WIRE_NONCE_LEN]);
 

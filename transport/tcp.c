@@ -352,22 +352,13 @@ static int authenticate(struct kvs_conn *c, int fd, const uint8_t *hello_body, s
                         const struct kvs_wire_hello *hello, uint64_t deadline)
 {
     const struct kvs_transport_config *cfg = &c->cfg;
-    int server_wants = (hello->features & KVS_FEAT_AUTH) != 0;
-    if (!server_wants && cfg->auth_secret_len == 0) return 0;
-    if (!server_wants) {
-        kvs_log(KVS_LOG_WARN,
-                "tcp %s: KVSTORE_AUTH_FILE is set but the server does not authenticate "
-                "(started without --auth-file); refusing it",
-                c->ep.name);
+    int run;
+    const char *refusal = kvs_auth_client_refusal(hello->features, cfg->auth_secret_len, &run);
+    if (refusal) {
+        kvs_log(KVS_LOG_WARN, "tcp %s: %s", c->ep.name, refusal);
         return -EACCES;
     }
-    if (cfg->auth_secret_len == 0) {
-        kvs_log(KVS_LOG_WARN,
-                "tcp %s: the server requires authentication; set KVSTORE_AUTH_FILE to a file "
-                "holding its shared secret",
-                c->ep.name);
-        return -EACCES;
-    }
+    if (!run) return 0;
     uint8_t server_nonce[KVS_WIRE_NONCE_LEN], client_nonce[KVS_WIRE_NONCE_LEN];
     uint8_t mac[KVS_WIRE_MAC_LEN];
     if (kvs_wire_hello_nonce(hello_body, hello_len, hello, server_nonce) < 0) return -EPROTO;

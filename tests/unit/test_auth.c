@@ -139,6 +139,25 @@ static long load(const char *text, size_t len, mode_t mode, uint8_t *secret, cha
     return rc;
 }
 
+/* The client's rule, one for both transports: AUTH when both sides have a secret, else refuse. */
+static void test_client_refusal_rule(void **state)
+{
+    int run = -1;
+    (void)state;
+    assert_null(kvs_auth_client_refusal(0, 0, &run));
+    assert_int_equal(run, 0);
+    assert_null(kvs_auth_client_refusal(KVS_FEAT_AUTH | KVS_FEAT_RDMA, 16, &run));
+    assert_int_equal(run, 1);
+    const char *why = kvs_auth_client_refusal(KVS_FEAT_AUTH, 0, &run);
+    assert_non_null(why);
+    assert_int_equal(run, 0);
+    assert_non_null(strstr(why, "set KVSTORE_AUTH_FILE"));
+    why = kvs_auth_client_refusal(KVS_FEAT_RDMA, 16, &run);
+    assert_non_null(why);
+    assert_int_equal(run, 0);
+    assert_non_null(strstr(why, "does not authenticate"));
+}
+
 static void test_load_secret(void **state)
 {
     (void)state;
@@ -369,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_hmac_rfc4231),
         cmocka_unit_test(test_mac_construction),
         cmocka_unit_test(test_nonces_fresh),
+        cmocka_unit_test(test_client_refusal_rule),
         cmocka_unit_test(test_load_secret),
         cmocka_unit_test_setup_teardown(test_proto_auth_then_serve, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proto_request_before_auth, setup, teardown),
