@@ -57,15 +57,16 @@ done
 echo
 echo "== 2. engine-shaped: llama3-8b (32 layers), 16-token blocks, 8 concurrent requests,"
 echo "      save each layer's slices after its compute, then load layer by layer"
-"$BIN/kvbench" layerwise --model llama3-8b --block 16 --requests 8 --rounds 2 \
-    --seconds 60 --quiet --json "$OUT/lw-plain.json" | grep '^run'
+echo "      (3 runs each; a single run swings with this host's load: the median line counts)"
+"$BIN/kvbench" layerwise --model llama3-8b --block 16 --requests 8 --rounds 2 --repeat 3 \
+    --seconds 60 --quiet --json "$OUT/lw-plain.json" | grep '^median'
 LD_PRELOAD=$SHIM KVBATCH_STATS_FILE="$OUT/lw-shim.prom" \
-    "$BIN/kvbench" layerwise --model llama3-8b --block 16 --requests 8 --rounds 2 \
-    --seconds 60 --quiet --json "$OUT/lw-shim.json" | grep '^run'
+    "$BIN/kvbench" layerwise --model llama3-8b --block 16 --requests 8 --rounds 2 --repeat 3 \
+    --seconds 60 --quiet --json "$OUT/lw-shim.json" | grep '^median'
 a=$(sed -n '/layerwise-save/s/.*"exposed_p50_us": \([0-9.]*\).*/\1/p' "$OUT/lw-plain.json" | tail -1)
 b=$(sed -n '/layerwise-save/s/.*"exposed_p50_us": \([0-9.]*\).*/\1/p' "$OUT/lw-shim.json" | tail -1)
 awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0 && b > 0)
-    printf "\nsave time exposed after the last layer, p50 per request: %.0f us without, %.0f us with the shim (%.2fx)\n", a, b, a / b }'
+    printf "\nsave time exposed after the last layer, p50 per request (median of 3 runs): %.0f us without, %.0f us with the shim (%.2fx)\n", a, b, a / b }'
 
 if [ -x "$BIN/kvbatch-stat" ]; then
     echo
