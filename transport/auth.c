@@ -94,6 +94,26 @@ const char *kvs_auth_client_refusal(uint32_t features, size_t secret_len, int *r
                           "(started without --auth-file); refusing it";
 }
 
+int kvs_auth_client_begin(struct kvs_auth_client *a, const uint8_t *secret, size_t slen,
+                          const uint8_t *hello_body, size_t hello_len,
+                          const struct kvs_wire_hello *hello)
+{
+    if (kvs_wire_hello_nonce(hello_body, hello_len, hello, a->server_nonce) < 0) return -EPROTO;
+    kvs_auth_nonce(a->client_nonce);
+    kvs_auth_client_mac(secret, slen, a->server_nonce, a->client_nonce, a->mac);
+    return 0;
+}
+
+int kvs_auth_client_server_ok(const struct kvs_auth_client *a, const uint8_t *secret, size_t slen,
+                              const uint8_t proof[KVS_WIRE_MAC_LEN])
+{
+    uint8_t want[KVS_WIRE_MAC_LEN];
+    kvs_auth_server_mac(secret, slen, a->client_nonce, a->server_nonce, want);
+    int ok = kvs_auth_mac_equal(proof, want);
+    kvs_auth_wipe(want, sizeof(want));
+    return ok;
+}
+
 void kvs_auth_nonce(uint8_t nonce[KVS_WIRE_NONCE_LEN])
 {
     randombytes_buf(nonce, KVS_WIRE_NONCE_LEN);

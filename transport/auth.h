@@ -39,6 +39,34 @@ long kvs_auth_load_secret(const char *path, uint8_t secret[KVS_AUTH_MAX_SECRET],
  */
 const char *kvs_auth_client_refusal(uint32_t features, size_t secret_len, int *run);
 
+/* The client's half of one AUTH exchange, the same on every transport. */
+struct kvs_auth_client {
+    uint8_t server_nonce[KVS_WIRE_NONCE_LEN];
+    uint8_t client_nonce[KVS_WIRE_NONCE_LEN];
+    uint8_t mac[KVS_WIRE_MAC_LEN]; /* our proof, to send in AUTH */
+};
+
+/* What the client logs (after "tcp|rdma HOST:PORT: ") when the server refuses its proof. */
+#define KVS_AUTH_REFUSED_TEXT                                                                      \
+    "the server refused authentication: KVSTORE_AUTH_FILE does not hold its shared secret"
+/* ... and when the server's own proof is wrong. */
+#define KVS_AUTH_BAD_SERVER_TEXT                                                                   \
+    "the server's authentication proof is wrong: it does not hold the secret of "                  \
+    "KVSTORE_AUTH_FILE"
+
+/*
+ * Starts the exchange after a HELLO whose body is hello_body[0..hello_len):
+ * takes the server's nonce, draws ours, computes our proof. 0, or -EPROTO
+ * when the HELLO carries no nonce.
+ */
+int kvs_auth_client_begin(struct kvs_auth_client *a, const uint8_t *secret, size_t slen,
+                          const uint8_t *hello_body, size_t hello_len,
+                          const struct kvs_wire_hello *hello);
+
+/* 1 if proof is the server's for this exchange (constant-time compare); else 0. */
+int kvs_auth_client_server_ok(const struct kvs_auth_client *a, const uint8_t *secret, size_t slen,
+                              const uint8_t proof[KVS_WIRE_MAC_LEN]);
+
 /* Fills nonce with fresh random bytes (libsodium: getrandom on Linux). */
 void kvs_auth_nonce(uint8_t nonce[KVS_WIRE_NONCE_LEN]);
 

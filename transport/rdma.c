@@ -442,15 +442,14 @@ static int authenticate(struct kvs_conn *c, const uint8_t *hello_body, uint32_t 
     }
     if (!run) return 0;
     /* The HELLO body lies in a receive buffer already posted again: take the nonce first. */
-    uint8_t server_nonce[KVS_WIRE_NONCE_LEN], client_nonce[KVS_WIRE_NONCE_LEN];
-    uint8_t mac[KVS_WIRE_MAC_LEN];
-    if (kvs_wire_hello_nonce(hello_body, hello_len, hello, server_nonce) < 0) return -EPROTO;
-    kvs_auth_nonce(client_nonce);
-    kvs_auth_client_mac(cfg->auth_secret, cfg->auth_secret_len, server_nonce, client_nonce, mac);
+    struct kvs_auth_client a;
+    if (kvs_auth_client_begin(&a, cfg->auth_secret, cfg->auth_secret_len, hello_body, hello_len,
+                              hello) < 0)
+        return -EPROTO;
     uint64_t id = ++c->next_id;
     uint8_t *out = send_buf(c);
     size_t len = put_hdr(out, KVS_OP_AUTH, 0, KVS_WIRE_AUTH_LEN, id);
-    kvs_wire_auth_encode(out + len, client_nonce, mac);
+    kvs_wire_auth_encode(out + len, a.client_nonce, a.mac);
     len += KVS_WIRE_AUTH_LEN;
     int rc = post_chain_and_call(c, NULL, 0, len, 0, deadline);
     if (rc < 0) return rc;
@@ -458,22 +457,15 @@ static int authenticate(struct kvs_conn *c, const uint8_t *hello_body, uint32_t 
     const uint8_t *m = c->ctrl + (size_t)c->reply_idx * CTRL_MAX;
     if (c->reply_len >= KVS_WIRE_HDR_LEN + 4 && m[5] == (KVS_OP_ERROR | KVS_OP_REPLY) &&
         (int32_t)kvs_get_u32(m + KVS_WIRE_HDR_LEN) == -EACCES) {
-        kvs_log(KVS_LOG_WARN,
-                "rdma %s: the server refused authentication: KVSTORE_AUTH_FILE does not hold "
-                "its shared secret",
-                c->ep.name);
+        kvs_log(KVS_LOG_WARN, "rdma %s: " KVS_AUTH_REFUSED_TEXT, c->ep.name);
         return -EACCES;
     }
     uint32_t blen;
     const uint8_t *body = take_reply(c, KVS_OP_AUTH, id, 0, 0, &blen, &rc);
     if (!body) return rc;
     if (blen != KVS_WIRE_MAC_LEN) return -EPROTO;
-    kvs_auth_server_mac(cfg->auth_secret, cfg->auth_secret_len, client_nonce, server_nonce, mac);
-    if (!kvs_auth_mac_equal(body, mac)) {
-        kvs_log(KVS_LOG_WARN,
-                "rdma %s: the server's authentication proof is wrong: it does not hold the "
-                "secret of KVSTORE_AUTH_FILE",
-                c->ep.name);
+    if (!kvs_auth_client_server_ok(&a, cfg->auth_secret, cfg->auth_secret_len, body)) {
+        kvs_log(KVS_LOG_WARN, "rdma %s: " KVS_AUTH_BAD_SERVER_TEXT, c->ep.name);
         return -EACCES;
     }
     return 0;

@@ -359,16 +359,15 @@ static int authenticate(struct kvs_conn *c, int fd, const uint8_t *hello_body, s
         return -EACCES;
     }
     if (!run) return 0;
-    uint8_t server_nonce[KVS_WIRE_NONCE_LEN], client_nonce[KVS_WIRE_NONCE_LEN];
-    uint8_t mac[KVS_WIRE_MAC_LEN];
-    if (kvs_wire_hello_nonce(hello_body, hello_len, hello, server_nonce) < 0) return -EPROTO;
-    kvs_auth_nonce(client_nonce);
-    kvs_auth_client_mac(cfg->auth_secret, cfg->auth_secret_len, server_nonce, client_nonce, mac);
+    struct kvs_auth_client a;
+    if (kvs_auth_client_begin(&a, cfg->auth_secret, cfg->auth_secret_len, hello_body, hello_len,
+                              hello) < 0)
+        return -EPROTO;
 
     uint8_t out[KVS_WIRE_HDR_LEN + KVS_WIRE_AUTH_LEN], in[KVS_WIRE_HDR_LEN], body[256];
     struct kvs_wire_hdr h = {.opcode = KVS_OP_AUTH, .body_len = KVS_WIRE_AUTH_LEN, .id = 0};
     kvs_wire_hdr_encode(out, &h);
-    kvs_wire_auth_encode(out + KVS_WIRE_HDR_LEN, client_nonce, mac);
+    kvs_wire_auth_encode(out + KVS_WIRE_HDR_LEN, a.client_nonce, a.mac);
     struct iovec iov = {.iov_base = out, .iov_len = sizeof(out)};
     int rc = send_all(c, fd, &iov, 1);
     if (rc == 0) rc = recv_exact(fd, in, sizeof(in), deadline);
@@ -378,19 +377,12 @@ static int authenticate(struct kvs_conn *c, int fd, const uint8_t *hello_body, s
     if (rc < 0) return rc;
     if (h.opcode == (KVS_OP_ERROR | KVS_OP_REPLY)) {
         if ((int32_t)kvs_get_u32(body) != -EACCES) return -EPROTO;
-        kvs_log(KVS_LOG_WARN,
-                "tcp %s: the server refused authentication: KVSTORE_AUTH_FILE does not hold "
-                "its shared secret",
-                c->ep.name);
+        kvs_log(KVS_LOG_WARN, "tcp %s: " KVS_AUTH_REFUSED_TEXT, c->ep.name);
         return -EACCES;
     }
     if (h.opcode != (KVS_OP_AUTH | KVS_OP_REPLY) || h.body_len != KVS_WIRE_MAC_LEN) return -EPROTO;
-    kvs_auth_server_mac(cfg->auth_secret, cfg->auth_secret_len, client_nonce, server_nonce, mac);
-    if (!kvs_auth_mac_equal(body, mac)) {
-        kvs_log(KVS_LOG_WARN,
-                "tcp %s: the server's authentication proof is wrong: it does not hold the "
-                "secret of KVSTORE_AUTH_FILE",
-                c->ep.name);
+    if (!kvs_auth_client_server_ok(&a, cfg->auth_secret, cfg->auth_secret_len, body)) {
+        kvs_log(KVS_LOG_WARN, "tcp %s: " KVS_AUTH_BAD_SERVER_TEXT, c->ep.name);
         return -EACCES;
     }
     return 0;
