@@ -79,6 +79,18 @@ static double getf(const struct snap *sn, const char *fmt, const char *arg)
     return get(sn, name);
 }
 
+/* A sample's value at the start of the span: in prev, or 0 when the span starts at start-up. */
+static double before(const struct snap *prev, const char *name)
+{
+    return prev ? get(prev, name) : 0;
+}
+
+/* How much a sample grew over the span prev -> cur. */
+static double delta(const struct snap *cur, const struct snap *prev, const char *name)
+{
+    return get(cur, name) - before(prev, name);
+}
+
 /*
  * Quantile q of histogram `base` over the difference cur - prev (prev may be
  * NULL), interpolating linearly inside the bucket, as Prometheus'
@@ -94,7 +106,7 @@ static double quantile(const struct snap *cur, const struct snap *prev, const ch
         if (strncmp(nm, base, blen) != 0 || strncmp(nm + blen, "_bucket{le=\"", 12) != 0) continue;
         const char *le = nm + blen + 12;
         les[nb] = strncmp(le, "+Inf", 4) == 0 ? INFINITY : strtod(le, NULL);
-        cum[nb] = cur->s[i].value - (prev ? get(prev, nm) : 0);
+        cum[nb] = cur->s[i].value - before(prev, nm);
         nb++;
     }
     if (nb == 0 || cum[nb - 1] <= 0) return NAN;
@@ -136,7 +148,9 @@ static const char *fmt_bytes(double b, char *buf, size_t cap)
 static double diff(const struct snap *cur, const struct snap *prev, const char *fmt,
                    const char *arg)
 {
-    return getf(cur, fmt, arg) - (prev ? getf(prev, fmt, arg) : 0);
+    char name[NAME_LEN];
+    snprintf(name, sizeof(name), fmt, arg);
+    return delta(cur, prev, name);
 }
 
 /* Sum of kvbatch_errors_total over status, for one op (ENOENT counted apart). */
@@ -189,7 +203,7 @@ static void transport_line(const struct snap *cur, const struct snap *prev, doub
             snprintf(names[nn], sizeof(names[0]), "%s", name);
             sums[nn++] = 0;
         }
-        sums[k] += cur->s[i].value - (prev ? get(prev, cur->s[i].name) : 0);
+        sums[k] += cur->s[i].value - before(prev, cur->s[i].name);
     }
     static const char *const shown[] = {"frames_sent", "send_syscalls", "recv_syscalls",
                                         "doorbells",   "work_requests", "round_trips"};
@@ -240,8 +254,7 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
                span > 0 ? o / span : 0, bt, span > 0 ? bt / span : 0, bt > 0 ? (o - dir) / bt : 0,
                fmt_bytes(by, c, sizeof(c)), dir, errs, miss > 0 ? " (+misses)" : "");
     }
-    double batched_ops =
-        get(cur, "kvbatch_batch_ops_sum") - (prev ? get(prev, "kvbatch_batch_ops_sum") : 0);
+    double batched_ops = delta(cur, prev, "kvbatch_batch_ops_sum");
     printf("%-7s %12.0f %10.0f %10.0f %10.0f %10.1f\n", "all", tops, span > 0 ? tops / span : 0,
            tbatches, span > 0 ? tbatches / span : 0, tbatches > 0 ? batched_ops / tbatches : 0);
 
@@ -253,10 +266,8 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
         double v = diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
         printf("  %s %.0f (%.0f%%)", reasons[r], v, total > 0 ? 100 * v / total : 0);
     }
-    double lat_n = get(cur, "kvbatch_op_latency_seconds_count") -
-                   (prev ? get(prev, "kvbatch_op_latency_seconds_count") : 0);
-    double lat_sum = get(cur, "kvbatch_op_latency_seconds_sum") -
-                     (prev ? get(prev, "kvbatch_op_latency_seconds_sum") : 0);
+    double lat_n = delta(cur, prev, "kvbatch_op_latency_seconds_count");
+    double lat_sum = delta(cur, prev, "kvbatch_op_latency_seconds_sum");
     printf("\nqueue delay: p50 %s  p90 %s  p99 %s\n",
            fmt_time(quantile(cur, prev, "kvbatch_queue_delay_seconds", 0.5), a, sizeof(a)),
            fmt_time(quantile(cur, prev, "kvbatch_queue_delay_seconds", 0.9), b, sizeof(b)),
@@ -276,7 +287,7 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
     int any = 0;
     for (int i = 0; i < cur->n; i++) {
         if (strncmp(cur->s[i].name, "kvbatch_errors_total{", 21) != 0) continue;
-        double v = cur->s[i].value - (prev ? get(prev, cur->s[i].name) : 0);
+        double v = cur->s[i].value - before(prev, cur->s[i].name);
         if (v > 0) {
             printf(" %s=%.0f", cur->s[i].name + 20, v);
             any = 1;
