@@ -565,11 +565,17 @@ static void *flusher_main(void *arg)
             if (!bt) continue;
             if (b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0) {
                 seal(b, k, KVB_FLUSH_IDLE);
-            } else if (now - bt->t_first >= b->p.window_ns) {
+            } else if (now - bt->t_first < b->p.window_ns) {
+                if (bt->t_first + b->p.window_ns < next) next = bt->t_first + b->p.window_ns;
+            } else if (b->inflight < b->p.max_inflight) {
                 seal(b, k, KVB_FLUSH_WINDOW);
                 b->peak = b->active; /* fewer callers than expected came */
-            } else if (bt->t_first + b->p.window_ns < next)
-                next = bt->t_first + b->p.window_ns;
+            }
+            /*
+             * Else its window passed with every slot busy: sealing it now
+             * would not send it sooner, only split it into more batches. The
+             * completion that frees a slot seals it (arm_window_timers).
+             */
         }
         if (drain_ready(b)) continue;
         b->flusher_asleep = true;
@@ -1039,7 +1045,12 @@ static int put_writeback(struct kvb_batcher *b, const char *key, const void *val
 
     pthread_mutex_lock(&b->lock);
     while (b->wb_bytes > 0 && b->wb_bytes + len > b->p.writeback_bytes) {
-        seal(b, KVB_OP_PUT, KVB_FLUSH_MAX_BYTES); /* back-pressure: get it moving */
+        /*
+         * Back-pressure: get the forming puts moving if a slot is free. With
+         * every slot busy a completion sends them; sealing here would only cut
+         * the batch short once per blocked writer.
+         */
+        if (b->inflight < b->p.max_inflight) seal(b, KVB_OP_PUT, KVB_FLUSH_MAX_BYTES);
         nudge_flusher(b, 0);
         state_wait(b, UINT64_MAX);
     }

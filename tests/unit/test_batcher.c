@@ -135,6 +135,43 @@ static void test_max_inflight_bounds_batches(void **state)
     fake_env_down(&e);
 }
 
+/*
+ * A window that ends while every slot is busy must not cut the forming batch
+ * short: sealing it would not send it sooner, only split it (async and
+ * write-behind batches fell to 4-5 ops under load that way).
+ */
+static void test_window_end_with_slots_busy_does_not_split(void **state)
+{
+    struct fake_env e;
+    struct kvb_op *ops[5];
+    static const char *keys[] = {"k0", "k1", "k2", "k3", "k4"};
+    static char fill[4095];
+    (void)state;
+    fake_env_up(&e, FAKE_MANUAL, fake_params(KVB_BATCH_FIXED, 1000000 /* 1 ms */, 64, 4096, 1));
+    /* k0 opens a batch (the flusher's timer is armed for it), k1 fills it: it goes. */
+    assert_int_equal(kvb_put_async(e.b, keys[0], "v", 1, &ops[0]), 0);
+    assert_int_equal(kvb_put_async(e.b, keys[1], fill, sizeof(fill), &ops[1]), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 1);
+    for (int i = 2; i < 5; i++) {
+        assert_int_equal(kvb_put_async(e.b, keys[i], "v", 1, &ops[i]), 0);
+        for (int j = 0; j < 3; j++)
+            fake_nap(); /* windows end while the one slot stays busy */
+    }
+    assert_int_equal(atomic_load(&e.f.submitted), 1);
+    assert_true(fake_complete(&e.f, 0));
+    fake_wait_submitted(&e, 2); /* the completion seals and sends the rest */
+    pthread_mutex_lock(&e.f.lock);
+    assert_int_equal(e.f.last_n, 3);
+    pthread_mutex_unlock(&e.f.lock);
+    assert_true(fake_complete(&e.f, 0));
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(kvb_wait(ops[i]), 0);
+    assert_int_equal(flushes(&e, KVB_FLUSH_MAX_BYTES), 1);
+    assert_int_equal(flushes(&e, KVB_FLUSH_WINDOW), 1);
+    assert_int_equal(atomic_load(&e.st.batches[KVB_OP_PUT]), 2);
+    fake_env_down(&e);
+}
+
 static void test_get_after_async_put_sees_it(void **state)
 {
     struct fake_env e;
@@ -310,6 +347,51 @@ static void test_writeback_memory_is_bounded(void **state)
     fake_env_down(&e);
 }
 
+/*
+ * A writer held back by KVBATCH_WRITEBACK_BYTES while every slot is busy must
+ * not seal the forming batch: that sends nothing sooner and cut batches to a
+ * few ops under load. The batch grows until the completion frees the slot.
+ */
+static void test_writeback_backpressure_does_not_split(void **state)
+{
+    struct fake_env e;
+    struct wb_writer w = {&e, 0};
+    pthread_t t;
+    static char val[16 << 10];
+    struct kvb_params p = fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 64, 1 << 20, 1);
+    (void)state;
+    p.writeback = 1;
+    p.writeback_bytes = 64 << 10; /* four 16K values */
+    fake_env_up(&e, FAKE_MANUAL, p);
+    assert_int_equal(kvb_put(e.b, "first", val, sizeof(val)), 0);
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, 0), -ETIMEDOUT); /* "first" travels */
+    assert_int_equal(pthread_create(&t, NULL, wb_writer_main, &w), 0);
+    /* wb-0..wb-2 fit beside "first"; wb-3 waits for room. */
+    for (int i = 0; i < 5000 && atomic_load(&e.st.writeback_bytes) < (64 << 10); i++)
+        fake_nap();
+    assert_int_equal(atomic_load(&e.st.writeback_bytes), 64 << 10);
+    for (int i = 0; i < 20; i++)
+        fake_nap(); /* the writer is blocked: nothing may have been sealed meanwhile */
+    assert_int_equal(atomic_load(&e.f.submitted), 1);
+    assert_true(fake_complete(&e.f, 0));
+    /* wb-3 joins the forming batch; wb-4, blocked with the slot free, sends it. */
+    fake_wait_submitted(&e, 2);
+    pthread_mutex_lock(&e.f.lock);
+    assert_int_equal(e.f.last_n, 4);
+    pthread_mutex_unlock(&e.f.lock);
+    for (int i = 0; i < 5000 && fake_npending(&e.f) > 0; i++) {
+        fake_complete(&e.f, 0);
+        fake_nap();
+    }
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, 0);
+    while (kvb_flush(e.b, KVB_FLUSH_EXPLICIT, 0) == -ETIMEDOUT)
+        fake_complete(&e.f, 0);
+    assert_int_equal(atomic_load(&e.st.ops[KVB_OP_PUT]), 9);
+    assert_int_equal(atomic_load(&e.st.writeback_bytes), 0);
+    fake_env_down(&e);
+}
+
 static void test_stats_count_each_op_once(void **state)
 {
     struct fake_env e;
@@ -346,12 +428,14 @@ int main(void)
         cmocka_unit_test(test_max_ops_flushes),
         cmocka_unit_test(test_max_bytes_flushes_and_oversize_goes_alone),
         cmocka_unit_test(test_max_inflight_bounds_batches),
+        cmocka_unit_test(test_window_end_with_slots_busy_does_not_split),
         cmocka_unit_test(test_get_after_async_put_sees_it),
         cmocka_unit_test(test_get_semantics),
         cmocka_unit_test(test_error_fanout_async),
         cmocka_unit_test(test_refused_batch_falls_back_per_key),
         cmocka_unit_test(test_writeback_put_returns_at_once_and_is_readable),
         cmocka_unit_test(test_writeback_memory_is_bounded),
+        cmocka_unit_test(test_writeback_backpressure_does_not_split),
         cmocka_unit_test(test_stats_count_each_op_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
