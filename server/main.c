@@ -329,7 +329,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "kvstored: rdma: %s\n", strerror(-rc));
             goto out_net;
         } else {
-            srv.features |= KVS_FEAT_RDMA | KVS_FEAT_PULL;
+            srv.features |= KVS_FEAT_RDMA | kvs_rdma_features(rdma);
             srv.stats_extra = kvs_rdma_stats;
             srv.stats_extra_arg = rdma;
         }

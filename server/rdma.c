@@ -14,6 +14,12 @@
  *            lies in its registered memory; the server reserves the slots,
  *            RDMA READs the values into them (one chain, the last READ
  *            signaled), and when that completes commits and answers.
+ *   PUSH     a get in one round trip: the client names where each value
+ *            must land in its registered memory; the server pins each item
+ *            (a read lease), posts one chain of RDMA WRITEs from the slots
+ *            followed by the reply SEND (RC: the client sees the reply only
+ *            after every WRITE has landed), and unpins when that SEND
+ *            completes, or when the client's next message shows it arrived.
  *
  * A token names an entry of the connection's own lease table; COMMIT and
  * RELEASE check index, generation and kind, so a client can only commit or
@@ -44,11 +50,15 @@
 
 #include "wire.h"
 
-#define CTRL_MAX        (128u * 1024) /* one control message, either way */
-#define NRECV           8             /* receive buffers per connection */
-#define SEND_DEPTH      16
-#define PULL_MAX        KVS_WIRE_PULL_MAX_KEYS /* READs one PULL may post */
-#define PULL_WR_ID      (UINT64_MAX - 1)       /* wr_id of a PULL's signaled last READ */
+#define CTRL_MAX   (128u * 1024) /* one control message, either way */
+#define NRECV      8             /* receive buffers per connection */
+#define SEND_DEPTH 16
+#define PULL_MAX   KVS_WIRE_PULL_MAX_KEYS /* READs one PULL may post */
+#define PULL_WR_ID (UINT64_MAX - 1)       /* wr_id of a PULL's signaled last READ */
+#define PUSH_MAX   KVS_WIRE_PUSH_MAX_KEYS /* WRITEs one PUSH may post */
+/* wr_id of a PUSH's reply SEND: the tag, then the PUSH's sequence number (32 bits). */
+#define PUSH_WR_TAG     0x5055534800000000ull
+#define PUSH_WR_MASK    0xffffffff00000000ull
 #define LEASES_PER_CONN 16384u
 #define MAX_CONNS       128
 #define CQ_DEPTH        (MAX_CONNS * (NRECV + SEND_DEPTH))
@@ -89,6 +99,15 @@ struct rconn {
         struct ibv_send_wr *wrs;
         struct ibv_sge *sges;
     } pull;
+    /* The PUSH whose reply SEND has not completed yet: its items stay pinned until it has. */
+    struct {
+        int pending;
+        uint32_t seq; /* names its reply SEND's completion */
+        uint32_t count;
+        uint32_t *tokens; /* PUSH_MAX: the read lease pinning each key's item, or TOKEN_FREE */
+        struct ibv_send_wr *wrs;
+        struct ibv_sge *sges;
+    } push;
     struct rconn *prev, *next;
 };
 
@@ -104,6 +123,7 @@ struct kvs_rdma {
     struct ibv_cq *cq;
     int tfd, epfd;
     uint32_t max_rd_atom, max_init_rd_atom;
+    int push_on; /* serves PUSH and announces KVS_FEAT_PUSH (KVS_RDMA_TEST_NO_PUSH turns it off) */
     struct rconn *conns;
     struct kvs_rdma_counters ctr;
 };
@@ -264,6 +284,9 @@ static void conn_free(struct rconn *c)
     free(c->pull.status);
     free(c->pull.wrs);
     free(c->pull.sges);
+    free(c->push.tokens);
+    free(c->push.wrs);
+    free(c->push.sges);
     c->id->context = NULL;
     rdma_destroy_id(c->id);
     if (c->prev)
@@ -345,6 +368,10 @@ static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
     c->pull.wrs = calloc(PULL_MAX, sizeof(*c->pull.wrs));
     c->pull.sges = calloc(PULL_MAX, sizeof(*c->pull.sges));
     if (!c->pull.tokens || !c->pull.status || !c->pull.wrs || !c->pull.sges) goto fail;
+    c->push.tokens = calloc(PUSH_MAX, sizeof(*c->push.tokens));
+    c->push.wrs = calloc(PUSH_MAX, sizeof(*c->push.wrs));
+    c->push.sges = calloc(PUSH_MAX, sizeof(*c->push.sges));
+    if (!c->push.tokens || !c->push.wrs || !c->push.sges) goto fail;
     c->proto = kvs_proto_conn_new(r->srv);
     if (!c->proto) goto fail;
     c->mr = ibv_reg_mr(r->pd, c->bufs, bytes, IBV_ACCESS_LOCAL_WRITE);
@@ -406,6 +433,9 @@ fail:
     free(c->pull.status);
     free(c->pull.wrs);
     free(c->pull.sges);
+    free(c->push.tokens);
+    free(c->push.wrs);
+    free(c->push.sges);
     free(c->bufs);
     free(c);
     return rc;
@@ -716,6 +746,142 @@ static void handle_pull(struct rconn *c, const struct kvs_wire_hdr *h, const uin
     c->pull.pending = 1;
 }
 
+/* Unpins the items of the PUSH whose reply has arrived (its WRITEs landed before it). */
+static void push_finish(struct rconn *c)
+{
+    struct kvs_store *st = c->r->srv->store;
+    for (uint32_t i = 0; i < c->push.count; i++) {
+        if (c->push.tokens[i] == TOKEN_FREE) continue;
+        struct lease *l = lease_find(c, c->push.tokens[i], LEASE_READ);
+        if (l) {
+            kvs_store_unpin(st, l->it);
+            lease_put(c, l);
+        }
+    }
+    c->push.pending = 0;
+    c->push.count = 0;
+}
+
+/* Appends one WRITE of a PUSH; merged into the previous one when adjacent on both sides. */
+static void push_write(struct rconn *c, uint32_t *nwr, uint64_t *rnext, uintptr_t laddr,
+                       const struct kvs_wire_remote_entry *e, uint32_t len)
+{
+    struct ibv_send_wr *wrs = c->push.wrs;
+    if (*nwr > 0) {
+        struct ibv_send_wr *w = &wrs[*nwr - 1];
+        if (w->wr.rdma.rkey == e->rkey && *rnext == e->addr &&
+            w->sg_list->addr + w->sg_list->length == laddr &&
+            (uint64_t)w->sg_list->length + len <= UINT32_MAX) {
+            w->sg_list->length += len;
+            *rnext += len;
+            return;
+        }
+        w->next = &wrs[*nwr];
+    }
+    c->push.sges[*nwr] =
+        (struct ibv_sge){.addr = laddr, .length = len, .lkey = c->r->pool_mr->lkey};
+    wrs[*nwr] = (struct ibv_send_wr){.sg_list = &c->push.sges[*nwr],
+                                     .num_sge = 1,
+                                     .opcode = IBV_WR_RDMA_WRITE,
+                                     .wr.rdma = {.remote_addr = e->addr, .rkey = e->rkey}};
+    *rnext = e->addr + len;
+    (*nwr)++;
+}
+
+/*
+ * PUSH: looks each key up and pins its item (a read lease, so that expiry
+ * and a cut connection unpin it), then posts ONE chain: an RDMA WRITE per
+ * value (adjacent ones merged, all unsignaled) into the memory the client
+ * named, and the reply SEND, signaled. RC executes the chain in order, so
+ * the client receives the reply only after every WRITE has landed; the pins
+ * go when the SEND completes (push_finish). A value longer than the named
+ * capacity is never written: -ERANGE and its length, as GET. The addresses
+ * are the client's own memory: a bad one fails the WRITE, which cuts only
+ * this connection.
+ */
+static void handle_push(struct rconn *c, const struct kvs_wire_hdr *h, const uint8_t *body)
+{
+    struct kvs_server *srv = c->r->srv;
+    struct kvs_store *st = srv->store;
+    uint8_t *pool = kvs_pool_base(kvs_store_pool(st));
+    size_t pool_size = kvs_pool_size(kvs_store_pool(st));
+    if (h->count > PUSH_MAX) {
+        reply_error_and_kill(c, h->id, -EMSGSIZE, "too many keys for one rdma push");
+        return;
+    }
+    uint8_t *out = send_buf(c) + KVS_WIRE_HDR_LEN;
+    uint32_t nwr = 0, pinned = 0;
+    uint64_t rnext = 0;
+    size_t off = 0;
+    c->push.count = h->count;
+    for (uint32_t i = 0; i < h->count; i++)
+        c->push.tokens[i] = TOKEN_FREE;
+    for (uint32_t i = 0; i < h->count; i++, out += KVS_WIRE_STATUS_LEN) {
+        struct kvs_wire_remote_entry e;
+        if (kvs_wire_remote_entry_decode(body, h->body_len, &off, &e) < 0) {
+            /* The pins taken so far are leases: cutting the connection drops them. */
+            reply_error_and_kill(c, h->id, -EBADMSG, "malformed rdma push entry");
+            return;
+        }
+        srv->counters.keys[KVS_OP_GET]++;
+        int32_t status = 0;
+        uint32_t len = 0;
+        struct kvs_item *it =
+            c->free_head == TOKEN_FREE ? NULL : kvs_store_lookup(st, e.key, e.klen, 1);
+        if (c->free_head == TOKEN_FREE) {
+            status = -ENOSPC;
+        } else if (!it) {
+            srv->counters.get_misses++;
+            status = -ENOENT;
+        } else {
+            len = kvs_item_len(it);
+            uint8_t *data = kvs_item_data(st, it);
+            if (len > e.len) {
+                srv->counters.get_range++;
+                status = -ERANGE; /* the length goes back, nothing is written */
+            } else if (data < pool || (size_t)(data - pool) + len > pool_size) {
+                status = -EIO;
+                len = 0;
+            } else {
+                srv->counters.get_hits++;
+                if (len > 0) {
+                    c->push.tokens[i] = lease_take(c, it, LEASE_READ);
+                    it = NULL; /* the lease holds the pin now */
+                    pinned++;
+                    push_write(c, &nwr, &rnext, (uintptr_t)data, &e, len);
+                }
+            }
+            if (it) kvs_store_unpin(st, it);
+        }
+        kvs_wire_status_encode(out, status, len);
+    }
+    if (off != h->body_len) {
+        reply_error_and_kill(c, h->id, -EBADMSG, "trailing bytes in rdma push");
+        return;
+    }
+    srv->counters.requests[KVS_OP_GET]++;
+    c->r->ctr.pushes++;
+    size_t len = KVS_WIRE_HDR_LEN + (size_t)h->count * KVS_WIRE_STATUS_LEN;
+    put_reply_hdr(send_buf(c), KVS_OP_RDMA_PUSH, h->count, h->count * KVS_WIRE_STATUS_LEN, h->id);
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)send_buf(c), .length = (uint32_t)len, .lkey = c->mr->lkey};
+    struct ibv_send_wr reply = {.wr_id = PUSH_WR_TAG | ++c->push.seq,
+                                .sg_list = &sge,
+                                .num_sge = 1,
+                                .opcode = IBV_WR_SEND,
+                                .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
+    if (len <= c->max_inline) reply.send_flags |= IBV_SEND_INLINE;
+    if (nwr > 0) c->push.wrs[nwr - 1].next = &reply;
+    if (ibv_post_send(c->id->qp, nwr > 0 ? c->push.wrs : &reply, &bad) != 0) {
+        conn_kill(c, "ibv_post_send of a push failed");
+        return;
+    }
+    c->r->ctr.messages_out++;
+    c->push.pending = pinned > 0;
+    if (!c->push.pending) c->push.count = 0;
+}
+
 /* Any other frame: through the same protocol state machine as TCP. */
 static void handle_proto(struct rconn *c, const uint8_t *msg, size_t len)
 {
@@ -776,6 +942,13 @@ static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
         conn_kill(c, "rdma message while a pull is in flight");
         return;
     }
+    /*
+     * The client sends again only once it has the last PUSH's reply, which
+     * RC delivered after every WRITE: the pins are no longer needed, even if
+     * the SEND's own completion has not been polled yet. (A client that sends
+     * early only reads its own buffers early; its rkey reaches the pool anyway.)
+     */
+    if (c->push.pending) push_finish(c);
     if (!kvs_proto_authenticated(c->proto)) {
         /*
          * With --auth-file, nothing hands out a slot (or an rkey) before AUTH:
@@ -801,6 +974,13 @@ static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
         break;
     case KVS_OP_RDMA_PULL:
         handle_pull(c, &h, body);
+        break;
+    case KVS_OP_RDMA_PUSH:
+        /* A kvstored without PUSH (KVS_RDMA_TEST_NO_PUSH) answers it as an unknown opcode. */
+        if (c->r->push_on)
+            handle_push(c, &h, body);
+        else
+            handle_proto(c, msg, len);
         break;
     default:
         handle_proto(c, msg, len);
@@ -868,6 +1048,11 @@ static void cq_events(struct kvs_rdma *r)
             }
             if (wc[i].wr_id == PULL_WR_ID && c->pull.pending) {
                 pull_finish(c); /* RC: every READ before the signaled last one is done too */
+                continue;
+            }
+            if ((wc[i].wr_id & PUSH_WR_MASK) == PUSH_WR_TAG) {
+                /* A PUSH's reply has left, after its WRITEs: unpin (unless already done). */
+                if (c->push.pending && (uint32_t)wc[i].wr_id == c->push.seq) push_finish(c);
                 continue;
             }
             if (wc[i].opcode != IBV_WC_RECV) continue;
@@ -968,6 +1153,9 @@ int kvs_rdma_create(struct kvs_server *srv, const struct kvs_rdma_config *cfg,
     r->srv = srv;
     r->cfg = *cfg;
     if (r->cfg.lease_ms == 0) r->cfg.lease_ms = 10000;
+    /* Test hook: behave like a kvstored from before PUSH (docs/rdma.md). */
+    const char *no_push = getenv("KVS_RDMA_TEST_NO_PUSH");
+    r->push_on = !(no_push && *no_push && strcmp(no_push, "0") != 0);
     r->tfd = r->epfd = -1;
     int rc;
     r->ec = rdma_create_event_channel();
@@ -1075,6 +1263,12 @@ void kvs_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64
     line(text, "rdma_messages_in", k->messages_in);
     line(text, "rdma_messages_out", k->messages_out);
     line(text, "rdma_pulls", k->pulls);
+    line(text, "rdma_pushes", k->pushes);
+}
+
+uint32_t kvs_rdma_features(const struct kvs_rdma *r)
+{
+    return KVS_FEAT_PULL | (r->push_on ? KVS_FEAT_PUSH : 0);
 }
 
 const struct kvs_rdma_counters *kvs_rdma_counters(const struct kvs_rdma *r)

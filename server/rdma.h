@@ -1,7 +1,8 @@
 /*
  * rdma.h - kvstored's RDMA side (librdmacm + libibverbs): listens next to
  * TCP, registers the store's pool once, and serves the one-sided protocol
- * (RESERVE/COMMIT for puts, LEASE/RELEASE for gets; docs/rdma.md). Every
+ * (RESERVE/COMMIT and PULL for puts, LEASE/RELEASE and PUSH for gets;
+ * docs/rdma.md). Every
  * other opcode arriving on an RDMA connection goes through the same proto
  * state machine as TCP.
  *
@@ -32,7 +33,8 @@ struct kvs_rdma_counters {
     uint64_t bad_tokens;     /* COMMIT/RELEASE naming no live reservation/lease of the conn */
     uint64_t lease_expiries; /* connections cut because a lease outlived lease_ms */
     uint64_t messages_in, messages_out;
-    uint64_t pulls; /* PULL messages (puts whose values the server READ) */
+    uint64_t pulls;  /* PULL messages (puts whose values the server READ) */
+    uint64_t pushes; /* PUSH messages (gets whose values the server WROTE) */
 };
 
 /*
@@ -49,6 +51,8 @@ int kvs_rdma_fd(const struct kvs_rdma *r);
 /* Handles every pending connection event, completion and lease expiry; never blocks. */
 void kvs_rdma_service(void *r);
 const struct kvs_rdma_counters *kvs_rdma_counters(const struct kvs_rdma *r);
+/* The KVS_FEAT_* bits HELLO announces for this RDMA side, besides KVS_FEAT_RDMA (PULL, PUSH). */
+uint32_t kvs_rdma_features(const struct kvs_rdma *r);
 /* STATS lines "rdma_* value" (struct kvs_server's stats_extra hook; arg is the kvs_rdma). */
 void kvs_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64_t value),
                     void *text);

@@ -17,11 +17,18 @@
  *              SEND(COMMIT). RC delivers the SEND after the WRITEs before
  *              it, so when the server sees COMMIT every value has landed; it
  *              links the items and answers a status per key. 2 round trips.
- *   get batch: LEASE (the server pins each key's item, answers addr/rkey/
- *              len/token), then ONE ibv_post_send of  READ ... READ,
- *              SEND(RELEASE) with IBV_SEND_FENCE on the SEND so that the
- *              server unpins only after every READ has executed. 2 round
- *              trips per batch.
+ *   get batch: a chunk of at most KVSTORE_RDMA_PUSH_MAX bytes of capacity
+ *              (default 256 KiB) as PUSH: ONE SEND naming, per key, where its
+ *              value must land (the caller's buffer when it lies in a
+ *              kvs_register_buffer region, else the bounce buffer); the
+ *              server pins the items, RDMA WRITEs the values there and then
+ *              sends the reply (RC: after every WRITE has landed): a status
+ *              and length per key, as GET. 1 round trip. Larger chunks, or
+ *              all with KVSTORE_RDMA_PUSH_MAX=0: LEASE (the server pins each
+ *              key's item, answers addr/rkey/len/token), then ONE
+ *              ibv_post_send of  READ ... READ, SEND(RELEASE) with
+ *              IBV_SEND_FENCE on the SEND so that the server unpins only
+ *              after every READ has executed. 2 round trips.
  *
  * Explicit COMMIT, not WRITE_WITH_IMM: one message commits the whole
  * batch (an immediate carries 32 bits, one per key would cost one receive
@@ -65,10 +72,7 @@
 #define BACKOFF_MS       200
 #define TOKEN_NONE       UINT32_MAX
 #define PULL_MAX_DEFAULT (256u << 10) /* largest put chunk (value bytes) sent as PULL */
-/* Values' memory: local access, and remote READ so that kvstored can PULL puts from it. */
-/* Registered memory: local use only, or READable by the server too when PULL is on. */
-#define MR_ACCESS_LOCAL IBV_ACCESS_LOCAL_WRITE
-#define MR_ACCESS_PULL  (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
+#define PUSH_MAX_DEFAULT (256u << 10) /* largest get chunk (capacity bytes) sent as PUSH */
 
 struct ureg {
     void *ptr;
@@ -117,6 +121,7 @@ struct kvs_conn {
     uint32_t token_xor; /* KVS_RDMA_TEST_TOKEN_XOR: test hook, names tokens (PULL: rkeys) it was not
                            given */
     uint32_t pull_max;  /* KVSTORE_RDMA_PULL_MAX: larger put chunks take RESERVE + WRITEs/COMMIT */
+    uint32_t push_max;  /* KVSTORE_RDMA_PUSH_MAX: larger get chunks take LEASE + READs/RELEASE */
     atomic_uint_fast64_t doorbells, wrs, cqes, round_trips, bounce_bytes, zero_copy_bytes,
         reconnects, split_chains;
     /* Where a put/get batch's time goes (microseconds, summed over chunks). */
@@ -202,9 +207,26 @@ static int pull_on(const struct kvs_conn *c)
     return c->pull_max && (c->lim.features & KVS_FEAT_PULL);
 }
 
+/*
+ * PUSH likewise: KVSTORE_RDMA_PUSH_MAX > 0 here and KVS_FEAT_PUSH in the
+ * server's HELLO. Without it no memory is remotely writable.
+ */
+static int push_on(const struct kvs_conn *c)
+{
+    return c->push_max && (c->lim.features & KVS_FEAT_PUSH);
+}
+
+/*
+ * Registered memory (bounce buffer, kvs_register_buffer regions): local use,
+ * plus remote READ when PULL is on and remote WRITE when PUSH is on. Only
+ * called once HELLO/AUTH has set c->lim.
+ */
 static int mr_access(const struct kvs_conn *c)
 {
-    return pull_on(c) ? MR_ACCESS_PULL : MR_ACCESS_LOCAL;
+    int access = IBV_ACCESS_LOCAL_WRITE;
+    if (pull_on(c)) access |= IBV_ACCESS_REMOTE_READ;
+    if (push_on(c)) access |= IBV_ACCESS_REMOTE_WRITE;
+    return access;
 }
 
 /* Makes the bounce buffer at least need bytes (registered again when it grows). */
@@ -589,9 +611,10 @@ static int open_connection(struct kvs_conn *c)
     if ((rc = say_hello(c, deadline)) < 0) goto out;
     /*
      * Only now, with the server's proof checked (when we hold a secret), do
-     * memory regions the server may READ (PULL) exist on this connection: an
-     * impostor cannot read registered buffers during the handshake, even by
-     * guessing an rkey. (The bounce buffer is registered on first use.)
+     * memory regions the server may READ (PULL) or WRITE (PUSH) exist on this
+     * connection: an impostor cannot read or overwrite registered buffers
+     * during the handshake, even by guessing an rkey. (The bounce buffer is
+     * registered on first use.)
      */
     for (struct ureg *u = c->regs; u; u = u->next)
         u->mr = ibv_reg_mr(c->pd, u->ptr, u->len, mr_access(c));
@@ -661,14 +684,20 @@ static void fail_keys(struct kvs_key_io *k, uint32_t n, int status)
         k[i].status = status;
 }
 
-/* How many keys from k[0..n) go in one RESERVE/LEASE/PULL message (at least one). */
+/*
+ * How many keys from k[0..n) go in one RESERVE/LEASE message, or (remote: each
+ * key names client memory) one PULL/PUSH message; at least one.
+ */
 static uint32_t chunk_size(struct kvs_conn *c, const struct kvs_key_io *k, uint32_t n, int put,
-                           int pull)
+                           int remote)
 {
+    _Static_assert(KVS_WIRE_PULL_SRC_LEN == KVS_WIRE_PUSH_DST_LEN &&
+                       KVS_WIRE_PULL_MAX_KEYS == KVS_WIRE_PUSH_MAX_KEYS,
+                   "PULL and PUSH entries are cut alike");
     size_t bytes = KVS_WIRE_HDR_LEN, bounce = 0;
-    uint32_t i = 0, max = pull ? KVS_WIRE_PULL_MAX_KEYS : CHUNK_KEYS;
+    uint32_t i = 0, max = remote ? KVS_WIRE_PULL_MAX_KEYS : CHUNK_KEYS;
     for (; i < n && i < max; i++) {
-        size_t e = KVS_WIRE_ENTRY_LEN + k[i].klen + (pull ? KVS_WIRE_PULL_SRC_LEN : 0);
+        size_t e = KVS_WIRE_ENTRY_LEN + k[i].klen + (remote ? KVS_WIRE_PULL_SRC_LEN : 0);
         size_t b = find_reg(c, put ? k[i].val : k[i].buf, k[i].len) ? 0 : k[i].len;
         if (i > 0 && (bytes + e > CTRL_MAX || bounce + b > BOUNCE_CHUNK)) break;
         bytes += e;
@@ -677,7 +706,7 @@ static uint32_t chunk_size(struct kvs_conn *c, const struct kvs_key_io *k, uint3
     return i;
 }
 
-/* The value bytes of k[0..n). */
+/* The value bytes (puts) or capacity bytes (gets) of k[0..n). */
 static uint64_t chunk_bytes(const struct kvs_key_io *k, uint32_t n)
 {
     uint64_t sum = 0;
@@ -762,6 +791,85 @@ static int do_pull(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, uint64_
     }
 out:
     free(bounce_off);
+    return rc;
+}
+
+/*
+ * One chunk of a get batch as PUSH: one SEND names, per key, its capacity
+ * and where its value must land (the caller's buffer when it lies in a
+ * registered region, else a capacity-sized piece of the bounce buffer); the
+ * server WRITEs the values there and its reply, which RC delivers after the
+ * WRITEs, gives a status and length per key, as GET. One round trip.
+ * Returns 0, or a transport error (the connection is then unusable).
+ */
+static int do_push(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, uint64_t deadline)
+{
+    uint64_t *bounce_off = calloc(n ? n : 1, sizeof(*bounce_off));
+    struct ibv_mr **mrs = calloc(n ? n : 1, sizeof(*mrs));
+    int rc = -ENOMEM;
+    if (!bounce_off || !mrs) goto out;
+    /* Bounce space first: growing registers again, so sizes are known before any rkey. */
+    size_t need = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        mrs[i] = k[i].len ? find_reg(c, k[i].buf, k[i].len) : NULL;
+        if (!mrs[i]) need += k[i].len;
+    }
+    if ((rc = bounce_reserve(c, need)) < 0) goto out;
+    uint8_t *out = send_buf(c);
+    uint64_t id = ++c->next_id;
+    size_t len = KVS_WIRE_HDR_LEN, boff = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t cap = (uint32_t)k[i].len; /* chunks over UINT32_MAX bytes take LEASE */
+        uint64_t addr = (uintptr_t)k[i].buf;
+        uint32_t rkey = 0;
+        bounce_off[i] = UINT64_MAX;
+        if (mrs[i]) {
+            rkey = mrs[i]->rkey;
+        } else if (cap) {
+            bounce_off[i] = boff;
+            addr = (uintptr_t)(c->bounce + boff);
+            rkey = c->bounce_mr->rkey;
+            boff += cap;
+        }
+        kvs_wire_entry_encode(out + len, (uint16_t)k[i].klen, cap);
+        memcpy(out + len + KVS_WIRE_ENTRY_LEN, k[i].key, k[i].klen);
+        len += KVS_WIRE_ENTRY_LEN + k[i].klen;
+        kvs_put_u64(out + len, addr);
+        kvs_put_u32(out + len + 8, rkey ^ c->token_xor); /* test hook: a wrong rkey */
+        len += KVS_WIRE_PUSH_DST_LEN;
+    }
+    put_hdr(out, KVS_OP_RDMA_PUSH, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
+    uint64_t t0 = kvs_now_ns();
+    rc = post_chain_and_call(c, NULL, 0, len, 0, deadline);
+    atomic_fetch_add(&c->chain_wait_us, elapsed_us(t0));
+    if (rc < 0) goto out;
+    uint32_t blen;
+    const uint8_t *body = take_reply(c, KVS_OP_RDMA_PUSH, id, n, KVS_WIRE_STATUS_LEN, &blen, &rc);
+    if (!body) goto out;
+    t0 = kvs_now_ns();
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *e = body + (size_t)i * KVS_WIRE_STATUS_LEN;
+        int32_t st = (int32_t)kvs_get_u32(e);
+        uint32_t vlen = kvs_get_u32(e + 4);
+        if (st == 0 && vlen > k[i].len) {
+            rc = -EPROTO; /* the server says it wrote more than the capacity */
+            goto out;
+        }
+        k[i].status = st;
+        if (st != 0 && st != -ERANGE) continue;
+        k[i].vlen = vlen;
+        if (st != 0 || vlen == 0) continue;
+        if (bounce_off[i] != UINT64_MAX) {
+            memcpy(k[i].buf, c->bounce + bounce_off[i], vlen);
+            atomic_fetch_add(&c->bounce_bytes, vlen);
+        } else {
+            atomic_fetch_add(&c->zero_copy_bytes, vlen);
+        }
+    }
+    atomic_fetch_add(&c->copy_us, elapsed_us(t0));
+out:
+    free(bounce_off);
+    free(mrs);
     return rc;
 }
 
@@ -937,6 +1045,7 @@ static int rdma_create(const struct kvs_endpoint *ep, const struct kvs_transport
     c->stall_ms = env_u32("KVS_RDMA_TEST_STALL_MS", 0, 0, 600000);
     c->token_xor = env_u32("KVS_RDMA_TEST_TOKEN_XOR", 0, 0, UINT32_MAX);
     c->pull_max = env_u32("KVSTORE_RDMA_PULL_MAX", PULL_MAX_DEFAULT, 0, UINT32_MAX);
+    c->push_max = env_u32("KVSTORE_RDMA_PUSH_MAX", PUSH_MAX_DEFAULT, 0, UINT32_MAX);
     pthread_mutex_init(&c->mu, NULL);
     if (c->autosel) {
         int rc = kvs_tcp_transport.create(ep, cfg, &c->tcp);
@@ -1023,15 +1132,21 @@ static void rdma_submit(struct kvs_conn *c, struct kvs_req *req)
         while (done < req->n) {
             struct kvs_key_io *k = req->keys + done;
             uint32_t m = chunk_size(c, k, req->n - done, put, 0);
-            /* A put chunk whose values are small in all takes PULL (docs/rdma.md). */
+            /*
+             * A put chunk whose values are small in all takes PULL, a get
+             * chunk whose capacities are, PUSH (docs/rdma.md).
+             */
             int pull = put && pull_on(c) && chunk_bytes(k, m) <= c->pull_max;
-            if (pull) m = chunk_size(c, k, m, put, 1);
+            int push = req->opcode == KVS_OP_GET && push_on(c) && chunk_bytes(k, m) <= c->push_max;
+            if (pull || push) m = chunk_size(c, k, m, put, 1);
             if (!sided) {
                 uint32_t cap = (CTRL_MAX - KVS_WIRE_HDR_LEN) / KVS_WIRE_STATUS_LEN;
                 if (m > cap) m = cap;
             }
             if (pull)
                 rc = do_pull(c, k, m, deadline);
+            else if (push)
+                rc = do_push(c, k, m, deadline);
             else
                 rc = sided ? do_chunk(c, k, m, put, deadline) : do_plain(c, req, k, m, deadline);
             if (rc < 0) break;

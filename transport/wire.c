@@ -254,3 +254,23 @@ long kvs_wire_parse_request(const uint8_t *buf, size_t len, uint32_t max_body,
     if (left != 0) return -EBADMSG; /* trailing bytes: the count lies */
     return KVS_WIRE_HDR_LEN + (long)h->body_len;
 }
+
+int kvs_wire_remote_entry_decode(const uint8_t *body, uint32_t body_len, size_t *off,
+                                 struct kvs_wire_remote_entry *e)
+{
+    struct kvs_wire_entry h;
+    size_t at = *off;
+    if (at > body_len || body_len - at < KVS_WIRE_ENTRY_LEN ||
+        kvs_wire_entry_decode(body + at, &h) < 0)
+        return -EBADMSG;
+    size_t need = (size_t)KVS_WIRE_ENTRY_LEN + h.klen + KVS_WIRE_PUSH_DST_LEN;
+    if (body_len - at < need) return -EBADMSG;
+    const uint8_t *key = body + at + KVS_WIRE_ENTRY_LEN;
+    *e = (struct kvs_wire_remote_entry){.key = key,
+                                        .klen = h.klen,
+                                        .len = h.len,
+                                        .addr = kvs_get_u64(key + h.klen),
+                                        .rkey = kvs_get_u32(key + h.klen + 8)};
+    *off = at + need;
+    return 0;
+}

@@ -39,6 +39,7 @@
 #define KVS_FEAT_RDMA 0x1u /* the server listens for RDMA too */
 #define KVS_FEAT_AUTH 0x2u /* the server requires authentication */
 #define KVS_FEAT_PULL 0x4u /* its RDMA connections serve PULL (opcode 12) */
+#define KVS_FEAT_PUSH 0x8u /* its RDMA connections serve PUSH (opcode 13) */
 
 enum kvs_wire_opcode {
     KVS_OP_PUT = 1,
@@ -73,6 +74,15 @@ enum kvs_wire_opcode {
      * reply entries: i32 status | u32 0.
      */
     KVS_OP_RDMA_PULL = 12,
+    /*
+     * RDMA only, a get in one round trip: entries as GET (len = capacity),
+     * each followed by u64 addr | u32 rkey (KVS_WIRE_PUSH_DST_LEN): where the
+     * value must land in the client's memory. The server pins each item,
+     * RDMA WRITEs the values there, then answers (RC: after every WRITE has
+     * landed); reply entries as GET's without data: i32 status | u32 len
+     * (0 and the length, -ENOENT, or -ERANGE and the length, nothing written).
+     */
+    KVS_OP_RDMA_PUSH = 13,
     KVS_OP_ERROR = 0x7f, /* reply only: body is i32 status | text */
     KVS_OP_REPLY = 0x80, /* flag or-ed into a reply's opcode */
 };
@@ -107,6 +117,8 @@ struct kvs_wire_status {
 #define KVS_WIRE_TOKEN_LEN     8   /* COMMIT / RELEASE entry */
 #define KVS_WIRE_PULL_SRC_LEN  12  /* PULL: u64 addr | u32 rkey after each key */
 #define KVS_WIRE_PULL_MAX_KEYS 256 /* keys per PULL message */
+#define KVS_WIRE_PUSH_DST_LEN  12  /* PUSH: u64 addr | u32 rkey after each key */
+#define KVS_WIRE_PUSH_MAX_KEYS 256 /* keys per PUSH message */
 struct kvs_wire_slot {
     int32_t status;
     uint32_t token;
@@ -230,5 +242,23 @@ typedef int (*kvs_wire_item_fn)(void *arg, uint32_t index, const struct kvs_wire
  */
 long kvs_wire_parse_request(const uint8_t *buf, size_t len, uint32_t max_body,
                             struct kvs_wire_hdr *h, kvs_wire_item_fn fn, void *arg);
+
+/*
+ * One entry of a PULL or PUSH request: a request entry header, the key, then
+ * u64 addr | u32 rkey naming memory on the client's side.
+ */
+struct kvs_wire_remote_entry {
+    const uint8_t *key; /* inside the body; not NUL-terminated */
+    uint16_t klen;
+    uint32_t len; /* PULL: the value's length; PUSH: the client's capacity */
+    uint64_t addr;
+    uint32_t rkey;
+};
+/*
+ * Decodes the PULL/PUSH entry at body[*off..body_len) and moves *off past it.
+ * 0, or -EBADMSG when the entry header is malformed or the entry does not fit.
+ */
+int kvs_wire_remote_entry_decode(const uint8_t *body, uint32_t body_len, size_t *off,
+                                 struct kvs_wire_remote_entry *e);
 
 #endif /* KVS_WIRE_H */

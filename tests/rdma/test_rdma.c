@@ -7,7 +7,10 @@
  * exists/remove/stats, a server killed mid-batch. Through the transport
  * directly (its counters): one doorbell per chain, chain splitting at the
  * send queue depth, bounce vs registered buffers, lease expiry, a client
- * that dies between RESERVE and COMMIT.
+ * that dies between RESERVE and COMMIT. PUSH (gets in one round trip):
+ * mixed statuses, bounce vs registered destinations, gets racing puts of
+ * the same key, the LEASE path when it is off or the server lacks it, a
+ * PUSH naming memory the client did not register.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -181,7 +184,7 @@ static void test_server_killed(void **state)
 /* ---- through the transport, with its counters ---- */
 
 struct counters {
-    uint64_t doorbells, wrs, round_trips, bounce, zero_copy, split, completions;
+    uint64_t doorbells, wrs, round_trips, bounce, zero_copy, split, completions, reconnects;
 };
 
 static void take_counter(void *arg, const char *name, uint64_t v)
@@ -194,6 +197,7 @@ static void take_counter(void *arg, const char *name, uint64_t v)
     if (!strcmp(name, "zero_copy_bytes")) k->zero_copy = v;
     if (!strcmp(name, "split_chains")) k->split = v;
     if (!strcmp(name, "completions")) k->completions = v;
+    if (!strcmp(name, "reconnects")) k->reconnects = v;
 }
 
 static struct counters read_counters(struct kvs_conn *conn)
@@ -286,16 +290,35 @@ static struct kvs_conn *open_conn_reserve(void)
     return conn;
 }
 
+/* A connection whose gets take the two-round-trip path (LEASE, then READs + RELEASE). */
+static struct kvs_conn *open_conn_lease(void)
+{
+    setenv("KVSTORE_RDMA_PUSH_MAX", "0", 1);
+    struct kvs_conn *conn = open_conn();
+    unsetenv("KVSTORE_RDMA_PUSH_MAX");
+    return conn;
+}
+
+/* Both: every chunk is built by the client's own chain builder. */
+static struct kvs_conn *open_conn_two_sided(void)
+{
+    setenv("KVSTORE_RDMA_PUSH_MAX", "0", 1);
+    struct kvs_conn *conn = open_conn_reserve();
+    unsetenv("KVSTORE_RDMA_PUSH_MAX");
+    return conn;
+}
+
 /*
  * Batch 32: a put is one PULL (1 doorbell, 1 WR, 1 round trip), or with
  * KVSTORE_RDMA_PULL_MAX=0 RESERVE + one chain (WRITEs + COMMIT) = 2 doorbells;
- * a get is LEASE + one chain (READs + RELEASE) = 2 doorbells.
+ * a get is one PUSH (1 doorbell, 1 WR, 1 round trip), or with
+ * KVSTORE_RDMA_PUSH_MAX=0 LEASE + one chain (READs + RELEASE) = 2 doorbells.
  */
 static void test_doorbells_per_batch(void **state)
 {
     (void)state;
     struct kvs_conn *conn = open_conn();
-    struct kvs_conn *rconn = open_conn_reserve();
+    struct kvs_conn *rconn = open_conn_two_sided();
     enum { N = 32 };
     const size_t len = 4096;
     uint8_t *bufs[N];
@@ -315,8 +338,9 @@ static void test_doorbells_per_batch(void **state)
     assert_int_equal(b.doorbells - a.doorbells, 1);
     assert_int_equal(b.wrs - a.wrs, 1);
     assert_int_equal(b.round_trips - a.round_trips, 1);
-    assert_int_equal(d.doorbells - b.doorbells, 2);
-    assert_int_equal(d.round_trips - b.round_trips, 2);
+    assert_int_equal(d.doorbells - b.doorbells, 1);
+    assert_int_equal(d.wrs - b.wrs, 1);
+    assert_int_equal(d.round_trips - b.round_trips, 1);
 
     kvt_fill_value(bufs[0], len, "bell-0", 4); /* the reserve path writes what a get then sees */
     struct counters ra = read_counters(rconn);
@@ -327,17 +351,22 @@ static void test_doorbells_per_batch(void **state)
     assert_int_equal(rb.doorbells - ra.doorbells, 2);
     assert_int_equal(rb.round_trips - ra.round_trips, 2);
     memset(region, 0, (size_t)N * len);
-    run_batch(conn, KVS_OP_GET, "bell", 1, bufs, len, st);
-    assert_int_equal(st[0], 0);
+    run_batch(rconn, KVS_OP_GET, "bell", N, bufs, len, st);
+    struct counters rd = read_counters(rconn);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    assert_int_equal(rd.doorbells - rb.doorbells, 2);
+    assert_int_equal(rd.round_trips - rb.round_trips, 2);
     check_values(bufs, 1, len, "bell", 4);
     printf("# batch %d x %zu B: put (pull) %llu doorbells %llu WRs, put (reserve) %llu doorbells "
-           "%llu WRs, get %llu doorbells %llu WRs (post_send per op %.4f pull+get, %.4f "
-           "reserve+get)\n",
+           "%llu WRs, get (push) %llu doorbells %llu WRs, get (lease) %llu doorbells %llu WRs "
+           "(post_send per op %.4f pull+push, %.4f reserve+lease)\n",
            N, len, (unsigned long long)(b.doorbells - a.doorbells),
            (unsigned long long)(b.wrs - a.wrs), (unsigned long long)(rb.doorbells - ra.doorbells),
            (unsigned long long)(rb.wrs - ra.wrs), (unsigned long long)(d.doorbells - b.doorbells),
-           (unsigned long long)(d.wrs - b.wrs), (double)(d.doorbells - a.doorbells) / (2.0 * N),
-           (double)(rb.doorbells - ra.doorbells + d.doorbells - b.doorbells) / (2.0 * N));
+           (unsigned long long)(d.wrs - b.wrs), (unsigned long long)(rd.doorbells - rb.doorbells),
+           (unsigned long long)(rd.wrs - rb.wrs), (double)(d.doorbells - a.doorbells) / (2.0 * N),
+           (double)(rd.doorbells - ra.doorbells) / (2.0 * N));
     free(region);
     kvs_rdma_transport.destroy(conn);
     kvs_rdma_transport.destroy(rconn);
@@ -352,7 +381,7 @@ static void test_chain_split(void **state)
     (void)state;
     setenv("KVS_RDMA_MAX_WR", "8", 1);
     setenv("KVS_RDMA_MAX_SGE", "1", 1);
-    struct kvs_conn *conn = open_conn();
+    struct kvs_conn *conn = open_conn_lease(); /* a PUSH posts no chain of its own */
     unsetenv("KVS_RDMA_MAX_WR");
     unsetenv("KVS_RDMA_MAX_SGE");
     enum { N = 64 };
@@ -435,12 +464,13 @@ static void test_bounce_vs_registered(void **state)
 
 /*
  * 64-byte values fill 64-byte chunks: slots reserved together are adjacent,
- * and so are their bounce copies, so the WRITEs and READs merge.
+ * and so are their bounce copies, so the WRITEs and READs merge (RESERVE
+ * and LEASE: the client's own chains).
  */
 static void test_adjacent_slices_merge(void **state)
 {
     (void)state;
-    struct kvs_conn *conn = open_conn();
+    struct kvs_conn *conn = open_conn_two_sided();
     enum { N = 32 };
     const size_t len = 64;
     uint8_t *bufs[N];
@@ -588,6 +618,347 @@ static void test_pull_bad_source(void **state)
     free(region);
 }
 
+/* ---- PUSH: gets in one round trip ---- */
+
+/* A synchronous get of names[0..n) into bufs[i] (capacity caps[i]); statuses and lengths out. */
+static void get_keys(struct kvs_conn *conn, uint32_t n, const char *const names[],
+                     uint8_t *const bufs[], const size_t caps[], int32_t status[], size_t vlen[])
+{
+    struct kvs_key_io *k = calloc(n, sizeof(*k));
+    assert_non_null(k);
+    for (uint32_t i = 0; i < n; i++)
+        k[i] = (struct kvs_key_io){.key = names[i],
+                                   .klen = (uint32_t)strlen(names[i]),
+                                   .index = i,
+                                   .buf = bufs[i],
+                                   .len = caps[i],
+                                   .vlen = SIZE_MAX};
+    int done = 0;
+    struct kvs_req req = {.opcode = KVS_OP_GET, .n = n, .keys = k, .done = req_done, .arg = &done};
+    kvs_rdma_transport.submit(conn, &req);
+    assert_int_equal(done, 1);
+    for (uint32_t i = 0; i < n; i++) {
+        status[i] = k[i].status;
+        vlen[i] = k[i].vlen;
+    }
+    free(k);
+}
+
+/* Waits (bounded) until kvstored holds no pinned item; fails if it still does. */
+static void assert_nothing_pinned(void)
+{
+    long long pinned = -1;
+    for (int i = 0; i < 50 && pinned != 0; i++) {
+        pinned = server_stat("pinned_items");
+        if (pinned != 0) usleep(100 * 1000);
+    }
+    assert_int_equal(pinned, 0);
+}
+
+/*
+ * One PUSH, every outcome: found, missing, a capacity too small (-ERANGE
+ * with the length, the buffer untouched), a zero-length value, a length
+ * probe (capacity 0). One doorbell, one WR, one round trip; no pin left.
+ */
+static void test_push_mixed_statuses(void **state)
+{
+    (void)state;
+    kvs_client *c = kvs_open(rdma_url);
+    assert_non_null(c);
+    static uint8_t v4k[4096], v5k[5000];
+    kvt_fill_value(v4k, sizeof(v4k), "pm-found", 6);
+    kvt_fill_value(v5k, sizeof(v5k), "pm-big", 6);
+    assert_int_equal(kvs_put(c, "pm-found", v4k, sizeof(v4k)), 0);
+    assert_int_equal(kvs_put(c, "pm-big", v5k, sizeof(v5k)), 0);
+    assert_int_equal(kvs_put(c, "pm-empty", "", 0), 0);
+    kvs_close(c);
+
+    struct kvs_conn *conn = open_conn();
+    enum { N = 6 };
+    const char *names[N] = {"pm-found", "pm-missing", "pm-big", "pm-empty", "pm-big", "pm-found"};
+    static uint8_t out[N][8192];
+    uint8_t *bufs[N];
+    size_t caps[N] = {8192, 8192, 100, 8192, 0, 4096}, vlen[N];
+    int32_t st[N];
+    for (int i = 0; i < N; i++) {
+        bufs[i] = out[i];
+        memset(out[i], 0xab, sizeof(out[i]));
+    }
+    long long pushes = server_stat("rdma_pushes");
+    struct counters a = read_counters(conn);
+    get_keys(conn, N, names, bufs, caps, st, vlen);
+    struct counters b = read_counters(conn);
+    assert_int_equal(st[0], 0);
+    assert_int_equal(vlen[0], sizeof(v4k));
+    assert_memory_equal(out[0], v4k, sizeof(v4k));
+    assert_int_equal(out[0][sizeof(v4k)], 0xab); /* nothing past the value */
+    assert_int_equal(st[1], -ENOENT);
+    assert_int_equal(st[2], -ERANGE);
+    assert_int_equal(vlen[2], sizeof(v5k));
+    for (size_t j = 0; j < sizeof(out[2]); j++)
+        assert_int_equal(out[2][j], 0xab); /* too small: not written at all */
+    assert_int_equal(st[3], 0);
+    assert_int_equal(vlen[3], 0);
+    assert_int_equal(out[3][0], 0xab);
+    assert_int_equal(st[4], -ERANGE); /* a length probe */
+    assert_int_equal(vlen[4], sizeof(v5k));
+    assert_int_equal(st[5], 0); /* capacity exactly the length */
+    assert_memory_equal(out[5], v4k, sizeof(v4k));
+    assert_int_equal(b.doorbells - a.doorbells, 1);
+    assert_int_equal(b.wrs - a.wrs, 1);
+    assert_int_equal(b.round_trips - a.round_trips, 1);
+    assert_int_equal(server_stat("rdma_pushes"), pushes + 1);
+    kvs_rdma_transport.destroy(conn);
+    assert_nothing_pinned();
+}
+
+/*
+ * Destinations: values land in the bounce buffer and are copied out when the
+ * caller's buffers are not registered, straight in them when they are; a
+ * chunk mixing both does each key its own way.
+ */
+static void test_push_bounce_vs_registered(void **state)
+{
+    (void)state;
+    struct kvs_conn *conn = open_conn();
+    enum { N = 16 };
+    const size_t len = 4096;
+    uint8_t *bufs[N];
+    int32_t st[N];
+    uint8_t *region = carve(bufs, N, len, len, "pbr", 2);
+    run_batch(conn, KVS_OP_PUT, "pbr", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+
+    memset(region, 0, (size_t)N * len);
+    struct counters a = read_counters(conn);
+    run_batch(conn, KVS_OP_GET, "pbr", N, bufs, len, st);
+    struct counters b = read_counters(conn);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, N, len, "pbr", 2);
+    assert_int_equal(b.bounce - a.bounce, (uint64_t)N * len);
+    assert_int_equal(b.zero_copy - a.zero_copy, 0);
+    assert_int_equal(b.round_trips - a.round_trips, 1);
+
+    /* The first half registered, the second not. */
+    assert_int_equal(kvs_rdma_transport.reg_mem(conn, region, (size_t)N / 2 * len), 0);
+    memset(region, 0, (size_t)N * len);
+    run_batch(conn, KVS_OP_GET, "pbr", N, bufs, len, st);
+    struct counters d = read_counters(conn);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, N, len, "pbr", 2);
+    assert_int_equal(d.zero_copy - b.zero_copy, (uint64_t)N / 2 * len);
+    assert_int_equal(d.bounce - b.bounce, (uint64_t)N / 2 * len);
+    assert_int_equal(d.round_trips - b.round_trips, 1);
+    assert_int_equal(kvs_rdma_transport.unreg_mem(conn, region), 0);
+    free(region);
+    kvs_rdma_transport.destroy(conn);
+}
+
+/*
+ * PUSH off (KVSTORE_RDMA_PUSH_MAX=0), or a chunk over the limit: the get
+ * takes LEASE + READs, 2 round trips, and kvstored serves no PUSH.
+ */
+static void test_push_off_uses_lease(void **state)
+{
+    (void)state;
+    struct kvs_conn *conn = open_conn();
+    struct kvs_conn *off = open_conn_lease();
+    enum { N = 32 };
+    const size_t len = 16384; /* 512 KiB a batch: over the default limit */
+    uint8_t *bufs[N];
+    int32_t st[N];
+    uint8_t *region = carve(bufs, N, len, len, "poff", 3);
+    run_batch(conn, KVS_OP_PUT, "poff", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    long long pushes = server_stat("rdma_pushes"), leases = server_stat("rdma_leases");
+
+    memset(region, 0, (size_t)N * len);
+    struct counters a = read_counters(off);
+    run_batch(off, KVS_OP_GET, "poff", 8, bufs, len, st); /* 128 KiB: PUSH size, but off */
+    struct counters b = read_counters(off);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, 8, len, "poff", 3);
+    assert_int_equal(b.round_trips - a.round_trips, 2);
+
+    memset(region, 0, (size_t)N * len);
+    a = read_counters(conn);
+    run_batch(conn, KVS_OP_GET, "poff", N, bufs, len, st); /* on, but 512 KiB */
+    b = read_counters(conn);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, N, len, "poff", 3);
+    assert_int_equal(b.round_trips - a.round_trips, 2);
+    assert_int_equal(server_stat("rdma_pushes"), pushes);
+    assert_int_equal(server_stat("rdma_leases"), leases + 8 + N);
+    free(region);
+    kvs_rdma_transport.destroy(conn);
+    kvs_rdma_transport.destroy(off);
+    assert_nothing_pinned();
+}
+
+/*
+ * A kvstored whose HELLO lacks KVS_FEAT_PUSH (the test hook
+ * KVS_RDMA_TEST_NO_PUSH makes it answer opcode 13 as unknown, like a
+ * kvstored from before PUSH): the client never sends it one, its gets take
+ * LEASE and succeed.
+ */
+static void test_push_server_without_the_bit(void **state)
+{
+    (void)state;
+    struct kvt_server old;
+    char port[8], args[256], url[128];
+    snprintf(port, sizeof(port), "%d", 20000 + (int)((getpid() + 11) % 20000));
+    snprintf(args, sizeof(args), "--memory 16M --rdma-listen %s:%s", rdma_host, port);
+    setenv("KVS_RDMA_TEST_NO_PUSH", "1", 1);
+    int rc = kvt_server_start(&old, 0, args);
+    unsetenv("KVS_RDMA_TEST_NO_PUSH");
+    assert_int_equal(rc, 0);
+    snprintf(url, sizeof(url), "rdma://%s:%s", rdma_host, port);
+
+    struct kvs_endpoint ep = {0};
+    snprintf(ep.scheme, sizeof(ep.scheme), "rdma");
+    snprintf(ep.host, sizeof(ep.host), "%s", rdma_host);
+    snprintf(ep.port, sizeof(ep.port), "%s", port);
+    snprintf(ep.name, sizeof(ep.name), "%s:%s", rdma_host, port);
+    struct kvs_transport_config cfg = {.timeout_ms = 30000, .connect_timeout_ms = 10000};
+    struct kvs_conn *conn = NULL;
+    struct kvs_limits lim;
+    assert_int_equal(kvs_rdma_transport.create(&ep, &cfg, &conn), 0);
+    assert_int_equal(kvs_rdma_transport.connect(conn, &lim), 0);
+    assert_true(lim.features & KVS_FEAT_PULL);
+    assert_false(lim.features & KVS_FEAT_PUSH);
+    enum { N = 8 };
+    const size_t len = 2048;
+    uint8_t *bufs[N];
+    int32_t st[N];
+    uint8_t *region = carve(bufs, N, len, len, "nopush", 4);
+    run_batch(conn, KVS_OP_PUT, "nopush", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    memset(region, 0, (size_t)N * len);
+    struct counters a = read_counters(conn);
+    run_batch(conn, KVS_OP_GET, "nopush", N, bufs, len, st);
+    struct counters b = read_counters(conn);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, N, len, "nopush", 4);
+    assert_int_equal(b.round_trips - a.round_trips, 2);
+    assert_int_equal(b.reconnects, 0);
+    kvs_rdma_transport.destroy(conn);
+
+    kvs_client *c = kvs_open(url);
+    assert_non_null(c);
+    char text[8192];
+    ssize_t n = kvs_server_stats(c, text, sizeof(text) - 1);
+    kvs_close(c);
+    assert_true(n > 0);
+    text[n] = 0;
+    assert_non_null(strstr(text, "\nrdma_pushes 0\n"));
+    assert_non_null(strstr(text, "\nrdma_leases 8\n"));
+    assert_non_null(strstr(text, "\nerrors_protocol 0\n"));
+    free(region);
+    kvt_server_stop(&old);
+}
+
+/*
+ * A PUSH naming memory the client did not register (a wrong rkey): the
+ * server's WRITE fails, which cuts only that connection; its keys fail with
+ * a connection error, nothing stays pinned, and another connection opened
+ * before keeps working.
+ */
+static void test_push_bad_destination(void **state)
+{
+    (void)state;
+    struct kvs_conn *good = open_conn();
+    enum { N = 4 };
+    const size_t len = 2048;
+    uint8_t *bufs[N];
+    int32_t st[N];
+    uint8_t *region = carve(bufs, N, len, len, "baddst", 1);
+    run_batch(good, KVS_OP_PUT, "baddst", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+
+    setenv("KVS_RDMA_TEST_TOKEN_XOR", "4660", 1); /* PUSH: xors the rkeys it names */
+    struct kvs_conn *bad = open_conn();
+    unsetenv("KVS_RDMA_TEST_TOKEN_XOR");
+    memset(region, 0, (size_t)N * len);
+    run_batch(bad, KVS_OP_GET, "baddst", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        if (st[i] != -ECONNRESET && st[i] != -EIO) fail_msg("key %d: %d", i, st[i]);
+    kvs_rdma_transport.destroy(bad);
+    assert_nothing_pinned();
+
+    memset(region, 0, (size_t)N * len);
+    run_batch(good, KVS_OP_GET, "baddst", N, bufs, len, st);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], 0);
+    check_values(bufs, N, len, "baddst", 1);
+    struct counters k = read_counters(good);
+    assert_int_equal(k.reconnects, 0);
+    free(region);
+    kvs_rdma_transport.destroy(good);
+}
+
+/*
+ * Gets (PUSH) racing puts of the same key from another process: every value
+ * a get returns is whole, one version throughout (the WRITEs come from the
+ * pinned item; a put makes a new one).
+ */
+static void test_push_never_torn(void **state)
+{
+    (void)state;
+    enum { LEN = 65536, ROUNDS = 150 };
+    kvs_client *c = kvs_open(rdma_url);
+    assert_non_null(c);
+    static uint8_t v[LEN], back[LEN];
+    kvt_fill_value(v, LEN, "torn", 1);
+    assert_int_equal(kvs_put(c, "torn", v, LEN), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_rdma", "--writer", rdma_host, rdma_port, (char *)NULL);
+        _exit(127);
+    }
+    unsigned seen_min = UINT32_MAX, seen_max = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        ssize_t n = kvs_get(c, "torn", back, LEN);
+        assert_int_equal(n, LEN);
+        unsigned ver = 0;
+        if (!kvt_check_value(back, LEN, "torn", &ver)) fail_msg("round %d: a torn value", i);
+        if (ver < seen_min) seen_min = ver;
+        if (ver > seen_max) seen_max = ver;
+    }
+    int status = 0;
+    kill(pid, SIGTERM);
+    waitpid(pid, &status, 0);
+    printf("# %d gets racing puts: versions %u..%u\n", ROUNDS, seen_min, seen_max);
+    assert_true(seen_max > seen_min); /* the puts really raced the gets */
+    kvs_close(c);
+    assert_nothing_pinned();
+}
+
+/* test_rdma --writer HOST PORT: puts new versions of "torn" until killed (at most 100000). */
+static int writer(const char *host, const char *port)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "rdma://%s:%s", host, port);
+    kvs_client *c = kvs_open(url);
+    if (!c) return 1;
+    static uint8_t v[65536];
+    for (unsigned ver = 2; ver < 100000; ver++) {
+        kvt_fill_value(v, sizeof(v), "torn", ver);
+        if (kvs_put(c, "torn", v, sizeof(v)) != 0) break;
+    }
+    kvs_close(c);
+    return 0;
+}
+
 /* A client killed between RESERVE and COMMIT: the server drops what it held. */
 static void test_client_dies_mid_transfer(void **state)
 {
@@ -659,6 +1030,7 @@ static int dying_client(const char *host, const char *port)
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--dying-client") == 0) return dying_client(argv[2], argv[3]);
+    if (argc == 4 && strcmp(argv[1], "--writer") == 0) return writer(argv[2], argv[3]);
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_sizes),
@@ -671,6 +1043,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_tokens),
         cmocka_unit_test(test_pull_bad_source),
         cmocka_unit_test(test_client_dies_mid_transfer),
+        cmocka_unit_test(test_push_mixed_statuses),
+        cmocka_unit_test(test_push_bounce_vs_registered),
+        cmocka_unit_test(test_push_off_uses_lease),
+        cmocka_unit_test(test_push_server_without_the_bit),
+        cmocka_unit_test(test_push_bad_destination),
+        cmocka_unit_test(test_push_never_torn),
         cmocka_unit_test(test_server_killed),
     };
     return cmocka_run_group_tests_name("rdma", tests, setup, teardown);

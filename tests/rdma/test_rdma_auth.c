@@ -15,7 +15,9 @@
  * harming the connection; a READ outside the pool's memory region or with a
  * bogus rkey fails on the peer's own queue pair and kvstored keeps serving;
  * inside the pool, an authenticated peer's rkey reaches more than its slot
- * (the documented limit).
+ * (the documented limit). PUSH: a peer's own registered memory receives the
+ * value; a PUSH naming memory the peer did not register cuts only that peer;
+ * a peer that leaves with a PUSH unfinished leaves no pin behind.
  *
  * kvstored's TCP side listens on KVS_RDMA_ADDR_A too (the VM's private
  * TEST-NET address; the VM has no NIC): `auto` connects TCP and RDMA at the
@@ -400,7 +402,8 @@ static struct raw *raw_connect(void)
     size_t bytes = 2 * RAW_CTRL + RAW_DATA;
     r->buf = calloc(1, bytes);
     assert_non_null(r->buf);
-    r->mr = ibv_reg_mr(r->pd, r->buf, bytes, IBV_ACCESS_LOCAL_WRITE);
+    /* Remote WRITE: PUSH tests have kvstored write values here. */
+    r->mr = ibv_reg_mr(r->pd, r->buf, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     assert_non_null(r->mr);
     assert_int_equal(raw_post_recv(r), 0);
     struct rdma_conn_param p = {
@@ -583,7 +586,7 @@ static void assert_refused_reply(struct raw *r, int op)
 
 /*
  * RESERVE or LEASE before AUTH: ERROR -EACCES, no slot, then the connection
- * is cut; COMMIT, RELEASE, PULL and STATS before AUTH: ERROR -EACCES too.
+ * is cut; COMMIT, RELEASE, PULL, PUSH and STATS before AUTH: ERROR -EACCES too.
  */
 static void test_raw_request_before_auth(void **state)
 {
@@ -610,7 +613,7 @@ static void test_raw_request_before_auth(void **state)
     raw_close(r);
     /* The other RDMA opcodes and STATS, after HELLO: refused before their body is looked at. */
     static const uint8_t others[] = {KVS_OP_RDMA_COMMIT, KVS_OP_RDMA_RELEASE, KVS_OP_RDMA_PULL,
-                                     KVS_OP_STATS};
+                                     KVS_OP_RDMA_PUSH, KVS_OP_STATS};
     for (size_t i = 0; i < sizeof(others); i++) {
         r = raw_connect();
         raw_hello(r, NULL);
@@ -621,7 +624,7 @@ static void test_raw_request_before_auth(void **state)
                                          with_body ? sizeof(token) : 0, &len));
         raw_close(r);
     }
-    assert_true(server_stat("auth_failures") >= fail_before + 7);
+    assert_true(server_stat("auth_failures") >= fail_before + 8);
 }
 
 /*
@@ -815,6 +818,155 @@ static void test_raw_authenticated_peer_reaches_the_whole_pool(void **state)
     assert_nothing_pinned();
 }
 
+/*
+ * Sends one PUSH for key with the given capacity, naming (addr, rkey) as the
+ * destination, and waits for the SEND's own completion only (not a reply).
+ */
+static int raw_push_send(struct raw *r, const char *key, uint32_t cap, uint64_t addr, uint32_t rkey)
+{
+    uint8_t body[KVS_WIRE_ENTRY_LEN + 64 + KVS_WIRE_PUSH_DST_LEN];
+    size_t klen = strlen(key);
+    assert_true(klen > 0 && klen <= 64);
+    kvs_wire_entry_encode(body, (uint16_t)klen, cap);
+    for (size_t i = 0; i < klen; i++)
+        body[KVS_WIRE_ENTRY_LEN + i] = (uint8_t)key[i];
+    kvs_put_u64(body + KVS_WIRE_ENTRY_LEN + klen, addr);
+    kvs_put_u32(body + KVS_WIRE_ENTRY_LEN + klen + 8, rkey);
+    uint32_t blen = (uint32_t)(KVS_WIRE_ENTRY_LEN + klen + KVS_WIRE_PUSH_DST_LEN);
+    struct kvs_wire_hdr h = {.magic = KVS_WIRE_MAGIC,
+                             .version = KVS_WIRE_VERSION,
+                             .opcode = KVS_OP_RDMA_PUSH,
+                             .count = 1,
+                             .body_len = blen,
+                             .id = ++r->next_id};
+    uint8_t *out = raw_send_buf(r);
+    kvs_wire_hdr_encode(out, &h);
+    memcpy(out + KVS_WIRE_HDR_LEN, body, blen);
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)out, .length = KVS_WIRE_HDR_LEN + blen, .lkey = r->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = 200 + r->next_id,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
+    if (ibv_post_send(r->id->qp, &wr, &bad) != 0) return -EIO;
+    return raw_wait(r, wr.wr_id, NULL);
+}
+
+/*
+ * A raw peer's PUSH into its own registered memory works (the value lands,
+ * the reply says its length); one naming a range past that memory (right
+ * rkey, wrong range) or an rkey it never registered fails the server's
+ * WRITE: that peer's connection is cut, nothing stays pinned, and another
+ * client keeps working.
+ */
+static void test_raw_push_destinations(void **state)
+{
+    (void)state;
+    kvs_client *c = open_with(rdma_url, good_file);
+    assert_non_null(c);
+    uint8_t val[4096];
+    kvt_fill_value(val, sizeof(val), "pushed", 3);
+    assert_int_equal(kvs_put(c, "pushed", val, sizeof(val)), 0);
+
+    struct raw *r = raw_connect();
+    raw_hello(r, SECRET);
+    memset(raw_data(r), 0, RAW_DATA);
+    assert_int_equal(raw_push_send(r, "pushed", 4096, (uintptr_t)raw_data(r), r->mr->rkey),
+                     IBV_WC_SUCCESS);
+    uint32_t len = 0;
+    assert_int_equal(raw_wait(r, 0, &len), IBV_WC_SUCCESS);
+    const uint8_t *in = raw_recv_buf(r);
+    assert_int_equal(in[5], KVS_OP_RDMA_PUSH | KVS_OP_REPLY);
+    assert_int_equal(len, KVS_WIRE_HDR_LEN + KVS_WIRE_STATUS_LEN);
+    assert_int_equal((int32_t)kvs_get_u32(in + KVS_WIRE_HDR_LEN), 0);
+    assert_int_equal(kvs_get_u32(in + KVS_WIRE_HDR_LEN + 4), 4096);
+    assert_memory_equal(raw_data(r), val, sizeof(val));
+    raw_close(r);
+
+    struct {
+        const char *what;
+        uint64_t off; /* from the start of the peer's data area */
+        uint32_t rkey_xor;
+    } cases[] = {
+        {"past the registered memory", RAW_DATA + RAW_CTRL, 0},
+        {"an rkey never registered", 0, 0x5a5a5a00u},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        r = raw_connect();
+        raw_hello(r, SECRET);
+        int st = raw_push_send(r, "pushed", 4096, (uintptr_t)raw_data(r) + cases[i].off,
+                               r->mr->rkey ^ cases[i].rkey_xor);
+        if (st == IBV_WC_SUCCESS) st = raw_wait(r, 0, &len); /* no reply: the connection is cut */
+        fprintf(stderr, "PUSH to %s: %s\n", cases[i].what,
+                st >= 0 ? ibv_wc_status_str(st) : strerror(-st));
+        assert_true(st != IBV_WC_SUCCESS);
+        raw_close(r);
+        char key[32];
+        snprintf(key, sizeof(key), "push-ok-%zu", i);
+        batch_round_trip(c, key, 4, 2048);
+    }
+    kvs_close(c);
+    assert_nothing_pinned();
+}
+
+/*
+ * A peer that disconnects while its PUSH is unfinished (it never posts a
+ * receive for the reply, so the server's reply SEND cannot complete and the
+ * items stay pinned): once it is gone, nothing stays pinned.
+ */
+static void test_raw_push_peer_leaves_mid_push(void **state)
+{
+    (void)state;
+    kvs_client *c = open_with(rdma_url, good_file);
+    assert_non_null(c);
+    uint8_t val[4096];
+    kvt_fill_value(val, sizeof(val), "leaver", 1);
+    assert_int_equal(kvs_put(c, "leaver", val, sizeof(val)), 0);
+    long long pinned_before = server_stat("pinned_items");
+
+    struct raw *r = raw_connect();
+    raw_hello(r, SECRET); /* leaves one receive posted */
+    uint32_t len;
+    /* A STATS whose reply takes that last receive: none is posted after it. */
+    uint8_t *out = raw_send_buf(r);
+    struct kvs_wire_hdr h = {.magic = KVS_WIRE_MAGIC,
+                             .version = KVS_WIRE_VERSION,
+                             .opcode = KVS_OP_STATS,
+                             .id = ++r->next_id};
+    kvs_wire_hdr_encode(out, &h);
+    struct ibv_sge sge = {.addr = (uintptr_t)out, .length = KVS_WIRE_HDR_LEN, .lkey = r->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = 300,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
+    assert_int_equal(ibv_post_send(r->id->qp, &wr, &bad), 0);
+    assert_int_equal(raw_wait(r, 0, &len), IBV_WC_SUCCESS);
+
+    memset(raw_data(r), 0, RAW_DATA);
+    assert_int_equal(raw_push_send(r, "leaver", 4096, (uintptr_t)raw_data(r), r->mr->rkey),
+                     IBV_WC_SUCCESS);
+    /* The WRITE lands; the reply cannot (no receive): the item stays pinned meanwhile. */
+    long long pinned = 0;
+    for (int i = 0; i < 50 && pinned <= pinned_before; i++) {
+        pinned = server_stat("pinned_items");
+        if (pinned <= pinned_before) usleep(50 * 1000);
+    }
+    assert_int_equal(pinned, pinned_before + 1);
+    for (int i = 0; i < 100 && memcmp(raw_data(r), val, sizeof(val)) != 0; i++)
+        usleep(10 * 1000);
+    assert_memory_equal(raw_data(r), val, sizeof(val));
+    raw_close(r);
+    assert_nothing_pinned();
+    uint8_t back[4096];
+    assert_int_equal(kvs_get(c, "leaver", back, sizeof(back)), (ssize_t)sizeof(back));
+    assert_memory_equal(back, val, sizeof(val));
+    kvs_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -828,6 +980,8 @@ int main(void)
         cmocka_unit_test(test_raw_bad_tokens),
         cmocka_unit_test(test_raw_access_outside_the_pool),
         cmocka_unit_test(test_raw_authenticated_peer_reaches_the_whole_pool),
+        cmocka_unit_test(test_raw_push_destinations),
+        cmocka_unit_test(test_raw_push_peer_leaves_mid_push),
     };
     return cmocka_run_group_tests_name("rdma_auth", tests, setup, teardown);
 }
