@@ -4,7 +4,10 @@
  * Feeds arbitrary bytes to the whole-frame request parser and to the
  * piecewise decoders a streaming reader uses. Every byte an accepted entry
  * points at is read (so ASan sees any overrun), and an accepted request
- * frame must re-encode to exactly the bytes it was parsed from.
+ * frame must re-encode to exactly the bytes it was parsed from. The body of
+ * an RDMA PULL or PUSH frame (opcodes 12, 13: kvs_wire_parse_request refuses
+ * them, they never come over TCP) is walked as server/rdma.c walks it, with
+ * kvs_wire_remote_entry_decode.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -39,6 +42,28 @@ static int visit(void *arg, uint32_t index, const struct kvs_wire_item *item)
         r->len += item->len;
     }
     return 0;
+}
+
+/* Walks a PULL/PUSH body as kvstored does; every accepted entry stays inside it. */
+static void walk_remote_entries(const uint8_t *body, uint32_t body_len, uint32_t count)
+{
+    size_t off = 0;
+    unsigned sum = 0;
+    for (uint32_t i = 0; i < count && i < KVS_WIRE_PUSH_MAX_KEYS; i++) {
+        size_t before = off;
+        struct kvs_wire_remote_entry e;
+        if (kvs_wire_remote_entry_decode(body, body_len, &off, &e) < 0) {
+            if (off != before) abort(); /* a refused entry moves nothing */
+            return;
+        }
+        if (off > body_len ||
+            off - before != (size_t)KVS_WIRE_ENTRY_LEN + e.klen + KVS_WIRE_PUSH_DST_LEN ||
+            e.klen == 0 || e.klen > KVS_WIRE_MAX_KEY || e.key != body + before + KVS_WIRE_ENTRY_LEN)
+            abort();
+        for (uint16_t j = 0; j < e.klen; j++)
+            sum += e.key[j];
+    }
+    (void)sum;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -76,6 +101,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size >= KVS_WIRE_HDR_LEN && kvs_wire_hdr_decode(data, &h, 1u << 20) == 0 &&
         h.body_len > (1u << 20))
         abort();
+    if (size >= KVS_WIRE_HDR_LEN && (data[5] == KVS_OP_RDMA_PULL || data[5] == KVS_OP_RDMA_PUSH)) {
+        /* server/rdma.c takes the body as the RDMA message delivered it. */
+        uint32_t body_len = (uint32_t)(size - KVS_WIRE_HDR_LEN);
+        walk_remote_entries(data + KVS_WIRE_HDR_LEN, body_len, kvs_get_u32(data + 8));
+    }
     struct kvs_wire_hello hello;
     if (kvs_wire_hello_decode(data, size, &hello) == 0) {
         uint8_t nonce[KVS_WIRE_NONCE_LEN];

@@ -1,0 +1,97 @@
+#!/bin/sh
+# rxe-get-ab.sh - the two RDMA get paths side by side, inside the soft-RoCE
+# VM (scripts/rxe-vm.sh run -- scripts/rxe-get-ab.sh): PUSH (one round trip,
+# kvstored WRITEs the values: KVSTORE_RDMA_PUSH_MAX=4294967295) against LEASE
+# + READs/RELEASE (two: KVSTORE_RDMA_PUSH_MAX=0), in REPEAT interleaved rounds
+# (the order swapped each round). Each round runs, back to back:
+#   - ib_read_bw and ib_write_bw at 16 KiB and 64 KiB (perftest, -R), and the
+#     batch-32 get at the same size both ways (goodput = ops/s x size);
+#   - single-key 4 KiB gets, one thread (p50 latency per op) both ways;
+#   - 8 threads x 4 KiB single-key gets (ops/s) both ways.
+# Prints each round's numbers and, per workload, medians and the median of
+# the per-round PUSH/LEASE ratios (docs/rdma.md "A small get chunk").
+set -u
+BUILD=${BUILD:-build}
+REPEAT=${REPEAT:-3}
+A=${KVS_RDMA_ADDR_A:?run inside scripts/rxe-vm.sh}
+DEV_A=${KVS_RDMA_DEV_A:?}
+DEV_B=${KVS_RDMA_DEV_B:?}
+cd "$(dirname "$0")/.."
+"$BUILD/bin/kvstored" --memory 512M --listen 127.0.0.1:0 --rdma-listen "$A:7491" >/tmp/kvstored-gab.log 2>&1 &
+SRV=$!
+for i in $(seq 60); do grep -q "rdma listening" /tmp/kvstored-gab.log && break; sleep 1; done
+grep -q "rdma listening" /tmp/kvstored-gab.log || { cat /tmp/kvstored-gab.log; kill $SRV; exit 1; }
+URL="rdma://$A:7491"
+PUSH_ALL=4294967295
+
+PT_PORT=18700
+# pt TOOL SIZE ITERS -> bytes/s of one perftest run (a fresh port each run)
+pt() {
+    PT_PORT=$((PT_PORT + 1))
+    timeout 60 "$1" -R -p $PT_PORT -d "$DEV_A" -s "$2" -n "$3" -F >/dev/null 2>&1 &
+    sleep 2
+    v=$(timeout 60 "$1" -R -p $PT_PORT -d "$DEV_B" -s "$2" -n "$3" -F "$A" 2>/dev/null |
+        awk -v s="$2" '$1 == s { printf "%.0f\n", $5 * 1e6 * s }')
+    wait
+    echo "${v:-0}"
+}
+
+# get PUSH_MAX KVBENCH_ARGS... -> "ops/s p50_us" of one kvbench get run
+get() {
+    pm=$1
+    shift
+    KVSTORE_RDMA_PUSH_MAX=$pm KVSTORE_TIMEOUT_MS=60000 timeout 300 "$BUILD/bin/kvbench" get --servers "$URL" \
+        "$@" --quiet 2>&1 | awk '$1 == "run" {
+            for (i = 1; i <= NF; i++) {
+                if ($(i + 1) == "ops/s") o = $i
+                if ($i == "lat/op") { p = $(i + 2); u = (p ~ /ms$/) ? 1000 : 1; sub(/[mu]s$/, "", p); l = p * u }
+            }
+            print o, l + 0; exit }'
+}
+
+# ab NAME KVBENCH_ARGS... -> "NAME push OPS P50 lease OPS P50", order swapped by round
+ab() {
+    name=$1
+    shift
+    if [ $((r % 2)) = 1 ]; then
+        p=$(get $PUSH_ALL "$@")
+        q=$(get 0 "$@")
+    else
+        q=$(get 0 "$@")
+        p=$(get $PUSH_ALL "$@")
+    fi
+    echo "round $r $name push ${p:-0 0} lease ${q:-0 0}"
+}
+
+for r in $(seq "$REPEAT"); do
+    for size in 16384 65536; do
+        ops=$((size == 16384 ? 1600 : 640))
+        keys=$((size == 16384 ? 512 : 256))
+        echo "round $r pt$size read $(pt ib_read_bw $size $((ops / 2))) write $(pt ib_write_bw $size $((ops / 2)))"
+        ab "b$size" --mode batch --batch 32 --size $size --keys $keys --ops $ops
+    done
+    ab s4k1t --mode single --threads 1 --size 4096 --keys 256 --ops 400
+    ab s4k8t --mode single --threads 8 --size 4096 --keys 1024 --ops 1600
+done >/tmp/rxe-get-ab.rounds
+cat /tmp/rxe-get-ab.rounds
+awk '
+    function med(a, n,   i, j, t) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n ? a[int(n / 2)] : 0 }
+    $3 ~ /^pt/ { s = substr($3, 3); rd[s, r] = $5; wr[s, r] = $7; next }
+    { r = $2; k = $3; i = n[k]++; P[k, i] = $5; PL[k, i] = $6; Q[k, i] = $8; QL[k, i] = $9
+      if (k ~ /^b/) { s = substr(k, 2); PR[k, i] = rd[s, r] > 0 ? $5 * s / rd[s, r] : 0; QR[k, i] = rd[s, r] > 0 ? $8 * s / rd[s, r] : 0
+                      PW[k, i] = wr[s, r] > 0 ? $5 * s / wr[s, r] : 0; RD[k, i] = rd[s, r]; WR[k, i] = wr[s, r] } }
+    END {
+        split("b16384 b65536", bs, " ")
+        for (x = 1; x <= 2; x++) { k = bs[x]; m = n[k]; s = substr(k, 2)
+            for (i = 0; i < m; i++) { a[i] = P[k, i] * s; b[i] = Q[k, i] * s; c[i] = RD[k, i]; d[i] = WR[k, i]; e[i] = PR[k, i]; f[i] = QR[k, i]; g[i] = PW[k, i]; h[i] = Q[k, i] > 0 ? P[k, i] / Q[k, i] : 0 }
+            printf "get batch 32 x %d B: PUSH %.1f MB/s, LEASE %.1f MB/s, ib_read_bw %.1f, ib_write_bw %.1f; PUSH/read_bw %.2f, LEASE/read_bw %.2f, PUSH/write_bw %.2f, PUSH/LEASE %.2f (%d rounds)\n",
+                s, med(a, m) / 1e6, med(b, m) / 1e6, med(c, m) / 1e6, med(d, m) / 1e6, med(e, m), med(f, m), med(g, m), med(h, m), m }
+        k = "s4k1t"; m = n[k]
+        for (i = 0; i < m; i++) { a[i] = PL[k, i]; b[i] = QL[k, i]; h[i] = PL[k, i] > 0 ? QL[k, i] / PL[k, i] : 0 }
+        printf "single-key 4 KiB get, 1 thread: p50 PUSH %.0f us, LEASE %.0f us; LEASE/PUSH %.2f (%d rounds)\n", med(a, m), med(b, m), med(h, m), m
+        k = "s4k8t"; m = n[k]
+        for (i = 0; i < m; i++) { a[i] = P[k, i]; b[i] = Q[k, i]; h[i] = Q[k, i] > 0 ? P[k, i] / Q[k, i] : 0 }
+        printf "8 threads x 4 KiB gets: PUSH %.0f ops/s, LEASE %.0f ops/s; PUSH/LEASE %.2f (%d rounds)\n", med(a, m), med(b, m), med(h, m), m
+    }' /tmp/rxe-get-ab.rounds
+kill $SRV
+wait $SRV 2>/dev/null
