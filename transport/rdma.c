@@ -805,7 +805,7 @@ out:
 static int do_push(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, uint64_t deadline)
 {
     uint64_t *bounce_off = calloc(n ? n : 1, sizeof(*bounce_off));
-    struct ibv_mr **mrs = calloc(n ? n : 1, sizeof(*mrs));
+    struct ibv_mr **mrs = calloc(n ? n : 1, sizeof(struct ibv_mr *));
     int rc = -ENOMEM;
     if (!bounce_off || !mrs) goto out;
     /* Bounce space first: growing registers again, so sizes are known before any rkey. */
