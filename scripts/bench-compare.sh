@@ -7,14 +7,16 @@
 # request depth as redis -P 32 (32 async ops in flight per client, with and
 # without the shim) in interleaved rounds; 64 KiB goodput beside iperf3 in
 # interleaved rounds; the layerwise engine workload with and without the shim,
-# and its save by I/O path (single/batch/async, shim, writeback) in rounds.
+# its save by I/O path (single/batch/async, shim, writeback) in rounds, and
+# (lwsmall) llama3-70b at TP 8, whose 8 KiB slices make the per-op cost, not
+# the link, bound the save and load, single-key and async, in rounds.
 # Writes into $OUT (default $BUILD/bench):
 #   results.md   Markdown tables with ratios (to iperf3 and to Redis) and targets
 #   *.png        gnuplot plots: ops/s vs value size per path; latency/ops vs window
 #   runs/        every raw result (kvbench CSV, redis-benchmark CSV, iperf3 JSON)
 # Every server binds 127.0.0.1 on a private port and is stopped on exit; every
 # run is bounded by `timeout`. Default run: under ~15 minutes; --quick: under 4.
-# --only iperf,redis,sizes,sweep,ab,lfl,goodput,lwmodes,layerwise runs only those
+# --only iperf,redis,sizes,sweep,ab,lfl,goodput,lwmodes,lwsmall,layerwise runs only those
 # parts (the report then shows what was measured: "-" elsewhere).
 set -u
 BUILD=${BUILD:-build}
@@ -33,7 +35,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-PARTS="iperf redis sizes sweep ab lfl goodput lwmodes layerwise"
+PARTS="iperf redis sizes sweep ab lfl goodput lwmodes lwsmall layerwise"
 for p in ${ONLY//,/ }; do
     case " $PARTS " in *" $p "*) ;; *)
         echo "bench-compare.sh: unknown part '$p' for --only (accepted: ${PARTS// /, })" >&2; exit 2 ;;
@@ -326,6 +328,29 @@ if want lwmodes; then
                 >>"$OUT/runs/kvbench.log" 2>&1 || echo "    (layerwise exit $?)" >&2
         done
         cut -d' ' -f1-3 /proc/loadavg >>"$OUT/runs/lwm__load__r$r"
+    done
+fi
+
+# Small slices: llama3-70b at TP 8 (a 16-token block is 8 KiB per layer), save and
+# load, a single-key connector and one that keeps a layer's slices in flight (async),
+# without and with the shim, interleaved rounds (order rotated).
+LWS_VARIANTS="plain-single plain-async shim-single shim-async"
+if want lwsmall; then
+    for r in $(seq "$REPEAT"); do
+        cut -d' ' -f1-3 /proc/loadavg >"$OUT/runs/lws__load__r$r"
+        set -- $LWS_VARIANTS
+        for _ in $(seq $((r - 1))); do set -- "$@" "$1"; shift; done
+        for v in "$@"; do
+            case "$v" in shim*) [ -n "$SHIM" ] || continue ;; esac
+            envs=(KVBENCH_VARIANT="$v")
+            case "$v" in shim*) envs+=(LD_PRELOAD="$SHIM") ;; esac
+            echo "  layerwise small slices r$r $v" >&2
+            timeout -k 5 300 env "${envs[@]}" "$KVBENCH" layerwise --servers "$KV_ADDR" --model llama3-70b \
+                --tp 8 --block 16 --requests 8 --prompt 256 --compute-us 100 --rounds "$ROUNDS" \
+                --phase both --mode "${v##*-}" --quiet --csv "$OUT/runs/lws__${v}__r$r.csv" \
+                >>"$OUT/runs/kvbench.log" 2>&1 || echo "    (layerwise exit $?)" >&2
+        done
+        cut -d' ' -f1-3 /proc/loadavg >>"$OUT/runs/lws__load__r$r"
     done
 fi
 
