@@ -1,0 +1,120 @@
+/*
+ * test_scripts.c - the measurement scripts meet bad input with one clear line
+ * and exit status 2, before they start anything; layerwise-ab.sh rejects a
+ * shape kvbench refuses, and on a tiny shape prints its table. Run from the
+ * source tree's root (as `make test` does); $KVS_TEST_BUILD names the build.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
+/* Runs `BUILD=<build> cmd 2>&1` (bounded by timeout); returns its exit status, output in out. */
+static int run(const char *cmd, char *out, size_t cap)
+{
+    const char *build = getenv("KVS_TEST_BUILD");
+    char line[1024];
+    snprintf(line, sizeof(line), "BUILD='%s' timeout 120 %s 2>&1", build ? build : "build", cmd);
+    FILE *p = popen(line, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    assert_true(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+static void expect_refused(const char *cmd, const char *message)
+{
+    char out[8192];
+    int rc = run(cmd, out, sizeof(out));
+    if (rc != 2 || !strstr(out, message))
+        fail_msg("%s: exit %d, output:\n%s\n(wanted exit 2 and \"%s\")", cmd, rc, out, message);
+}
+
+static void test_sync_bound_bad_arguments(void **state)
+{
+    (void)state;
+    expect_refused("scripts/sync-bound.sh --rounds x", "'x' is not a count from 1 to 99");
+    expect_refused("scripts/sync-bound.sh --threads 0", "'0' is not a count from 1 to 99");
+    expect_refused("scripts/sync-bound.sh --seconds soon", "--seconds 'soon' is not a number");
+    expect_refused("scripts/sync-bound.sh --bogus", "unknown argument '--bogus'");
+}
+
+static void test_layerwise_ab_bad_arguments(void **state)
+{
+    (void)state;
+    expect_refused("scripts/layerwise-ab.sh --phase both", "--phase 'both' is not save or load");
+    expect_refused("scripts/layerwise-ab.sh --modes single,fast",
+                   "mode 'fast' is not single, batch or async");
+    expect_refused("scripts/layerwise-ab.sh --rounds 100",
+                   "--rounds '100' is not a count from 1 to 99");
+    expect_refused("scripts/layerwise-ab.sh --model llama3-8b", "unknown argument '--model'");
+}
+
+/* A shape kvbench refuses is reported with kvbench's own words, before any round runs. */
+static void test_layerwise_ab_bad_shape(void **state)
+{
+    (void)state;
+    expect_refused("scripts/layerwise-ab.sh -- --model gpt-9", "bad --model 'gpt-9'");
+}
+
+static void test_bench_compare_bad_arguments(void **state)
+{
+    (void)state;
+    expect_refused("scripts/bench-compare.sh --only lfl,nope", "unknown part 'nope'");
+    expect_refused("scripts/bench-compare.sh --fast", "unknown argument '--fast'");
+}
+
+static void test_bench_ab_bad_arguments(void **state)
+{
+    (void)state;
+    expect_refused("scripts/bench-ab.sh only-one", "usage: bench-ab.sh");
+}
+
+/* The whole path on a tiny shape: a table with a row per mode, without and with the shim. */
+static void test_layerwise_ab_tiny_shape(void **state)
+{
+    char out[16384];
+    (void)state;
+    if (SANITIZED) skip(); /* the script preloads the shim without the sanitizer runtime first */
+    int rc = run("scripts/layerwise-ab.sh --rounds 1 --modes single,async -- --model llama3-8b "
+                 "--requests 2 --prompt 32 --rounds 1 --compute-us 10",
+                 out, sizeof(out));
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "| single | no |"));
+    assert_non_null(strstr(out, "| single | yes |"));
+    assert_non_null(strstr(out, "| async | yes |"));
+    assert_null(strstr(out, "kvbench failed"));
+    /* the no-shim single-key row is its own baseline */
+    assert_non_null(strstr(out, "| 1.00 | 1.00 |"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sync_bound_bad_arguments),
+        cmocka_unit_test(test_layerwise_ab_bad_arguments),
+        cmocka_unit_test(test_layerwise_ab_bad_shape),
+        cmocka_unit_test(test_bench_compare_bad_arguments),
+        cmocka_unit_test(test_bench_ab_bad_arguments),
+        cmocka_unit_test(test_layerwise_ab_tiny_shape),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
