@@ -206,30 +206,34 @@ static void evict(struct kvs_store *s, struct kvs_item *it)
     unlink_item(s, it);
 }
 
-/*
- * Frees memory for another class: finds the LRU whose oldest unpinned item
- * is the oldest of all. For the large runs that item is evicted (its pages
- * go back); for a slab class every unpinned item on that item's page is
- * evicted, so the page usually returns to the free pages. Evicts at least one
- * item, or returns -ENOSPC when nothing is evictable anywhere.
- */
-static int reclaim(struct kvs_store *s)
+/* The least recently used unpinned item of all lists (its list's index in *lru), or NULL. */
+static struct kvs_item *oldest_of_all(const struct kvs_store *s, int *lru)
 {
-    int best = -1;
     struct kvs_item *victim = NULL;
     for (int i = 0; i < s->nlrus; i++) {
+        if (!s->lrus[i].tail) continue;
         struct kvs_item *it = oldest_unpinned(&s->lrus[i]);
         if (it && (!victim || it->atime < victim->atime)) {
             victim = it;
-            best = i;
+            *lru = i;
         }
     }
-    if (!victim) return -ENOSPC;
-    if (best == s->nlrus - 1) {
-        evict(s, victim);
-        return 0;
-    }
+    return victim;
+}
 
+/*
+ * Frees memory for class lru_for by evicting victim, the oldest unpinned item
+ * of all (in list lru). In lru_for's own slab class that frees a chunk; in
+ * the large runs it frees the run's pages; elsewhere every unpinned item on
+ * victim's page is evicted, so the page usually returns to the free pages
+ * and moves to lru_for's class (a reclaim).
+ */
+static void free_for(struct kvs_store *s, int lru_for, int lru, struct kvs_item *victim)
+{
+    if (lru == lru_for || lru == s->nlrus - 1) {
+        evict(s, victim);
+        return;
+    }
     s->reclaims++;
     struct kvs_item *it = s->page_items[kvs_pool_page_of(victim->off)];
     while (it) {
@@ -237,25 +241,28 @@ static int reclaim(struct kvs_store *s)
         if (it->linked && !it->pins) evict(s, it);
         it = next;
     }
-    return 0;
 }
 
-/* A slot for len bytes, evicting as needed (see store.h). */
+/*
+ * A slot for len bytes. With memory full, what goes is the least recently
+ * used unpinned item of ALL classes (see free_for), not the oldest of the
+ * item's own class: a class that held pages used to evict even its newest
+ * items while other classes kept far older ones (memcached's "slab
+ * calcification"), and a KV cache then lost slices saved a moment before.
+ * Each round evicts at least one item, so this ends; -ENOSPC only when
+ * nothing at all is evictable.
+ */
 static int alloc_slot(struct kvs_store *s, uint32_t len, uint64_t *off)
 {
     int cls = kvs_pool_class_of(s->pool, len);
+    int lru_for = cls == KVS_POOL_LARGE ? s->nlrus - 1 : cls;
     for (;;) {
         int rc = kvs_pool_alloc(s->pool, len, off);
         if (rc != -ENOSPC) return rc;
-        if (cls != KVS_POOL_LARGE) {
-            struct kvs_item *it = oldest_unpinned(&s->lrus[cls]);
-            if (it) {
-                evict(s, it);
-                continue;
-            }
-        }
-        /* Each round evicts at least one item, so this ends. */
-        if (reclaim(s) < 0) return -ENOSPC;
+        int lru = -1;
+        struct kvs_item *victim = oldest_of_all(s, &lru);
+        if (!victim) return -ENOSPC;
+        free_for(s, lru_for, lru, victim);
     }
 }
 

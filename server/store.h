@@ -10,10 +10,9 @@
  *
  * Pinned items (being written, or being read while their reply is still
  * being sent) are never evicted or reused. The store is a cache: when the
- * pool is full it evicts the least recently used unpinned item of the class
- * it needs; when that class has nothing to evict it reclaims a whole page
- * from the class with the oldest LRU tail; -ENOSPC only when nothing at all
- * can be freed.
+ * pool is full the least recently used unpinned item of all classes goes;
+ * if it is of another slab class, its whole page is reclaimed for the class
+ * that needs room; -ENOSPC only when nothing at all can be freed.
  *
  * Single-threaded: kvstored's event loop owns the store.
  */

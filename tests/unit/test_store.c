@@ -305,6 +305,51 @@ static void test_page_reclaim_between_classes(void **state)
     kvs_store_destroy(s);
 }
 
+/*
+ * With memory full, the least recently used item of ALL classes goes. A class
+ * that already holds a page must not keep evicting its own newest items while
+ * another class holds older ones (slab calcification): after big values fill
+ * memory, a stream of small puts takes their pages one by one, and every
+ * small value just written stays readable.
+ */
+static void test_eviction_is_lru_across_classes(void **state)
+{
+    (void)state;
+    struct kvs_store *s;
+    assert_int_equal(kvs_store_create(4 * MIB, &s), 0); /* four pages */
+    char key[16];
+    struct kvs_store_stats st;
+    int big = 0;
+    for (;; big++) { /* old values of one class fill every page */
+        snprintf(key, sizeof(key), "old%d", big);
+        assert_int_equal(put(s, key, 100000, 1), 0);
+        kvs_store_stats(s, &st);
+        if (st.pages_free == 0) break;
+        assert_true(big < 1000);
+    }
+    int per_page = (int)(KVS_POOL_PAGE / kvs_pool_slot_size(kvs_store_pool(s), 4000));
+    int small = 2 * per_page + per_page / 2; /* two and a half pages of new values */
+    for (int i = 0; i < small; i++) {
+        snprintf(key, sizeof(key), "new%d", i);
+        assert_int_equal(put(s, key, 4000, i & 0xff), 0);
+    }
+    for (int i = 0; i < small; i++) {
+        snprintf(key, sizeof(key), "new%d", i);
+        if (check(s, key, 4000, i & 0xff) != 1)
+            fail_msg("%s was evicted while older values stayed", key);
+    }
+    kvs_store_stats(s, &st);
+    assert_true(st.reclaims >= 3); /* three pages moved to the small class */
+    assert_false(present(s, "old0"));
+    /* Within the small class the order stays LRU: the oldest small value goes first. */
+    for (int i = 0; i < per_page; i++) {
+        snprintf(key, sizeof(key), "more%d", i);
+        assert_int_equal(put(s, key, 4000, 7), 0);
+    }
+    assert_true(present(s, "more0"));
+    kvs_store_destroy(s);
+}
+
 /* Reclaim skips pinned items: a page with a pinned item is not freed, another one is. */
 static void test_reclaim_respects_pins(void **state)
 {
@@ -380,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_eviction_order_lru),
         cmocka_unit_test(test_pinned_never_evicted),
         cmocka_unit_test(test_page_reclaim_between_classes),
+        cmocka_unit_test(test_eviction_is_lru_across_classes),
         cmocka_unit_test(test_reclaim_respects_pins),
         cmocka_unit_test(test_too_big),
         cmocka_unit_test(test_destroy_with_everything_pinned),
