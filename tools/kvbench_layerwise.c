@@ -56,8 +56,9 @@ struct lw_request {
     int id;
     enum lw_phase phase;
     uint64_t deadline_ns;
-    char **keys; /* blocks * layers, index layer * blocks + block */
-    char *ring;  /* LAYER_RING * blocks * slice */
+    char **keys;  /* blocks * layers, index layer * blocks + block */
+    char *ring;   /* LAYER_RING * blocks * slice */
+    uint8_t *got; /* load: LAYER_RING * blocks, 1 where the slice's get succeeded */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int produced; /* save: layers computed; load: layers fetched */
@@ -107,8 +108,15 @@ static void fail(struct lw_request *rq, int err)
     pthread_mutex_unlock(&rq->mu);
 }
 
-static void note(struct lw_request *rq, ssize_t st)
+/*
+ * Counts one op's outcome. On load, also records whether slice b of layer
+ * arrived: a slice whose get failed is already one error and is not checked
+ * (and counted) again as a wrong value.
+ */
+static void note(struct lw_request *rq, int layer, int b, ssize_t st)
 {
+    if (rq->phase == PHASE_LOAD)
+        rq->got[(size_t)(layer % LAYER_RING) * (size_t)rq->cfg->blocks + (size_t)b] = st >= 0;
     rq->ops++;
     if (st < 0) {
         rq->errors++;
@@ -134,7 +142,7 @@ static void transfer_layer(struct lw_request *rq, int layer)
             ssize_t st = put ? kvs_put(cfg->client, keys[b], p, cfg->slice)
                              : kvs_get(cfg->client, keys[b], p, cfg->slice);
             kvb_hist_add(&rq->op_lat, kvb_now_ns() - t0, 1);
-            note(rq, st);
+            note(rq, layer, b, st);
         }
     } else if (cfg->mode == KVB_BATCH) {
         const void *vals[n];
@@ -153,7 +161,7 @@ static void transfer_layer(struct lw_request *rq, int layer)
                                        lens, results);
         kvb_hist_add(&rq->op_lat, kvb_now_ns() - t0, (uint64_t)n);
         for (int b = 0; b < n; b++)
-            note(rq, call < 0 ? call : put ? status[b] : results[b]);
+            note(rq, layer, b, call < 0 ? call : put ? status[b] : results[b]);
     } else {
         kvs_op *ops[n];
         uint64_t t0 = kvb_now_ns();
@@ -161,13 +169,13 @@ static void transfer_layer(struct lw_request *rq, int layer)
             char *p = buf + (size_t)b * cfg->slice;
             int rc = put ? kvs_put_async(cfg->client, keys[b], p, cfg->slice, &ops[b])
                          : kvs_get_async(cfg->client, keys[b], p, cfg->slice, &ops[b]);
-            if (rc < 0) ops[b] = NULL, note(rq, rc);
+            if (rc < 0) ops[b] = NULL, note(rq, layer, b, rc);
         }
         for (int b = 0; b < n; b++) {
             if (!ops[b]) continue;
             ssize_t st = kvs_wait(ops[b]);
             kvb_hist_add(&rq->op_lat, kvb_now_ns() - t0, 1);
-            note(rq, st);
+            note(rq, layer, b, st);
         }
     }
     atomic_fetch_add_explicit(rq->done, (uint64_t)n, memory_order_relaxed);
@@ -215,9 +223,10 @@ static int check_layer(struct lw_request *rq, int layer)
     const struct lw_config *cfg = rq->cfg;
     char *buf = layer_buf(rq, layer);
     int bad = 0;
+    const uint8_t *got = rq->got + (size_t)(layer % LAYER_RING) * (size_t)cfg->blocks;
     for (int b = 0; b < cfg->blocks; b++) {
         const char *key = rq->keys[(size_t)layer * (size_t)cfg->blocks + (size_t)b];
-        if (!kvb_check_value(buf + (size_t)b * cfg->slice, cfg->slice, key)) bad++;
+        if (got[b] && !kvb_check_value(buf + (size_t)b * cfg->slice, cfg->slice, key)) bad++;
     }
     return bad;
 }
@@ -312,7 +321,8 @@ static int requests_init(struct lw_request *rqs, const struct lw_config *cfg,
         size_t nkeys = (size_t)cfg->layers * (size_t)cfg->blocks;
         rq->keys = calloc(nkeys, sizeof(char *));
         rq->ring = malloc((size_t)LAYER_RING * (size_t)cfg->blocks * cfg->slice);
-        if (!rq->keys || !rq->ring) return -ENOMEM;
+        rq->got = calloc((size_t)LAYER_RING * (size_t)cfg->blocks, 1);
+        if (!rq->keys || !rq->ring || !rq->got) return -ENOMEM;
         memset(rq->ring, 0, (size_t)LAYER_RING * (size_t)cfg->blocks * cfg->slice);
         for (int b = 0; b < cfg->blocks; b++) {
             /* a stand-in for the hash of the block's token prefix: unique per run and request */
@@ -337,6 +347,7 @@ static void requests_free(struct lw_request *rqs, const struct lw_config *cfg)
                 free(rq->keys[k]);
         free(rq->keys);
         free(rq->ring);
+        free(rq->got);
         if (rq->cfg) {
             pthread_mutex_destroy(&rq->mu);
             pthread_cond_destroy(&rq->cv);

@@ -132,7 +132,8 @@ void kvb_result_timing(struct kvb_result *r, enum kvb_mode mode, uint64_t start_
              mode == KVB_SINGLE && kvb_shim_preloaded() ? "shim" : kvb_mode_name(mode));
     r->seconds = (double)(end_ns - start_ns) / 1e9;
     if (r->seconds > 0) {
-        r->ops_per_s = (double)(r->ops - r->errors) / r->seconds;
+        /* ops that succeeded (a timed-out round counts one error even with no op) */
+        r->ops_per_s = (double)(r->ops > r->errors ? r->ops - r->errors : 0) / r->seconds;
         r->bytes_per_s = (double)r->bytes / r->seconds;
     }
 }

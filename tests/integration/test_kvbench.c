@@ -244,6 +244,37 @@ static void layerwise_and_micro_run(void **state)
     free(text);
 }
 
+/*
+ * A load whose slices were evicted (a store far smaller than the save): each
+ * missing slice is one error, not two (a failed get is not checked again as a
+ * wrong value), so errors never exceed ops and ops/s stays a real rate.
+ */
+static void layerwise_load_misses_count_once(void **state)
+{
+    (void)state;
+    char *out = out_buf;
+    struct kvt_server small;
+    assert_int_equal(kvt_server_start(&small, 0, "--memory 8M"), 0);
+    const char *lw[] = {kvbench(),  "layerwise", "--servers",    small.addr, "--requests", "2",
+                        "--rounds", "1",         "--compute-us", "0",        "--mode",     "async",
+                        "--quiet",  NULL};
+    int rc = run(lw, NULL, out, OUT_CAP);
+    kvt_server_stop(&small);
+    assert_int_equal(rc, 1); /* some ops failed */
+    const char *load = strstr(out, "layerwise-load");
+    assert_non_null(load);
+    const char *counts = strstr(load, "(");
+    assert_non_null(counts);
+    unsigned long ops = 0, errors = 0;
+    assert_int_equal(sscanf(counts, "(%lu ops, %lu errors", &ops, &errors), 2);
+    assert_true(errors > 0);
+    assert_true(errors <= ops);
+    const char *rate = strstr(load, ": ");
+    assert_non_null(rate);
+    double ops_per_s = strtod(rate + 2, NULL);
+    assert_true(ops_per_s >= 0 && ops_per_s < 1e9);
+}
+
 /* The sanitizer runtime this test runs with (ASan/TSan builds), or "": it must lead LD_PRELOAD. */
 static const char *asan_runtime(void)
 {
@@ -389,6 +420,7 @@ int main(void)
         cmocka_unit_test(put_get_exists_write_results),
         cmocka_unit_test(get_of_missing_server_fails_cleanly),
         cmocka_unit_test(layerwise_and_micro_run),
+        cmocka_unit_test(layerwise_load_misses_count_once),
         cmocka_unit_test(kvbench_single_path_is_batched_by_shim),
         cmocka_unit_test(python_binding_unit_tests),
         cmocka_unit_test(python_engine_same_results_with_shim),
