@@ -52,8 +52,11 @@ def load(outdir):
 
 
 def load_lw_rounds(outdir, prefix, workloads):
-    """Layerwise rounds: {round: {variant: {workload: row}}}, {round: load}."""
-    rounds, loads = {}, {}
+    """Layerwise rounds: {round: {variant: {workload: row}}}, {round: load}, [rows left out].
+
+    A row whose run had errors (e.g. a load that found evicted slices) measures
+    something else: it is left out and named in the third list."""
+    rounds, loads, bad = {}, {}, []
     for path in glob.glob(os.path.join(outdir, "runs", prefix + "__*__r*")):
         parts = os.path.basename(path).split(".")[0].split("__")
         r = int(parts[-1][1:])
@@ -62,15 +65,22 @@ def load_lw_rounds(outdir, prefix, workloads):
                 loads[r] = " -> ".join(line.strip() for line in f if line.strip())
         else:
             rows = kvbench_rows(path)
-            got = {w: rows[w] for w in workloads if w in rows}
+            got = {}
+            for w in workloads:
+                if w not in rows:
+                    continue
+                if (num(rows[w], "errors") or 0) > 0:
+                    bad.append("%s %s round %d (%d errors)" % (parts[1], w, r, num(rows[w], "errors")))
+                else:
+                    got[w] = rows[w]
             if got:
                 rounds.setdefault(r, {})[parts[1]] = got
-    return rounds, loads
+    return rounds, loads, sorted(bad)
 
 
 def load_lwm(outdir):
     """The layerwise-by-path rounds: {round: {variant: save row}}, {round: load}."""
-    rounds, loads = load_lw_rounds(outdir, "lwm", ("layerwise-save",))
+    rounds, loads, _ = load_lw_rounds(outdir, "lwm", ("layerwise-save",))
     return {r: {v: w["layerwise-save"] for v, w in rd.items()} for r, rd in rounds.items()}, loads
 
 
@@ -402,6 +412,8 @@ def main():
                   "the per-round ratios. The per-op cost, not the link, bounds these transfers. "
                   "Load average before -> after each round: %s.\n" % (
                       len(lws[0]), "; ".join("r%d %s" % (r, lws[1][r]) for r in sorted(lws[1]))))
+        if lws[2]:
+            md.append("Left out for errors: %s.\n" % "; ".join(lws[2]))
         md.append("| connector | shim | save GB/s | exposed save/request p50 ms | / no shim, same mode | "
                   "/ no shim, single-key | load GB/s | wait/request p50 ms | / no shim, same mode | "
                   "/ no shim, single-key |")
