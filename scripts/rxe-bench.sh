@@ -7,7 +7,9 @@
 #     16 KiB and 64 KiB, against ib_write_bw / ib_read_bw at the same size;
 #   - ibv_post_send calls per op at batch 32 (the transport's counters,
 #     printed by tests/rdma/test_rdma's doorbell case);
-#   - single-key vs shim-batched ops/s, 8 threads x 4 KiB.
+#   - single-key vs shim-batched ops/s, 8 threads x 4 KiB;
+#   - the two get paths, PUSH against LEASE (scripts/rxe-get-ab.sh: batch-32
+#     goodput over ib_read_bw and ib_write_bw, single-key latency, 8 threads).
 # Under a loaded host the speed of the emulated VM drifts from second to
 # second, so the goodput rows are taken in interleaved rounds: each round
 # runs ib_write_bw, kvbench put (PULL), kvbench put with KVSTORE_RDMA_PULL_MAX=0
@@ -121,4 +123,6 @@ done | awk 'function med(a, n,   i, j, t) { for (i = 0; i < n; i++) for (j = i +
     END { printf "  single-key %d, shim-batched %d, explicit batch 32 %d; shim/single per round: median %.2f\n", med(a, n), med(b, n), med(c, n), med(r, n) }'
 kill $SRV
 wait $SRV 2>/dev/null
+echo "get paths, PUSH against LEASE (medians of $REPEAT interleaved rounds; rounds in $BUILD/rxe-bench.log):"
+BUILD=$BUILD REPEAT=$REPEAT scripts/rxe-get-ab.sh | tee -a "$BUILD/rxe-bench.log" | grep -v '^round' | sed 's/^/  /'
 echo "(kvbench lines: $BUILD/rxe-bench.log)"

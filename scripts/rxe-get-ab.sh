@@ -71,12 +71,12 @@ for r in $(seq "$REPEAT"); do
         ab "b$size" --mode batch --batch 32 --size $size --keys $keys --ops $ops
     done
     ab s4k1t --mode single --threads 1 --size 4096 --keys 256 --ops 400
-    ab s4k8t --mode single --threads 8 --size 4096 --keys 1024 --ops 1600
+    ab s4k8t --mode single --threads 8 --size 4096 --keys 1024 --ops 3200
 done >/tmp/rxe-get-ab.rounds
 cat /tmp/rxe-get-ab.rounds
 awk '
     function med(a, n,   i, j, t) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n ? a[int(n / 2)] : 0 }
-    $3 ~ /^pt/ { s = substr($3, 3); rd[s, r] = $5; wr[s, r] = $7; next }
+    $3 ~ /^pt/ { s = substr($3, 3); rd[s, $2] = $5; wr[s, $2] = $7; next }
     { r = $2; k = $3; i = n[k]++; P[k, i] = $5; PL[k, i] = $6; Q[k, i] = $8; QL[k, i] = $9
       if (k ~ /^b/) { s = substr(k, 2); PR[k, i] = rd[s, r] > 0 ? $5 * s / rd[s, r] : 0; QR[k, i] = rd[s, r] > 0 ? $8 * s / rd[s, r] : 0
                       PW[k, i] = wr[s, r] > 0 ? $5 * s / wr[s, r] : 0; RD[k, i] = rd[s, r]; WR[k, i] = wr[s, r] } }
