@@ -382,7 +382,13 @@ static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
     struct ibv_qp_init_attr qa = {.send_cq = r->cq,
                                   .recv_cq = r->cq,
                                   .qp_type = IBV_QPT_RC,
-                                  .cap = {.max_send_wr = SEND_DEPTH + PULL_MAX,
+                                  /*
+                                   * A PULL's READs, or two PUSH chains: a PUSH's
+                                   * WRITEs and reply hold their slots until the
+                                   * reply's completion, which may come after the
+                                   * client's next PUSH (its ACK can trail it).
+                                   */
+                                  .cap = {.max_send_wr = SEND_DEPTH + 2 * (PUSH_MAX + 1),
                                           .max_recv_wr = NRECV,
                                           .max_send_sge = 1,
                                           .max_recv_sge = 1,
