@@ -80,6 +80,7 @@ for size in 16384 65536; do
         >>"$BUILD/rxe-bench.log"
     echo "$rounds" | awk -v s=$size '
         function med(a, n,   i, j, t) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n ? a[int(n / 2)] : 0 }
+        BEGIN { n = 0 }  # numeric: an unset n would key the first round as ""
         NF == 5 { w[n] = $1; p[n] = $2 * s; q[n] = $3 * s; rd[n] = $4; g[n] = $5 * s
                   rp[n] = $1 > 0 ? $2 * s / $1 : 0; rq[n] = $1 > 0 ? $3 * s / $1 : 0; rg[n] = $4 > 0 ? $5 * s / $4 : 0
                   pq[n] = $3 > 0 ? $2 / $3 : 0; n++ }
@@ -119,6 +120,7 @@ for r in $(seq "$REPEAT"); do
         --ops 4000)
     echo "$a1 $a2 $a3"
 done | awk 'function med(a, n,   i, j, t) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n ? a[int(n / 2)] : 0 }
+    BEGIN { n = 0 }
     { a[n] = $1; b[n] = $2; c[n] = $3; r[n] = $1 > 0 ? $2 / $1 : 0; n++ }
     END { printf "  single-key %d, shim-batched %d, explicit batch 32 %d; shim/single per round: median %.2f\n", med(a, n), med(b, n), med(c, n), med(r, n) }'
 kill $SRV
