@@ -508,6 +508,17 @@ static long long server_stat(const char *name)
     return p ? atoll(p + strlen(pat)) : -1;
 }
 
+/* Waits (bounded) until kvstored holds no pinned item; fails if it still does. */
+static void assert_nothing_pinned(void)
+{
+    long long pinned = -1;
+    for (int i = 0; i < 50 && pinned != 0; i++) {
+        pinned = server_stat("pinned_items");
+        if (pinned != 0) usleep(100 * 1000);
+    }
+    assert_int_equal(pinned, 0);
+}
+
 /*
  * A client that holds its reservations past --rdma-lease-ms (1500) is cut
  * off: its keys fail, nothing it reserved stays pinned, the key never
@@ -574,12 +585,7 @@ static void test_bad_tokens(void **state)
         kvs_rdma_transport.destroy(good);
         free(region);
     }
-    long long pinned = -1;
-    for (int i = 0; i < 50 && pinned != 0; i++) {
-        pinned = server_stat("pinned_items");
-        if (pinned != 0) usleep(100 * 1000);
-    }
-    assert_int_equal(pinned, 0);
+    assert_nothing_pinned();
 }
 
 /*
@@ -601,12 +607,7 @@ static void test_pull_bad_source(void **state)
     for (int i = 0; i < 4; i++)
         if (st[i] != -ECONNRESET && st[i] != -EIO) fail_msg("key %d: %d", i, st[i]);
     kvs_rdma_transport.destroy(conn);
-    long long pinned = -1;
-    for (int i = 0; i < 50 && pinned != 0; i++) {
-        pinned = server_stat("pinned_items");
-        if (pinned != 0) usleep(100 * 1000);
-    }
-    assert_int_equal(pinned, 0);
+    assert_nothing_pinned();
     struct kvs_conn *good = open_conn();
     run_batch(good, KVS_OP_GET, "badsrc", 4, bufs, 2048, st);
     for (int i = 0; i < 4; i++)
@@ -642,17 +643,6 @@ static void get_keys(struct kvs_conn *conn, uint32_t n, const char *const names[
         vlen[i] = k[i].vlen;
     }
     free(k);
-}
-
-/* Waits (bounded) until kvstored holds no pinned item; fails if it still does. */
-static void assert_nothing_pinned(void)
-{
-    long long pinned = -1;
-    for (int i = 0; i < 50 && pinned != 0; i++) {
-        pinned = server_stat("pinned_items");
-        if (pinned != 0) usleep(100 * 1000);
-    }
-    assert_int_equal(pinned, 0);
 }
 
 /*
