@@ -743,6 +743,18 @@ static int copy_puts_in(struct kvs_conn *c, const struct kvs_key_io *k, uint32_t
     return 0;
 }
 
+/* A PULL/PUSH entry for key k naming len bytes of our memory at addr/rkey; its size. */
+static size_t remote_entry(uint8_t *out, const struct kvs_conn *c, const struct kvs_key_io *k,
+                           uint32_t len, uint64_t addr, uint32_t rkey)
+{
+    struct kvs_wire_remote_entry e = {.key = (const uint8_t *)k->key,
+                                      .klen = (uint16_t)k->klen,
+                                      .len = len,
+                                      .addr = addr,
+                                      .rkey = rkey ^ c->token_xor}; /* test hook: a wrong rkey */
+    return kvs_wire_remote_entry_encode(out, &e);
+}
+
 /*
  * One chunk of a put batch as PULL: values outside registered memory are
  * copied into the bounce buffer, then one SEND tells the server where each
@@ -770,12 +782,7 @@ static int do_pull(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, uint64_
             rkey = find_reg(c, k[i].val, k[i].len)->rkey;
             atomic_fetch_add(&c->zero_copy_bytes, k[i].len);
         }
-        kvs_wire_entry_encode(out + len, (uint16_t)k[i].klen, (uint32_t)k[i].len);
-        memcpy(out + len + KVS_WIRE_ENTRY_LEN, k[i].key, k[i].klen);
-        len += KVS_WIRE_ENTRY_LEN + k[i].klen;
-        kvs_put_u64(out + len, addr);
-        kvs_put_u32(out + len + 8, rkey ^ c->token_xor); /* test hook: a wrong rkey */
-        len += KVS_WIRE_PULL_SRC_LEN;
+        len += remote_entry(out + len, c, &k[i], (uint32_t)k[i].len, addr, rkey);
     }
     put_hdr(out, KVS_OP_RDMA_PULL, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
     uint64_t t0 = kvs_now_ns();
@@ -831,12 +838,7 @@ static int do_push(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, uint64_
             rkey = c->bounce_mr->rkey;
             boff += cap;
         }
-        kvs_wire_entry_encode(out + len, (uint16_t)k[i].klen, cap);
-        memcpy(out + len + KVS_WIRE_ENTRY_LEN, k[i].key, k[i].klen);
-        len += KVS_WIRE_ENTRY_LEN + k[i].klen;
-        kvs_put_u64(out + len, addr);
-        kvs_put_u32(out + len + 8, rkey ^ c->token_xor); /* test hook: a wrong rkey */
-        len += KVS_WIRE_PUSH_DST_LEN;
+        len += remote_entry(out + len, c, &k[i], cap, addr, rkey);
     }
     put_hdr(out, KVS_OP_RDMA_PUSH, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
     uint64_t t0 = kvs_now_ns();

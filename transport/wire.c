@@ -255,6 +255,16 @@ long kvs_wire_parse_request(const uint8_t *buf, size_t len, uint32_t max_body,
     return KVS_WIRE_HDR_LEN + (long)h->body_len;
 }
 
+size_t kvs_wire_remote_entry_encode(uint8_t *out, const struct kvs_wire_remote_entry *e)
+{
+    kvs_wire_entry_encode(out, e->klen, e->len);
+    memcpy(out + KVS_WIRE_ENTRY_LEN, e->key, e->klen);
+    uint8_t *at = out + KVS_WIRE_ENTRY_LEN + e->klen;
+    kvs_put_u64(at, e->addr);
+    kvs_put_u32(at + 8, e->rkey);
+    return (size_t)KVS_WIRE_ENTRY_LEN + e->klen + KVS_WIRE_PUSH_DST_LEN;
+}
+
 int kvs_wire_remote_entry_decode(const uint8_t *body, uint32_t body_len, size_t *off,
                                  struct kvs_wire_remote_entry *e)
 {

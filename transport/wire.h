@@ -260,5 +260,7 @@ struct kvs_wire_remote_entry {
  */
 int kvs_wire_remote_entry_decode(const uint8_t *body, uint32_t body_len, size_t *off,
                                  struct kvs_wire_remote_entry *e);
+/* Encodes e at out (room for KVS_WIRE_ENTRY_LEN + klen + 12 bytes); returns the bytes written. */
+size_t kvs_wire_remote_entry_encode(uint8_t *out, const struct kvs_wire_remote_entry *e);
 
 #endif /* KVS_WIRE_H */

@@ -7,7 +7,8 @@
  * frame must re-encode to exactly the bytes it was parsed from. The body of
  * an RDMA PULL or PUSH frame (opcodes 12, 13: kvs_wire_parse_request refuses
  * them, they never come over TCP) is walked as server/rdma.c walks it, with
- * kvs_wire_remote_entry_decode.
+ * kvs_wire_remote_entry_decode, and each entry must re-encode (with the
+ * client's kvs_wire_remote_entry_encode) to the bytes it was decoded from.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,6 +60,11 @@ static void walk_remote_entries(const uint8_t *body, uint32_t body_len, uint32_t
         if (off > body_len ||
             off - before != (size_t)KVS_WIRE_ENTRY_LEN + e.klen + KVS_WIRE_PUSH_DST_LEN ||
             e.klen == 0 || e.klen > KVS_WIRE_MAX_KEY || e.key != body + before + KVS_WIRE_ENTRY_LEN)
+            abort();
+        /* what the client's encoder makes of the decoded entry is the same bytes */
+        uint8_t again[KVS_WIRE_ENTRY_LEN + KVS_WIRE_MAX_KEY + KVS_WIRE_PUSH_DST_LEN];
+        if (kvs_wire_remote_entry_encode(again, &e) != off - before ||
+            memcmp(again, body + before, off - before) != 0)
             abort();
         for (uint16_t j = 0; j < e.klen; j++)
             sum += e.key[j];
