@@ -20,24 +20,11 @@
 set -u
 BUILD=${BUILD:-build}
 REPEAT=${REPEAT:-3}
-A=${KVS_RDMA_ADDR_A:?run inside scripts/rxe-vm.sh}
-DEV_A=${KVS_RDMA_DEV_A:?}
-DEV_B=${KVS_RDMA_DEV_B:?}
 cd "$(dirname "$0")/.."
 PORT=7471
 
 PT_PORT=18600
-# pt_once TOOL SIZE ITERS -> bytes/s of one run (a fresh port each run: a
-# server still closing on the last one does not refuse this one)
-pt_once() {
-    PT_PORT=$((PT_PORT + 1))
-    timeout 60 "$1" -R -p $PT_PORT -d "$DEV_A" -s "$2" -n "$3" -F >/dev/null 2>&1 &
-    sleep 2
-    v=$(timeout 60 "$1" -R -p $PT_PORT -d "$DEV_B" -s "$2" -n "$3" -F "$A" 2>/dev/null |
-        awk -v s="$2" '$1 == s { printf "%.0f\n", $5 * 1e6 * s }')
-    wait
-    echo "${v:-0}"
-}
+. scripts/rxe-lib.sh
 
 # kvb ARGS... -> median ops/s over its runs (--repeat REPEAT unless KVB_RUNS)
 # (KVB_ENV: extra VAR=value words for kvbench's environment)
@@ -49,12 +36,7 @@ kvb() {
              END { if (!n) { print 0; exit } ; for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t } ; print v[int(n / 2)] }'
 }
 
-"$BUILD/bin/kvstored" --memory 512M --listen 127.0.0.1:0 --rdma-listen "$A:$PORT" >/tmp/kvstored.log 2>&1 &
-SRV=$!
-# Registering the pool pins it: slow under emulation.
-for i in $(seq 60); do grep -q "rdma listening" /tmp/kvstored.log && break; sleep 1; done
-grep -q "rdma listening" /tmp/kvstored.log || { cat /tmp/kvstored.log; kill $SRV; exit 1; }
-URL="rdma://$A:$PORT"
+rxe_kvstored $PORT /tmp/kvstored.log
 
 # put/pull: PULL (1 round trip, kvstored READs the values; the default for
 # chunks up to 256 KiB); put/rsv: RESERVE, then WRITEs + COMMIT (2 round
@@ -64,7 +46,7 @@ for size in 16384 65536; do
     ops=$((size == 16384 ? 3200 : 1280))
     keys=$((size == 16384 ? 512 : 256))
     rounds=$(for r in $(seq "$REPEAT"); do
-        w=$(pt_once ib_write_bw $size $((ops / 2)))
+        w=$(perftest_bps ib_write_bw $size $((ops / 2)))
         # the two put paths in turn, first one then the other (order swapped each round)
         [ $((r % 2)) = 1 ] && p=$(KVB_RUNS=1 KVB_ENV=KVSTORE_RDMA_PULL_MAX=4294967295 kvb put --servers "$URL" \
             --mode batch --batch 32 --size $size --keys $keys --ops $ops)
@@ -72,7 +54,7 @@ for size in 16384 65536; do
             --size $size --keys $keys --ops $ops)
         [ $((r % 2)) = 0 ] && p=$(KVB_RUNS=1 KVB_ENV=KVSTORE_RDMA_PULL_MAX=4294967295 kvb put --servers "$URL" \
             --mode batch --batch 32 --size $size --keys $keys --ops $ops)
-        rd=$(pt_once ib_read_bw $size $((ops / 2)))
+        rd=$(perftest_bps ib_read_bw $size $((ops / 2)))
         g=$(KVB_RUNS=1 kvb get --servers "$URL" --mode batch --batch 32 --size $size --keys $keys --ops $ops)
         echo "$w $p $q $rd $g"
     done)

@@ -13,28 +13,11 @@
 set -u
 BUILD=${BUILD:-build}
 REPEAT=${REPEAT:-3}
-A=${KVS_RDMA_ADDR_A:?run inside scripts/rxe-vm.sh}
-DEV_A=${KVS_RDMA_DEV_A:?}
-DEV_B=${KVS_RDMA_DEV_B:?}
 cd "$(dirname "$0")/.."
-"$BUILD/bin/kvstored" --memory 512M --listen 127.0.0.1:0 --rdma-listen "$A:7491" >/tmp/kvstored-gab.log 2>&1 &
-SRV=$!
-for i in $(seq 60); do grep -q "rdma listening" /tmp/kvstored-gab.log && break; sleep 1; done
-grep -q "rdma listening" /tmp/kvstored-gab.log || { cat /tmp/kvstored-gab.log; kill $SRV; exit 1; }
-URL="rdma://$A:7491"
-PUSH_ALL=4294967295
-
 PT_PORT=18700
-# pt TOOL SIZE ITERS -> bytes/s of one perftest run (a fresh port each run)
-pt() {
-    PT_PORT=$((PT_PORT + 1))
-    timeout 60 "$1" -R -p $PT_PORT -d "$DEV_A" -s "$2" -n "$3" -F >/dev/null 2>&1 &
-    sleep 2
-    v=$(timeout 60 "$1" -R -p $PT_PORT -d "$DEV_B" -s "$2" -n "$3" -F "$A" 2>/dev/null |
-        awk -v s="$2" '$1 == s { printf "%.0f\n", $5 * 1e6 * s }')
-    wait
-    echo "${v:-0}"
-}
+. scripts/rxe-lib.sh
+rxe_kvstored 7491 /tmp/kvstored-gab.log
+PUSH_ALL=4294967295
 
 # get PUSH_MAX KVBENCH_ARGS... -> "ops/s p50_us" of one kvbench get run
 get() {
@@ -67,7 +50,7 @@ for r in $(seq "$REPEAT"); do
     for size in 16384 65536; do
         ops=$((size == 16384 ? 1600 : 640))
         keys=$((size == 16384 ? 512 : 256))
-        echo "round $r pt$size read $(pt ib_read_bw $size $((ops / 2))) write $(pt ib_write_bw $size $((ops / 2)))"
+        echo "round $r pt$size read $(perftest_bps ib_read_bw $size $((ops / 2))) write $(perftest_bps ib_write_bw $size $((ops / 2)))"
         ab "b$size" --mode batch --batch 32 --size $size --keys $keys --ops $ops
     done
     ab s4k1t --mode single --threads 1 --size 4096 --keys 256 --ops 400

@@ -9,13 +9,9 @@
 set -u
 BUILD=${BUILD:-build}
 REPEAT=${REPEAT:-5}
-A=${KVS_RDMA_ADDR_A:?run inside scripts/rxe-vm.sh}
 cd "$(dirname "$0")/.."
-"$BUILD/bin/kvstored" --memory 512M --listen 127.0.0.1:0 --rdma-listen "$A:7490" >/tmp/kvstored-ab.log 2>&1 &
-SRV=$!
-for i in $(seq 60); do grep -q "rdma listening" /tmp/kvstored-ab.log && break; sleep 1; done
-grep -q "rdma listening" /tmp/kvstored-ab.log || { cat /tmp/kvstored-ab.log; kill $SRV; exit 1; }
-URL="rdma://$A:7490"
+. scripts/rxe-lib.sh
+rxe_kvstored 7490 /tmp/kvstored-ab.log
 
 # one PULL_MAX KVBENCH_ARGS... -> ops/s of one run
 one() {
