@@ -19,7 +19,7 @@ void kvb_config_defaults(struct kvb_config *cfg)
     cfg->window_ns = 50 * NS_PER_US;
     cfg->max_ops = 128;
     cfg->max_bytes = 1ull << 20;
-    cfg->max_inflight = 1;
+    cfg->max_inflight = 4;
     cfg->put_mode = KVB_PUT_SYNC;
     cfg->writeback_bytes = 64ull << 20;
     cfg->stats_file[0] = '\0';
