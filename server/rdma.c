@@ -673,18 +673,13 @@ static void handle_pull(struct rconn *c, const struct kvs_wire_hdr *h, const uin
     uint64_t rnext = 0;
     size_t off = 0;
     for (uint32_t i = 0; i < h->count; i++) {
-        struct kvs_wire_entry e;
+        struct kvs_wire_remote_entry e;
         c->pull.tokens[i] = TOKEN_FREE;
         c->pull.status[i] = 0;
-        if (h->body_len - off < KVS_WIRE_ENTRY_LEN || kvs_wire_entry_decode(body + off, &e) < 0 ||
-            h->body_len - off - KVS_WIRE_ENTRY_LEN < (size_t)e.klen + KVS_WIRE_PULL_SRC_LEN) {
+        if (kvs_wire_remote_entry_decode(body, h->body_len, &off, &e) < 0) {
             reply_error_and_kill(c, h->id, -EBADMSG, "malformed rdma pull entry");
             return;
         }
-        const uint8_t *key = body + off + KVS_WIRE_ENTRY_LEN;
-        uint64_t raddr = kvs_get_u64(key + e.klen);
-        uint32_t rkey = kvs_get_u32(key + e.klen + 8);
-        off += KVS_WIRE_ENTRY_LEN + e.klen + KVS_WIRE_PULL_SRC_LEN;
         srv->counters.keys[KVS_OP_PUT]++;
         if (c->free_head == TOKEN_FREE) {
             c->pull.status[i] = -ENOSPC;
@@ -696,7 +691,7 @@ static void handle_pull(struct rconn *c, const struct kvs_wire_hdr *h, const uin
             continue;
         }
         struct kvs_item *it = NULL;
-        int32_t status = kvs_store_reserve(st, key, e.klen, e.len, &it);
+        int32_t status = kvs_store_reserve(st, e.key, e.klen, e.len, &it);
         if (status < 0) {
             if (status == -ENOSPC) srv->counters.put_no_space++;
             c->pull.status[i] = status;
@@ -714,7 +709,7 @@ static void handle_pull(struct rconn *c, const struct kvs_wire_hdr *h, const uin
         uintptr_t laddr = (uintptr_t)data;
         if (nwr > 0) {
             struct ibv_send_wr *w = &wrs[nwr - 1];
-            if (w->wr.rdma.rkey == rkey && rnext == raddr &&
+            if (w->wr.rdma.rkey == e.rkey && rnext == e.addr &&
                 w->sg_list->addr + w->sg_list->length == laddr &&
                 (uint64_t)w->sg_list->length + e.len <= UINT32_MAX) {
                 w->sg_list->length += e.len;
@@ -727,8 +722,8 @@ static void handle_pull(struct rconn *c, const struct kvs_wire_hdr *h, const uin
         wrs[nwr] = (struct ibv_send_wr){.sg_list = &sges[nwr],
                                         .num_sge = 1,
                                         .opcode = IBV_WR_RDMA_READ,
-                                        .wr.rdma = {.remote_addr = raddr, .rkey = rkey}};
-        rnext = raddr + e.len;
+                                        .wr.rdma = {.remote_addr = e.addr, .rkey = e.rkey}};
+        rnext = e.addr + e.len;
         nwr++;
     }
     if (off != h->body_len) {
