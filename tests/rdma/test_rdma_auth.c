@@ -827,12 +827,12 @@ static int raw_push_send(struct raw *r, const char *key, uint32_t cap, uint64_t 
     uint8_t body[KVS_WIRE_ENTRY_LEN + 64 + KVS_WIRE_PUSH_DST_LEN];
     size_t klen = strlen(key);
     assert_true(klen > 0 && klen <= 64);
-    kvs_wire_entry_encode(body, (uint16_t)klen, cap);
-    for (size_t i = 0; i < klen; i++)
-        body[KVS_WIRE_ENTRY_LEN + i] = (uint8_t)key[i];
-    kvs_put_u64(body + KVS_WIRE_ENTRY_LEN + klen, addr);
-    kvs_put_u32(body + KVS_WIRE_ENTRY_LEN + klen + 8, rkey);
-    uint32_t blen = (uint32_t)(KVS_WIRE_ENTRY_LEN + klen + KVS_WIRE_PUSH_DST_LEN);
+    struct kvs_wire_remote_entry e = {.key = (const uint8_t *)key,
+                                      .klen = (uint16_t)klen,
+                                      .len = cap,
+                                      .addr = addr,
+                                      .rkey = rkey};
+    uint32_t blen = (uint32_t)kvs_wire_remote_entry_encode(body, &e);
     struct kvs_wire_hdr h = {.magic = KVS_WIRE_MAGIC,
                              .version = KVS_WIRE_VERSION,
                              .opcode = KVS_OP_RDMA_PUSH,
