@@ -27,17 +27,6 @@
 #include "kvstore.h"
 #include "kvtest.h"
 
-/* A server counter from kvs_server_stats ("name value" lines), or -1. */
-static long long counter(kvs_client *c, const char *name)
-{
-    static char text[65536];
-    if (kvs_server_stats(c, text, sizeof(text)) < 0) return -1;
-    size_t n = strlen(name);
-    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (!strncmp(p, name, n) && p[n] == ' ') return strtoll(p + n + 1, NULL, 10);
-    return -1;
-}
-
 /*
  * Runs fn in a child with stderr captured into err (cap bytes); returns the
  * child's exit status. The child sets its own variables, so the parent's
@@ -181,13 +170,13 @@ static void test_client_vanishing_mid_batch(void **state)
     /* The server drops the dead connection's reserved slots: nothing stays pinned. */
     long long pinned = -1;
     for (int i = 0; i < 100 && pinned != 0; i++) {
-        pinned = counter(c, "pinned_items");
+        pinned = kvt_server_counter(c, "pinned_items");
         if (pinned != 0) usleep(50000);
     }
     assert_int_equal(pinned, 0);
     long long conns = -1;
     for (int i = 0; i < 100 && conns != 1; i++) {
-        conns = counter(c, "connections_current");
+        conns = kvt_server_counter(c, "connections_current");
         if (conns != 1) usleep(50000); /* the server sees the dead peer's close soon */
     }
     assert_int_equal(conns, 1);
@@ -297,7 +286,7 @@ static void test_too_many_connections(void **state)
     char buf[4];
     assert_int_equal(kvs_get(a, "b", buf, sizeof(buf)), 1);
     assert_int_equal(kvs_get(b, "a", buf, sizeof(buf)), 1);
-    assert_true(counter(a, "connections_refused") >= 1);
+    assert_true(kvt_server_counter(a, "connections_refused") >= 1);
     kvs_close(extra);
     kvs_close(b);
     kvs_close(a);

@@ -36,19 +36,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A counter from kvs_server_stats' text, or -1. */
-static long long server_counter(kvs_client *c, const char *name)
-{
-    static char text[65536];
-    ssize_t len = kvs_server_stats(c, text, sizeof(text));
-    if (len < 0) return -1;
-    size_t nlen = strlen(name);
-    for (char *line = text; line && *line;
-         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
-        if (strncmp(line, name, nlen) == 0 && line[nlen] == ' ') return atoll(line + nlen + 1);
-    return -1;
-}
-
 static void put_get_size(kvs_client *c, size_t len)
 {
     char key[64];
@@ -130,7 +117,7 @@ static void test_bad_keys_and_args(void **state)
     max[KVS_MAX_KEY] = '\0'; /* exactly 512: fine */
     char buf[4];
 
-    long long puts_before = server_counter(f->c, "requests_put");
+    long long puts_before = kvt_server_counter(f->c, "requests_put");
     assert_int_equal(kvs_put(f->c, big, "v", 1), -E2BIG);
     assert_int_equal(kvs_get(f->c, big, buf, sizeof(buf)), -E2BIG);
     assert_int_equal(kvs_put(f->c, "", "v", 1), -EINVAL);
@@ -150,7 +137,7 @@ static void test_bad_keys_and_args(void **state)
     assert_int_equal(kvs_put(f->c, "huge", huge, MAX_OBJECT + 1), -E2BIG);
     free(huge);
     /* Only the one valid put above reached the server. */
-    assert_int_equal(server_counter(f->c, "requests_put"), puts_before + 1);
+    assert_int_equal(kvt_server_counter(f->c, "requests_put"), puts_before + 1);
 
     assert_int_equal(kvs_put(f->c, max, "v", 1), 0);
     assert_int_equal(kvs_get(f->c, max, buf, sizeof(buf)), 1);
@@ -177,7 +164,7 @@ static void test_eviction_under_pressure(void **state)
     assert_int_equal(kvs_get(c, "evict-63", buf, LEN), LEN);
     assert_true(kvt_check_value(buf, LEN, "evict-63", NULL));
     assert_int_equal(kvs_get(c, "evict-0", buf, LEN), -ENOENT);
-    assert_true(server_counter(c, "evictions") > 0);
+    assert_true(kvt_server_counter(c, "evictions") > 0);
     int present = 0;
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof(key), "evict-%d", i);

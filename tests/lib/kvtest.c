@@ -252,3 +252,24 @@ int kvt_check_value(const void *buf, size_t len, const char *key, unsigned *vers
     if (ok && version) *version = v;
     return ok;
 }
+
+long long kvt_server_counter(kvs_client *c, const char *name)
+{
+    enum { CAP = 65536 };
+    char *text = malloc(CAP);
+    if (!text) return -1;
+    long long value = -1;
+    ssize_t len = kvs_server_stats(c, text, CAP - 1);
+    if (len >= 0) {
+        text[len < CAP - 1 ? len : CAP - 1] = '\0';
+        size_t nlen = strlen(name);
+        for (const char *line = text; line && *line;
+             line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+            if (strncmp(line, name, nlen) == 0 && line[nlen] == ' ') {
+                value = strtoll(line + nlen + 1, NULL, 10);
+                break;
+            }
+    }
+    free(text);
+    return value;
+}

@@ -73,6 +73,9 @@ int kvt_client_setup(struct kvt_client_fixture *f, const char *server_args);
 /* Closes the client, then stops the server. */
 void kvt_client_teardown(struct kvt_client_fixture *f);
 
+/* A counter from kvs_server_stats' "name value" lines, or -1 if absent or unreadable. */
+long long kvt_server_counter(kvs_client *c, const char *name);
+
 /* Monotonic clock in nanoseconds. */
 unsigned long long kvt_now_ns(void);
 

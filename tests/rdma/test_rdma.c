@@ -498,14 +498,9 @@ static long long server_stat(const char *name)
 {
     kvs_client *c = kvs_open(rdma_url);
     assert_non_null(c);
-    char text[8192];
-    ssize_t n = kvs_server_stats(c, text, sizeof(text));
+    long long value = kvt_server_counter(c, name);
     kvs_close(c);
-    if (n <= 0) return -1;
-    char pat[64];
-    snprintf(pat, sizeof(pat), "\n%s ", name);
-    const char *p = strstr(text, pat);
-    return p ? atoll(p + strlen(pat)) : -1;
+    return value;
 }
 
 /* Waits (bounded) until kvstored holds no pinned item; fails if it still does. */
