@@ -248,6 +248,12 @@ static void op_accepted(struct kvb_batcher *b)
     if (++b->active > b->peak) b->peak = b->active;
 }
 
+/* An in-flight slot is free: a sealed batch could be sent now. Lock held. */
+static bool slot_free(const struct kvb_batcher *b)
+{
+    return b->inflight < b->p.max_inflight;
+}
+
 /* Moves the open batch of kind to the ready FIFO. Lock held. */
 static void seal(struct kvb_batcher *b, int kind, int reason)
 {
@@ -267,7 +273,7 @@ static void seal(struct kvb_batcher *b, int kind, int reason)
 static size_t take_ready(struct kvb_batcher *b, struct batch **out, size_t max)
 {
     size_t n = 0;
-    while (n < max && b->ready_head && b->inflight < b->p.max_inflight) {
+    while (n < max && b->ready_head && slot_free(b)) {
         struct batch *bt = b->ready_head;
         b->ready_head = bt->next;
         if (!b->ready_head) b->ready_tail = NULL;
@@ -307,7 +313,7 @@ static void arm_window_timers(struct kvb_batcher *b)
     for (int k = 0; k < KVB_OP_KINDS; k++) {
         struct batch *bt = b->open[k];
         if (!bt) continue;
-        if (b->inflight < b->p.max_inflight && now - bt->t_first >= b->p.window_ns) {
+        if (slot_free(b) && now - bt->t_first >= b->p.window_ns) {
             seal(b, k, KVB_FLUSH_WINDOW); /* its window passed while no slot was free */
             b->peak = b->active;
         } else if (!bt->timer_owner) {
@@ -324,8 +330,7 @@ static void arm_window_timers(struct kvb_batcher *b)
  */
 static void seal_if_due(struct kvb_batcher *b)
 {
-    if (b->p.policy != KVB_BATCH_ADAPTIVE || b->inflight >= b->p.max_inflight || b->ready_head)
-        return;
+    if (b->p.policy != KVB_BATCH_ADAPTIVE || !slot_free(b) || b->ready_head) return;
     if (b->inflight > 0 && b->active < b->peak) return;
     for (int k = 0; k < KVB_OP_KINDS; k++)
         seal(b, k, KVB_FLUSH_IDLE);
@@ -412,7 +417,7 @@ static void submit_all(struct batch **v, size_t n)
 static size_t take_ready_or_nudge(struct kvb_batcher *b, struct batch **out)
 {
     size_t n = take_ready(b, out, KVB_SEND_BATCH);
-    if (b->ready_head && b->inflight < b->p.max_inflight) nudge_flusher(b, 0);
+    if (b->ready_head && slot_free(b)) nudge_flusher(b, 0);
     return n;
 }
 
@@ -518,7 +523,7 @@ static void done_cb(void *arg, ssize_t nok)
         nsend = take_ready_or_nudge(b, send);
     }
     struct kvb_op *leader = NULL;
-    if (b->ready_head && b->inflight < b->p.max_inflight) {
+    if (b->ready_head && slot_free(b)) {
         for (uint32_t i = 0; i < bt->n && !leader; i++)
             if (!(bt->ops[i]->flags & (OPF_ASYNC | OPF_WRITEBACK))) leader = bt->ops[i];
         if (leader)
@@ -567,7 +572,7 @@ static void *flusher_main(void *arg)
                 seal(b, k, KVB_FLUSH_IDLE);
             } else if (now - bt->t_first < b->p.window_ns) {
                 if (bt->t_first + b->p.window_ns < next) next = bt->t_first + b->p.window_ns;
-            } else if (b->inflight < b->p.max_inflight) {
+            } else if (slot_free(b)) {
                 seal(b, k, KVB_FLUSH_WINDOW);
                 b->peak = b->active; /* fewer callers than expected came */
             }
@@ -791,7 +796,7 @@ static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64
      * synchronous caller, else the flusher's (unless no slot could take it
      * anyway: a completion arms it then).
      */
-    if (created && b->open[k] == bt && b->inflight < b->p.max_inflight) {
+    if (created && b->open[k] == bt && slot_free(b)) {
         if (!(op->flags & (OPF_ASYNC | OPF_WRITEBACK))) {
             bt->timer_owner = true;
             op->flags |= OPF_TIMER;
@@ -945,7 +950,7 @@ static void window_wait(struct kvb_batcher *b, struct kvb_op *op)
     struct batch *bt = op->bt;
     if (atomic_load_explicit(&op->state, memory_order_acquire) != OP_DONE &&
         b->open[op->kind] == bt) {
-        if (b->inflight < b->p.max_inflight) {
+        if (slot_free(b)) {
             seal(b, op->kind, KVB_FLUSH_WINDOW);
             b->peak = b->active; /* fewer callers than expected came */
             n = take_ready(b, send, KVB_SEND_BATCH);
@@ -1050,7 +1055,7 @@ static int put_writeback(struct kvb_batcher *b, const char *key, const void *val
          * every slot busy a completion sends them; sealing here would only cut
          * the batch short once per blocked writer.
          */
-        if (b->inflight < b->p.max_inflight) seal(b, KVB_OP_PUT, KVB_FLUSH_MAX_BYTES);
+        if (slot_free(b)) seal(b, KVB_OP_PUT, KVB_FLUSH_MAX_BYTES);
         nudge_flusher(b, 0);
         state_wait(b, UINT64_MAX);
     }
