@@ -211,7 +211,6 @@ static struct kvs_item *oldest_of_all(const struct kvs_store *s, int *lru)
 {
     struct kvs_item *victim = NULL;
     for (int i = 0; i < s->nlrus; i++) {
-        if (!s->lrus[i].tail) continue;
         struct kvs_item *it = oldest_unpinned(&s->lrus[i]);
         if (it && (!victim || it->atime < victim->atime)) {
             victim = it;
