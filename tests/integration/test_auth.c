@@ -82,40 +82,17 @@ static int group_teardown(void **state)
     return 0;
 }
 
-/* ---- stderr capture: what the client library warns ---- */
-
-struct capture {
-    int saved;
-    char path[96];
-};
-
-static void capture_begin(struct capture *cap)
+/* stderr capture (what the client library warns): kvt_capture_begin/end in tests/lib. */
+static void capture_begin(struct kvt_capture *cap)
 {
-    fflush(stderr);
-    snprintf(cap->path, sizeof(cap->path), "%s/stderr-XXXXXX", dir);
-    int fd = mkstemp(cap->path);
-    assert_true(fd >= 0);
-    cap->saved = dup(2);
-    assert_true(cap->saved >= 0);
-    assert_true(dup2(fd, 2) == 2);
-    close(fd);
+    assert_int_equal(kvt_capture_begin(cap, dir), 0);
 }
 
-/* Restores stderr; returns what was written meanwhile (malloc'ed, NUL-terminated). */
-static char *capture_end(struct capture *cap)
+static char *capture_end(struct kvt_capture *cap)
 {
-    fflush(stderr);
-    dup2(cap->saved, 2);
-    close(cap->saved);
-    static char text[8192];
-    int fd = open(cap->path, O_RDONLY);
-    assert_true(fd >= 0);
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    unlink(cap->path);
-    text[n > 0 ? n : 0] = '\0';
-    fputs(text, stderr); /* still visible in the test log */
-    return strdup(text);
+    char *text = kvt_capture_end(cap);
+    assert_non_null(text);
+    return text;
 }
 
 /* ---- through libkvstore ---- */
@@ -129,7 +106,7 @@ static void batch_roundtrip(const char *addr, const char *file, int want, const 
         setenv("KVSTORE_AUTH_FILE", file, 1);
     else
         unsetenv("KVSTORE_AUTH_FILE");
-    struct capture cap;
+    struct kvt_capture cap;
     capture_begin(&cap);
     kvs_client *c = kvs_open(addr);
     assert_non_null(c);
@@ -208,7 +185,7 @@ static void test_client_refuses_bad_secret_files(void **state)
     const int codes[] = {EACCES, EINVAL, ENOENT};
     for (int i = 0; i < 3; i++) {
         setenv("KVSTORE_AUTH_FILE", files[i], 1);
-        struct capture cap;
+        struct kvt_capture cap;
         capture_begin(&cap);
         errno = 0;
         kvs_client *c = kvs_open(auth_srv.addr);

@@ -5,6 +5,7 @@
 #include "kvtest.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -272,4 +273,40 @@ long long kvt_server_counter(kvs_client *c, const char *name)
     }
     free(text);
     return value;
+}
+
+int kvt_capture_begin(struct kvt_capture *cap, const char *dir)
+{
+    fflush(stderr);
+    snprintf(cap->path, sizeof(cap->path), "%s/stderr-XXXXXX", dir);
+    int fd = mkstemp(cap->path);
+    if (fd < 0) return -1;
+    cap->saved = dup(2);
+    if (cap->saved < 0 || dup2(fd, 2) != 2) {
+        if (cap->saved >= 0) close(cap->saved);
+        close(fd);
+        unlink(cap->path);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+char *kvt_capture_end(struct kvt_capture *cap)
+{
+    fflush(stderr);
+    dup2(cap->saved, 2);
+    close(cap->saved);
+    char text[8192];
+    ssize_t n = -1;
+    int fd = open(cap->path, O_RDONLY);
+    if (fd >= 0) {
+        n = read(fd, text, sizeof(text) - 1);
+        close(fd);
+    }
+    unlink(cap->path);
+    if (fd < 0) return NULL;
+    text[n > 0 ? n : 0] = '\0';
+    fputs(text, stderr);
+    return strdup(text);
 }

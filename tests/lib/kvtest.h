@@ -76,6 +76,20 @@ void kvt_client_teardown(struct kvt_client_fixture *f);
 /* A counter from kvs_server_stats' "name value" lines, or -1 if absent or unreadable. */
 long long kvt_server_counter(kvs_client *c, const char *name);
 
+/* stderr sent to a temporary file, to read what a library warned. */
+struct kvt_capture {
+    int saved; /* the real stderr */
+    char path[256];
+};
+/* Sends stderr to a new file in dir until kvt_capture_end. 0, or -1 with stderr untouched. */
+int kvt_capture_begin(struct kvt_capture *cap, const char *dir);
+/*
+ * Restores stderr and removes the file; returns what was written meanwhile
+ * (up to 8 KiB, malloc'ed, NUL-terminated; echoed to stderr so that the test
+ * log still shows it), or NULL.
+ */
+char *kvt_capture_end(struct kvt_capture *cap);
+
 /* Monotonic clock in nanoseconds. */
 unsigned long long kvt_now_ns(void);
 

@@ -183,39 +183,19 @@ static void test_right_secret_batch(void **state)
     assert_true(server_stat("rdma_commits") >= commits_before + 16);
 }
 
-/* What the library writes on stderr between begin and end (a warning per refusal). */
-struct capture {
-    int saved;
-    char path[128];
-};
-
-static void capture_begin(struct capture *cap)
+/* stderr capture (what the library warns): kvt_capture_begin/end in tests/lib. */
+static void capture_begin(struct kvt_capture *cap)
 {
-    fflush(stderr);
-    snprintf(cap->path, sizeof(cap->path), "%s/stderr-XXXXXX", dir);
-    int fd = mkstemp(cap->path);
-    assert_true(fd >= 0);
-    cap->saved = dup(2);
-    assert_true(cap->saved >= 0);
-    assert_true(dup2(fd, 2) == 2);
-    close(fd);
+    assert_int_equal(kvt_capture_begin(cap, dir), 0);
 }
 
 /* Restores stderr; asserts that what was written meanwhile contains want. */
-static void capture_expect(struct capture *cap, const char *want)
+static void capture_expect(struct kvt_capture *cap, const char *want)
 {
-    fflush(stderr);
-    dup2(cap->saved, 2);
-    close(cap->saved);
-    char text[8192];
-    int fd = open(cap->path, O_RDONLY);
-    assert_true(fd >= 0);
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    unlink(cap->path);
-    text[n > 0 ? n : 0] = '\0';
-    fputs(text, stderr); /* still visible in the test log */
+    char *text = kvt_capture_end(cap);
+    assert_non_null(text);
     assert_non_null(strstr(text, want));
+    free(text);
 }
 
 /* Every key of every call fails with -EACCES ("access denied"); nothing is stored. */
@@ -238,7 +218,7 @@ static void test_wrong_secret_refused(void **state)
 {
     (void)state;
     long long fail_before = server_stat("auth_failures");
-    struct capture cap;
+    struct kvt_capture cap;
     capture_begin(&cap);
     kvs_client *c = open_with(rdma_url, wrong_file);
     assert_non_null(c);
@@ -255,7 +235,7 @@ static void test_wrong_secret_refused(void **state)
 static void test_no_secret_refused(void **state)
 {
     (void)state;
-    struct capture cap;
+    struct kvt_capture cap;
     capture_begin(&cap);
     kvs_client *c = open_with(rdma_url, NULL);
     assert_non_null(c);
@@ -274,7 +254,7 @@ static void test_secret_against_plain_server_refused(void **state)
     snprintf(args, sizeof(args), "--memory 16M --rdma-listen %s:%s", rdma_host, port);
     assert_int_equal(kvt_server_start(&plain, 0, args), 0);
     snprintf(url, sizeof(url), "rdma://%s:%s", rdma_host, port);
-    struct capture cap;
+    struct kvt_capture cap;
     capture_begin(&cap);
     kvs_client *c = open_with(url, good_file);
     assert_non_null(c);
