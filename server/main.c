@@ -278,12 +278,12 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    struct kvs_server srv;
-    struct kvs_server_limits limits = {.max_object = opt.max_object,
-                                       .max_frame = (uint32_t)opt.max_frame,
-                                       .out_limit = 4u << 20,
-                                       .rbuf_size = 64u << 10};
-    int rc = kvs_server_init(&srv, opt.memory, &limits);
+    struct kvsd_server srv;
+    struct kvsd_server_limits limits = {.max_object = opt.max_object,
+                                        .max_frame = (uint32_t)opt.max_frame,
+                                        .out_limit = 4u << 20,
+                                        .rbuf_size = 64u << 10};
+    int rc = kvsd_server_init(&srv, opt.memory, &limits);
     if (rc < 0) {
         fprintf(stderr, "kvstored: cannot allocate %llu bytes of memory: %s\n",
                 (unsigned long long)opt.memory, strerror(-rc));
@@ -295,48 +295,48 @@ int main(int argc, char **argv)
         srv.features |= KVS_FEAT_AUTH;
     }
 
-    struct kvs_net *net;
+    struct kvsd_net *net;
     char err[256];
-    struct kvs_net_config ncfg = {.host = opt.host,
-                                  .port = opt.port,
-                                  .max_conns = (int)opt.max_conns,
-                                  .stall_timeout_ms = (unsigned)opt.stall_timeout_s * 1000u,
-                                  .verbose = opt.verbose};
-    rc = kvs_net_create(&srv, &ncfg, &net, err, sizeof(err));
+    struct kvsd_net_config ncfg = {.host = opt.host,
+                                   .port = opt.port,
+                                   .max_conns = (int)opt.max_conns,
+                                   .stall_timeout_ms = (unsigned)opt.stall_timeout_s * 1000u,
+                                   .verbose = opt.verbose};
+    rc = kvsd_net_create(&srv, &ncfg, &net, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "kvstored: %s\n", err);
         goto out_server;
     }
 
     /* Up before "listening on" is printed: whoever waits for that line may connect at once. */
-    struct kvs_rdma *rdma = NULL;
+    struct kvsd_rdma *rdma = NULL;
     char rdma_addr[300] = "";
     /* With --auth-file, RDMA peers pass the same AUTH before any slot (server/rdma.c). */
     if (opt.rdma) {
-        struct kvs_rdma_config rcfg = {.host = opt.rdma_host,
-                                       .port = opt.rdma_port,
-                                       .lease_ms = (unsigned)opt.rdma_lease_ms,
-                                       .verbose = opt.verbose};
-        rc = kvs_rdma_create(&srv, &rcfg, &rdma, err, sizeof(err));
+        struct kvsd_rdma_config rcfg = {.host = opt.rdma_host,
+                                        .port = opt.rdma_port,
+                                        .lease_ms = (unsigned)opt.rdma_lease_ms,
+                                        .verbose = opt.verbose};
+        rc = kvsd_rdma_create(&srv, &rcfg, &rdma, err, sizeof(err));
         if (rc == -ENODEV) {
             fprintf(stderr, "kvstored: rdma off: %s; serving TCP only\n", err);
         } else if (rc < 0) {
             fprintf(stderr, "kvstored: --rdma-listen %s:%s: %s\n", opt.rdma_host, opt.rdma_port,
                     err);
             goto out_net;
-        } else if ((rc = kvs_net_watch(net, kvs_rdma_fd(rdma), kvs_rdma_service, rdma)) < 0 ||
-                   (rc = kvs_rdma_local_addr(rdma, rdma_addr, sizeof(rdma_addr))) < 0) {
+        } else if ((rc = kvsd_net_watch(net, kvsd_rdma_fd(rdma), kvsd_rdma_service, rdma)) < 0 ||
+                   (rc = kvsd_rdma_local_addr(rdma, rdma_addr, sizeof(rdma_addr))) < 0) {
             fprintf(stderr, "kvstored: rdma: %s\n", strerror(-rc));
             goto out_net;
         } else {
-            srv.features |= KVS_FEAT_RDMA | kvs_rdma_features(rdma);
-            srv.stats_extra = kvs_rdma_stats;
+            srv.features |= KVS_FEAT_RDMA | kvsd_rdma_features(rdma);
+            srv.stats_extra = kvsd_rdma_stats;
             srv.stats_extra_arg = rdma;
         }
     }
 
     char addr[300];
-    rc = kvs_net_local_addr(net, addr, sizeof(addr));
+    rc = kvsd_net_local_addr(net, addr, sizeof(addr));
     if (rc < 0) {
         fprintf(stderr, "kvstored: getsockname: %s\n", strerror(-rc));
         goto out_net;
@@ -346,10 +346,10 @@ int main(int argc, char **argv)
     fflush(stdout);
     if (opt.verbose)
         fprintf(stderr, "kvstored: memory %zu bytes, max object %llu, max frame %llu\n",
-                kvs_pool_size(kvs_store_pool(srv.store)), (unsigned long long)opt.max_object,
+                kvsd_pool_size(kvsd_store_pool(srv.store)), (unsigned long long)opt.max_object,
                 (unsigned long long)opt.max_frame);
 
-    rc = kvs_net_run(net, sfd);
+    rc = kvsd_net_run(net, sfd);
     if (rc < 0) {
         fprintf(stderr, "kvstored: event loop: %s\n", strerror(-rc));
         goto out_net;
@@ -358,10 +358,10 @@ int main(int argc, char **argv)
     status = 0;
 
 out_net:
-    kvs_rdma_destroy(rdma);
-    kvs_net_destroy(net);
+    kvsd_rdma_destroy(rdma);
+    kvsd_net_destroy(net);
 out_server:
-    kvs_server_fini(&srv);
+    kvsd_server_fini(&srv);
 out_signal:
     close(sfd);
 out:

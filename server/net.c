@@ -33,12 +33,12 @@ struct conn {
     int draining;              /* replies are out, write side shut: discarding input until EOF */
     uint64_t last_progress_ms; /* last time bytes moved either way */
     size_t drained;
-    struct kvs_proto_conn *proto;
+    struct kvsd_proto_conn *proto;
     struct conn *prev, *next;
 };
 
-struct kvs_net {
-    struct kvs_server *srv;
+struct kvsd_net {
+    struct kvsd_server *srv;
     int epfd;
     int lfd;
     int max_conns;
@@ -49,7 +49,7 @@ struct kvs_net {
     struct conn *conns;
     /* epoll tags of the two non-connection fds */
     char listen_tag, stop_tag;
-    /* one more fd served by this loop (kvstored's RDMA side): kvs_net_watch */
+    /* one more fd served by this loop (kvstored's RDMA side): kvsd_net_watch */
     char extra_tag;
     void (*extra_fn)(void *arg);
     void *extra_arg;
@@ -69,7 +69,7 @@ static int set_reason(char *err, size_t errlen, int rc, const char *what)
 }
 
 /* Binds the first address of host:port that works. */
-static int open_listener(const struct kvs_net_config *cfg, char *err, size_t errlen)
+static int open_listener(const struct kvsd_net_config *cfg, char *err, size_t errlen)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
@@ -104,11 +104,11 @@ static int open_listener(const struct kvs_net_config *cfg, char *err, size_t err
     return fd >= 0 ? fd : rc;
 }
 
-int kvs_net_create(struct kvs_server *srv, const struct kvs_net_config *cfg, struct kvs_net **out,
-                   char *err, size_t errlen)
+int kvsd_net_create(struct kvsd_server *srv, const struct kvsd_net_config *cfg,
+                    struct kvsd_net **out, char *err, size_t errlen)
 {
     int rc = -ENOMEM;
-    struct kvs_net *n = calloc(1, sizeof(*n));
+    struct kvsd_net *n = calloc(1, sizeof(*n));
     if (!n) {
         set_reason(err, errlen, rc, "kvstored");
         goto fail;
@@ -152,7 +152,7 @@ fail:
     return rc;
 }
 
-int kvs_net_local_addr(const struct kvs_net *n, char *buf, size_t len)
+int kvsd_net_local_addr(const struct kvsd_net *n, char *buf, size_t len)
 {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
@@ -168,7 +168,7 @@ int kvs_net_local_addr(const struct kvs_net *n, char *buf, size_t len)
     return 0;
 }
 
-static void conn_close(struct kvs_net *n, struct conn *c)
+static void conn_close(struct kvsd_net *n, struct conn *c)
 {
     if (n->verbose) fprintf(stderr, "kvstored: connection %d closed\n", c->fd);
     if (c->prev)
@@ -177,7 +177,7 @@ static void conn_close(struct kvs_net *n, struct conn *c)
         n->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     close(c->fd); /* also removes it from the epoll set */
-    kvs_proto_conn_free(c->proto);
+    kvsd_proto_conn_free(c->proto);
     n->srv->counters.conns_current--;
     free(c);
 }
@@ -187,7 +187,7 @@ static void conn_close(struct kvs_net *n, struct conn *c)
  * triggered) listening socket readable and spin the loop. Spend the spare
  * descriptor to accept it and close it at once. Returns 1 if one was refused.
  */
-static int refuse_without_fds(struct kvs_net *n)
+static int refuse_without_fds(struct kvsd_net *n)
 {
     if (n->spare_fd < 0) return 0;
     close(n->spare_fd);
@@ -200,7 +200,7 @@ static int refuse_without_fds(struct kvs_net *n)
     return fd >= 0;
 }
 
-static void accept_all(struct kvs_net *n)
+static void accept_all(struct kvsd_net *n)
 {
     for (;;) {
         int fd = accept4(n->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -219,7 +219,7 @@ static void accept_all(struct kvs_net *n)
         int one = 1;
         struct conn *c = calloc(1, sizeof(*c));
         if (!c || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
-            !(c->proto = kvs_proto_conn_new(n->srv))) {
+            !(c->proto = kvsd_proto_conn_new(n->srv))) {
             free(c);
             close(fd);
             n->srv->counters.conns_refused++;
@@ -230,7 +230,7 @@ static void accept_all(struct kvs_net *n)
         c->last_progress_ms = now_ms();
         struct epoll_event ev = {.events = c->events, .data.ptr = c};
         if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            kvs_proto_conn_free(c->proto);
+            kvsd_proto_conn_free(c->proto);
             free(c);
             close(fd);
             n->srv->counters.conns_refused++;
@@ -250,7 +250,7 @@ static int conn_read(struct conn *c)
 {
     for (int i = 0; i < READS_PER_WAKE; i++) {
         struct iovec iov[2];
-        int cnt = kvs_proto_recv_iov(c->proto, iov);
+        int cnt = kvsd_proto_recv_iov(c->proto, iov);
         if (cnt == 0) return 0;
         ssize_t got = readv(c->fd, iov, cnt);
         if (got < 0) {
@@ -266,7 +266,7 @@ static int conn_read(struct conn *c)
         for (int k = 0; k < cnt; k++)
             want += iov[k].iov_len;
         c->last_progress_ms = now_ms();
-        kvs_proto_received(c->proto, (size_t)got);
+        kvsd_proto_received(c->proto, (size_t)got);
         if ((size_t)got < want) return 0; /* the socket is empty for now */
     }
     return 0;
@@ -275,9 +275,9 @@ static int conn_read(struct conn *c)
 /* Writes queued replies until done or the socket is full; 0, or -1 if it broke. */
 static int conn_write(struct conn *c)
 {
-    while (kvs_proto_out_pending(c->proto) > 0) {
+    while (kvsd_proto_out_pending(c->proto) > 0) {
         struct iovec iov[IOV_PER_WRITE];
-        int cnt = kvs_proto_out_iov(c->proto, iov, IOV_PER_WRITE);
+        int cnt = kvsd_proto_out_iov(c->proto, iov, IOV_PER_WRITE);
         /* sendmsg, not writev: MSG_NOSIGNAL turns a vanished peer into EPIPE, not SIGPIPE. */
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
         ssize_t put = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
@@ -287,12 +287,12 @@ static int conn_write(struct conn *c)
             return -1;
         }
         c->last_progress_ms = now_ms();
-        kvs_proto_sent(c->proto, (size_t)put);
+        kvsd_proto_sent(c->proto, (size_t)put);
         /*
          * Room again: parse input that waited behind the back-pressure (also
          * after EOF: a client may half-close once its requests are sent).
          */
-        kvs_proto_process(c->proto);
+        kvsd_proto_process(c->proto);
     }
     return 0;
 }
@@ -310,7 +310,7 @@ static int conn_drain(struct conn *c)
     }
 }
 
-static void conn_event(struct kvs_net *n, struct conn *c, uint32_t events)
+static void conn_event(struct kvsd_net *n, struct conn *c, uint32_t events)
 {
     if (events & EPOLLERR) goto close;
     if (c->draining) {
@@ -320,8 +320,8 @@ static void conn_event(struct kvs_net *n, struct conn *c, uint32_t events)
     if ((events & (EPOLLIN | EPOLLHUP)) && !c->eof && conn_read(c) < 0) goto close;
     if (conn_write(c) < 0) goto close;
 
-    int closing = kvs_proto_closing(c->proto);
-    size_t pending = kvs_proto_out_pending(c->proto);
+    int closing = kvsd_proto_closing(c->proto);
+    size_t pending = kvsd_proto_out_pending(c->proto);
     if (closing && n->verbose && !c->draining)
         fprintf(stderr, "kvstored: connection %d: malformed input, closing\n", c->fd);
     if ((c->eof || closing) && pending == 0) {
@@ -333,7 +333,7 @@ static void conn_event(struct kvs_net *n, struct conn *c, uint32_t events)
     }
 
     uint32_t want = 0;
-    if (c->draining || (!c->eof && kvs_proto_want_input(c->proto))) want |= EPOLLIN;
+    if (c->draining || (!c->eof && kvsd_proto_want_input(c->proto))) want |= EPOLLIN;
     if (pending > 0) want |= EPOLLOUT;
     if (want != c->events) {
         struct epoll_event ev = {.events = want, .data.ptr = c};
@@ -347,14 +347,14 @@ close:
 }
 
 /* Closes connections stalled mid-request or with replies the peer does not take. */
-static void sweep_stalled(struct kvs_net *n)
+static void sweep_stalled(struct kvsd_net *n)
 {
     uint64_t now = now_ms();
     if (!n->stall_timeout_ms || now < n->next_sweep_ms) return;
     n->next_sweep_ms = now + SWEEP_EVERY_MS;
     for (struct conn *c = n->conns, *next; c; c = next) {
         next = c->next;
-        int holding = kvs_proto_mid_frame(c->proto) || kvs_proto_out_pending(c->proto) > 0;
+        int holding = kvsd_proto_mid_frame(c->proto) || kvsd_proto_out_pending(c->proto) > 0;
         if (!holding || now - c->last_progress_ms < n->stall_timeout_ms) continue;
         n->srv->counters.conns_stalled++;
         if (n->verbose) fprintf(stderr, "kvstored: connection %d stalled, closing\n", c->fd);
@@ -362,7 +362,7 @@ static void sweep_stalled(struct kvs_net *n)
     }
 }
 
-int kvs_net_run(struct kvs_net *n, int stop_fd)
+int kvsd_net_run(struct kvsd_net *n, int stop_fd)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &n->stop_tag};
     if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, stop_fd, &ev) < 0) return -errno;
@@ -396,7 +396,7 @@ int kvs_net_run(struct kvs_net *n, int stop_fd)
     return rc;
 }
 
-int kvs_net_watch(struct kvs_net *n, int fd, void (*fn)(void *arg), void *arg)
+int kvsd_net_watch(struct kvsd_net *n, int fd, void (*fn)(void *arg), void *arg)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &n->extra_tag};
     if (n->extra_fn) return -EBUSY;
@@ -406,7 +406,7 @@ int kvs_net_watch(struct kvs_net *n, int fd, void (*fn)(void *arg), void *arg)
     return 0;
 }
 
-void kvs_net_destroy(struct kvs_net *n)
+void kvsd_net_destroy(struct kvsd_net *n)
 {
     if (!n) return;
     while (n->conns)

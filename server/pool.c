@@ -20,7 +20,7 @@
 #define MAX_CLASSES 64
 
 struct page {
-    int32_t owner;       /* slab class, KVS_POOL_LARGE or PAGE_FREE */
+    int32_t owner;       /* slab class, KVSD_POOL_LARGE or PAGE_FREE */
     uint32_t run;        /* pages in the run (large values, first page only) */
     uint32_t used;       /* chunks handed out */
     uint32_t carved;     /* chunks ever handed out (the rest are untouched) */
@@ -32,11 +32,11 @@ struct slab_class {
     uint32_t chunk_size;
     uint32_t per_page;
     uint32_t pages;
-    uint32_t room_head; /* first page with a free chunk, or KVS_POOL_NO_PAGE */
+    uint32_t room_head; /* first page with a free chunk, or KVSD_POOL_NO_PAGE */
     uint64_t chunks_used;
 };
 
-struct kvs_pool {
+struct kvsd_pool {
     uint8_t *base;
     size_t size;
     uint32_t npages;
@@ -49,32 +49,32 @@ struct kvs_pool {
 };
 
 /* Chunk sizes: 64 bytes growing by 1.25 (8-byte aligned), the last one half a page. */
-static void init_classes(struct kvs_pool *p)
+static void init_classes(struct kvsd_pool *p)
 {
-    uint32_t size = KVS_POOL_MIN_CHUNK;
+    uint32_t size = KVSD_POOL_MIN_CHUNK;
     int n = 0;
-    while (size < KVS_POOL_PAGE / 2 && n < MAX_CLASSES - 1) {
+    while (size < KVSD_POOL_PAGE / 2 && n < MAX_CLASSES - 1) {
         p->classes[n++].chunk_size = size;
         size = (size + size / 4 + 7) & ~7u;
     }
-    p->classes[n++].chunk_size = KVS_POOL_PAGE / 2;
+    p->classes[n++].chunk_size = KVSD_POOL_PAGE / 2;
     for (int i = 0; i < n; i++) {
-        p->classes[i].per_page = KVS_POOL_PAGE / p->classes[i].chunk_size;
-        p->classes[i].room_head = KVS_POOL_NO_PAGE;
+        p->classes[i].per_page = KVSD_POOL_PAGE / p->classes[i].chunk_size;
+        p->classes[i].room_head = KVSD_POOL_NO_PAGE;
     }
     p->nclasses = n;
 }
 
-int kvs_pool_create(size_t bytes, struct kvs_pool **out)
+int kvsd_pool_create(size_t bytes, struct kvsd_pool **out)
 {
-    size_t npages = bytes / KVS_POOL_PAGE;
+    size_t npages = bytes / KVSD_POOL_PAGE;
     if (npages == 0 || npages > MAX_PAGES) return -EINVAL;
 
     int rc = -ENOMEM;
-    struct kvs_pool *p = calloc(1, sizeof(*p));
+    struct kvsd_pool *p = calloc(1, sizeof(*p));
     if (!p) goto fail;
     p->npages = (uint32_t)npages;
-    p->size = npages * KVS_POOL_PAGE;
+    p->size = npages * KVSD_POOL_PAGE;
     p->pages = calloc(npages, sizeof(*p->pages));
     if (!p->pages) goto fail_pool;
     /* NORESERVE: a large cache on a small test machine only costs what it touches. */
@@ -97,7 +97,7 @@ fail:
     return rc;
 }
 
-void kvs_pool_destroy(struct kvs_pool *p)
+void kvsd_pool_destroy(struct kvsd_pool *p)
 {
     if (!p) return;
     munmap(p->base, p->size);
@@ -105,44 +105,44 @@ void kvs_pool_destroy(struct kvs_pool *p)
     free(p);
 }
 
-uint8_t *kvs_pool_base(const struct kvs_pool *p)
+uint8_t *kvsd_pool_base(const struct kvsd_pool *p)
 {
     return p->base;
 }
 
-size_t kvs_pool_size(const struct kvs_pool *p)
+size_t kvsd_pool_size(const struct kvsd_pool *p)
 {
     return p->size;
 }
 
-int kvs_pool_nclasses(const struct kvs_pool *p)
+int kvsd_pool_nclasses(const struct kvsd_pool *p)
 {
     return p->nclasses;
 }
 
-int kvs_pool_class_of(const struct kvs_pool *p, size_t len)
+int kvsd_pool_class_of(const struct kvsd_pool *p, size_t len)
 {
-    if (len > KVS_POOL_PAGE / 2) return KVS_POOL_LARGE;
+    if (len > KVSD_POOL_PAGE / 2) return KVSD_POOL_LARGE;
     /* Classes are few (about 40): a linear walk is as fast as a search here. */
     for (int i = 0; i < p->nclasses; i++)
         if (len <= p->classes[i].chunk_size) return i;
-    return KVS_POOL_LARGE;
+    return KVSD_POOL_LARGE;
 }
 
 static size_t run_pages(size_t len)
 {
-    return (len + KVS_POOL_PAGE - 1) / KVS_POOL_PAGE;
+    return (len + KVSD_POOL_PAGE - 1) / KVSD_POOL_PAGE;
 }
 
-size_t kvs_pool_slot_size(const struct kvs_pool *p, size_t len)
+size_t kvsd_pool_slot_size(const struct kvsd_pool *p, size_t len)
 {
-    int cls = kvs_pool_class_of(p, len);
-    if (cls == KVS_POOL_LARGE) return run_pages(len) * KVS_POOL_PAGE;
+    int cls = kvsd_pool_class_of(p, len);
+    if (cls == KVSD_POOL_LARGE) return run_pages(len) * KVSD_POOL_PAGE;
     return p->classes[cls].chunk_size;
 }
 
-/* First run of n free pages (first fit), or KVS_POOL_NO_PAGE. */
-static uint32_t find_free_run(const struct kvs_pool *p, uint32_t n)
+/* First run of n free pages (first fit), or KVSD_POOL_NO_PAGE. */
+static uint32_t find_free_run(const struct kvsd_pool *p, uint32_t n)
 {
     uint32_t start = p->free_hint, len = 0;
     for (uint32_t i = p->free_hint; i < p->npages; i++) {
@@ -153,24 +153,24 @@ static uint32_t find_free_run(const struct kvs_pool *p, uint32_t n)
         }
         if (++len == n) return start;
     }
-    return KVS_POOL_NO_PAGE;
+    return KVSD_POOL_NO_PAGE;
 }
 
 /* Marks pages [first, first+n) taken by owner. */
-static void take_pages(struct kvs_pool *p, uint32_t first, uint32_t n, int32_t owner)
+static void take_pages(struct kvsd_pool *p, uint32_t first, uint32_t n, int32_t owner)
 {
     for (uint32_t i = first; i < first + n; i++) {
         p->pages[i] = (struct page){.owner = owner,
                                     .free_chunk = NO_CHUNK,
-                                    .prev = KVS_POOL_NO_PAGE,
-                                    .next = KVS_POOL_NO_PAGE};
+                                    .prev = KVSD_POOL_NO_PAGE,
+                                    .next = KVSD_POOL_NO_PAGE};
     }
     p->pages[first].run = n;
     p->pages_free -= n;
     if (first == p->free_hint) p->free_hint = first + n;
 }
 
-static void release_pages(struct kvs_pool *p, uint32_t first, uint32_t n)
+static void release_pages(struct kvsd_pool *p, uint32_t first, uint32_t n)
 {
     for (uint32_t i = first; i < first + n; i++)
         p->pages[i] = (struct page){.owner = PAGE_FREE};
@@ -178,29 +178,29 @@ static void release_pages(struct kvs_pool *p, uint32_t first, uint32_t n)
     if (first < p->free_hint) p->free_hint = first;
 }
 
-static void room_push(struct kvs_pool *p, struct slab_class *c, uint32_t pg)
+static void room_push(struct kvsd_pool *p, struct slab_class *c, uint32_t pg)
 {
     struct page *page = &p->pages[pg];
-    page->prev = KVS_POOL_NO_PAGE;
+    page->prev = KVSD_POOL_NO_PAGE;
     page->next = c->room_head;
-    if (c->room_head != KVS_POOL_NO_PAGE) p->pages[c->room_head].prev = pg;
+    if (c->room_head != KVSD_POOL_NO_PAGE) p->pages[c->room_head].prev = pg;
     c->room_head = pg;
 }
 
-static void room_unlink(struct kvs_pool *p, struct slab_class *c, uint32_t pg)
+static void room_unlink(struct kvsd_pool *p, struct slab_class *c, uint32_t pg)
 {
     struct page *page = &p->pages[pg];
-    if (page->prev != KVS_POOL_NO_PAGE)
+    if (page->prev != KVSD_POOL_NO_PAGE)
         p->pages[page->prev].next = page->next;
     else
         c->room_head = page->next;
-    if (page->next != KVS_POOL_NO_PAGE) p->pages[page->next].prev = page->prev;
-    page->prev = page->next = KVS_POOL_NO_PAGE;
+    if (page->next != KVSD_POOL_NO_PAGE) p->pages[page->next].prev = page->prev;
+    page->prev = page->next = KVSD_POOL_NO_PAGE;
 }
 
-static uint8_t *chunk_addr(const struct kvs_pool *p, uint32_t pg, uint32_t idx, uint32_t size)
+static uint8_t *chunk_addr(const struct kvsd_pool *p, uint32_t pg, uint32_t idx, uint32_t size)
 {
-    return p->base + (size_t)pg * KVS_POOL_PAGE + (size_t)idx * size;
+    return p->base + (size_t)pg * KVSD_POOL_PAGE + (size_t)idx * size;
 }
 
 /*
@@ -210,7 +210,7 @@ static uint8_t *chunk_addr(const struct kvs_pool *p, uint32_t pg, uint32_t idx, 
  * remaining room is written off as used instead (the page is never emptied,
  * so it stays with this class; chunks freed later are reused normally).
  */
-static void write_off_room(struct kvs_pool *p, struct slab_class *c, struct page *page)
+static void write_off_room(struct kvsd_pool *p, struct slab_class *c, struct page *page)
 {
     uint32_t lost = c->per_page - page->used - 1; /* the chunk being taken is not lost */
     page->free_chunk = NO_CHUNK;
@@ -221,13 +221,13 @@ static void write_off_room(struct kvs_pool *p, struct slab_class *c, struct page
 }
 
 /* A chunk from a page of class cls that has room, taking a free page if none has. */
-static int alloc_chunk(struct kvs_pool *p, int cls, uint64_t *off)
+static int alloc_chunk(struct kvsd_pool *p, int cls, uint64_t *off)
 {
     struct slab_class *c = &p->classes[cls];
     uint32_t pg = c->room_head;
-    if (pg == KVS_POOL_NO_PAGE) {
+    if (pg == KVSD_POOL_NO_PAGE) {
         pg = find_free_run(p, 1);
-        if (pg == KVS_POOL_NO_PAGE) return -ENOSPC;
+        if (pg == KVSD_POOL_NO_PAGE) return -ENOSPC;
         take_pages(p, pg, 1, cls);
         c->pages++;
         room_push(p, c, pg);
@@ -246,39 +246,39 @@ static int alloc_chunk(struct kvs_pool *p, int cls, uint64_t *off)
     if (page->used == c->per_page) room_unlink(p, c, pg);
     c->chunks_used++;
     p->bytes_used += c->chunk_size;
-    *off = (uint64_t)pg * KVS_POOL_PAGE + (uint64_t)idx * c->chunk_size;
+    *off = (uint64_t)pg * KVSD_POOL_PAGE + (uint64_t)idx * c->chunk_size;
     return 0;
 }
 
-int kvs_pool_alloc(struct kvs_pool *p, size_t len, uint64_t *off)
+int kvsd_pool_alloc(struct kvsd_pool *p, size_t len, uint64_t *off)
 {
-    int cls = kvs_pool_class_of(p, len);
-    if (cls != KVS_POOL_LARGE) return alloc_chunk(p, cls, off);
+    int cls = kvsd_pool_class_of(p, len);
+    if (cls != KVSD_POOL_LARGE) return alloc_chunk(p, cls, off);
 
     size_t n = run_pages(len);
     if (n > p->npages) return -E2BIG;
     uint32_t first = find_free_run(p, (uint32_t)n);
-    if (first == KVS_POOL_NO_PAGE) return -ENOSPC;
-    take_pages(p, first, (uint32_t)n, KVS_POOL_LARGE);
-    p->bytes_used += n * KVS_POOL_PAGE;
-    *off = (uint64_t)first * KVS_POOL_PAGE;
+    if (first == KVSD_POOL_NO_PAGE) return -ENOSPC;
+    take_pages(p, first, (uint32_t)n, KVSD_POOL_LARGE);
+    p->bytes_used += n * KVSD_POOL_PAGE;
+    *off = (uint64_t)first * KVSD_POOL_PAGE;
     return 0;
 }
 
-void kvs_pool_free(struct kvs_pool *p, uint64_t off, size_t len)
+void kvsd_pool_free(struct kvsd_pool *p, uint64_t off, size_t len)
 {
-    uint32_t pg = kvs_pool_page_of(off);
-    int cls = kvs_pool_class_of(p, len);
-    if (cls == KVS_POOL_LARGE) {
+    uint32_t pg = kvsd_pool_page_of(off);
+    int cls = kvsd_pool_class_of(p, len);
+    if (cls == KVSD_POOL_LARGE) {
         uint32_t n = p->pages[pg].run;
         release_pages(p, pg, n);
-        p->bytes_used -= (uint64_t)n * KVS_POOL_PAGE;
+        p->bytes_used -= (uint64_t)n * KVSD_POOL_PAGE;
         return;
     }
 
     struct slab_class *c = &p->classes[cls];
     struct page *page = &p->pages[pg];
-    uint32_t idx = (uint32_t)((off % KVS_POOL_PAGE) / c->chunk_size);
+    uint32_t idx = (uint32_t)((off % KVSD_POOL_PAGE) / c->chunk_size);
     if (page->used == c->per_page) room_push(p, c, pg);
     page->used--;
     c->chunks_used--;
@@ -294,7 +294,7 @@ void kvs_pool_free(struct kvs_pool *p, uint64_t off, size_t len)
     page->free_chunk = idx;
 }
 
-void kvs_pool_stats(const struct kvs_pool *p, struct kvs_pool_stats *st)
+void kvsd_pool_stats(const struct kvsd_pool *p, struct kvsd_pool_stats *st)
 {
     st->size = p->size;
     st->pages_total = p->npages;
@@ -302,7 +302,7 @@ void kvs_pool_stats(const struct kvs_pool *p, struct kvs_pool_stats *st)
     st->bytes_used = p->bytes_used;
 }
 
-void kvs_pool_class_stats(const struct kvs_pool *p, int cls, struct kvs_pool_class_stats *st)
+void kvsd_pool_class_stats(const struct kvsd_pool *p, int cls, struct kvsd_pool_class_stats *st)
 {
     const struct slab_class *c = &p->classes[cls];
     st->chunk_size = c->chunk_size;

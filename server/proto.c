@@ -47,17 +47,17 @@ enum rstate {
 struct out_seg {
     const uint8_t *ptr;
     size_t len;
-    struct kvs_item *pin; /* unpinned when sent */
-    void *owned;          /* freed when sent */
+    struct kvsd_item *pin; /* unpinned when sent */
+    void *owned;           /* freed when sent */
 };
 
-struct kvs_proto_conn {
-    struct kvs_server *srv;
+struct kvsd_proto_conn {
+    struct kvsd_server *srv;
 
     uint8_t *rbuf;
     size_t rcap, rpos, rend; /* unparsed input is rbuf[rpos..rend) */
     enum rstate st;
-    int recv_direct; /* the last kvs_proto_recv_iov pointed into a PUT slot first */
+    int recv_direct; /* the last kvsd_proto_recv_iov pointed into a PUT slot first */
     int big_puts;    /* the last PUT value was >= BIG_PUT_VALUE: cap buffered reads */
 
     /* The request frame being read. */
@@ -67,7 +67,7 @@ struct kvs_proto_conn {
     uint32_t index;
 
     /* The PUT value being read. */
-    struct kvs_item *put_item; /* NULL: the value is being skipped */
+    struct kvsd_item *put_item; /* NULL: the value is being skipped */
     uint8_t *put_dst;
     int32_t put_status;
     uint64_t value_left;
@@ -97,18 +97,18 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int kvs_server_init(struct kvs_server *srv, size_t memory_bytes,
-                    const struct kvs_server_limits *limits)
+int kvsd_server_init(struct kvsd_server *srv, size_t memory_bytes,
+                     const struct kvsd_server_limits *limits)
 {
     memset(srv, 0, sizeof(*srv));
     srv->limits = *limits;
     srv->started_ns = now_ns();
-    return kvs_store_create(memory_bytes, &srv->store);
+    return kvsd_store_create(memory_bytes, &srv->store);
 }
 
-void kvs_server_fini(struct kvs_server *srv)
+void kvsd_server_fini(struct kvsd_server *srv)
 {
-    kvs_store_destroy(srv->store);
+    kvsd_store_destroy(srv->store);
     srv->store = NULL;
 }
 
@@ -157,11 +157,11 @@ static void stats_line(void *text, const char *name, uint64_t value)
     appendf(text, "%s %llu\n", name, (unsigned long long)value);
 }
 
-int kvs_server_stats_text(struct kvs_server *srv, char **out, size_t *out_len)
+int kvsd_server_stats_text(struct kvsd_server *srv, char **out, size_t *out_len)
 {
-    const struct kvs_server_counters *k = &srv->counters;
-    struct kvs_store_stats st;
-    kvs_store_stats(srv->store, &st);
+    const struct kvsd_server_counters *k = &srv->counters;
+    struct kvsd_store_stats st;
+    kvsd_store_stats(srv->store, &st);
     struct text t = {0};
 
     appendf(&t, "uptime_seconds %llu\n",
@@ -202,10 +202,10 @@ int kvs_server_stats_text(struct kvs_server *srv, char **out, size_t *out_len)
     if (srv->stats_extra) srv->stats_extra(srv->stats_extra_arg, stats_line, &t);
 
     /* Per class, only those in use: a reader sees where the memory went. */
-    int n = kvs_pool_nclasses(kvs_store_pool(srv->store));
+    int n = kvsd_pool_nclasses(kvsd_store_pool(srv->store));
     for (int i = 0; i <= n; i++) {
-        struct kvs_store_class_stats cs;
-        kvs_store_class_stats(srv->store, i, &cs);
+        struct kvsd_store_class_stats cs;
+        kvsd_store_class_stats(srv->store, i, &cs);
         if (!cs.pages && !cs.items && !cs.evictions) continue;
         if (i == n) {
             appendf(&t, "large_pages %u\nlarge_items %llu\nlarge_evictions %llu\n", cs.pages,
@@ -229,9 +229,9 @@ int kvs_server_stats_text(struct kvs_server *srv, char **out, size_t *out_len)
 
 /* ---- connection life ---- */
 
-struct kvs_proto_conn *kvs_proto_conn_new(struct kvs_server *srv)
+struct kvsd_proto_conn *kvsd_proto_conn_new(struct kvsd_server *srv)
 {
-    struct kvs_proto_conn *c = calloc(1, sizeof(*c));
+    struct kvsd_proto_conn *c = calloc(1, sizeof(*c));
     if (!c) return NULL;
     c->srv = srv;
     c->rcap = srv->limits.rbuf_size > 2 * RBUF_MIN_ROOM ? srv->limits.rbuf_size : 2 * RBUF_MIN_ROOM;
@@ -244,16 +244,16 @@ struct kvs_proto_conn *kvs_proto_conn_new(struct kvs_server *srv)
     return c;
 }
 
-static void release_seg(struct kvs_proto_conn *c, struct out_seg *s)
+static void release_seg(struct kvsd_proto_conn *c, struct out_seg *s)
 {
-    if (s->pin) kvs_store_unpin(c->srv->store, s->pin);
+    if (s->pin) kvsd_store_unpin(c->srv->store, s->pin);
     free(s->owned);
     s->pin = NULL;
     s->owned = NULL;
 }
 
 /* Forgets the reply of the frame being read (its segments are not committed). */
-static void drop_frame(struct kvs_proto_conn *c)
+static void drop_frame(struct kvsd_proto_conn *c)
 {
     for (size_t i = c->seg_committed; i < c->nsegs; i++)
         release_seg(c, &c->segs[i]);
@@ -261,12 +261,12 @@ static void drop_frame(struct kvs_proto_conn *c)
     free(c->meta);
     c->meta = NULL;
     if (c->put_item) {
-        kvs_store_abort(c->srv->store, c->put_item);
+        kvsd_store_abort(c->srv->store, c->put_item);
         c->put_item = NULL;
     }
 }
 
-void kvs_proto_conn_free(struct kvs_proto_conn *c)
+void kvsd_proto_conn_free(struct kvsd_proto_conn *c)
 {
     if (!c) return;
     drop_frame(c);
@@ -280,8 +280,8 @@ void kvs_proto_conn_free(struct kvs_proto_conn *c)
 /* ---- output ---- */
 
 /* Appends a segment to the frame being built, merging it with a contiguous plain predecessor. */
-static int push_seg(struct kvs_proto_conn *c, const uint8_t *ptr, size_t len, struct kvs_item *pin,
-                    void *owned)
+static int push_seg(struct kvsd_proto_conn *c, const uint8_t *ptr, size_t len,
+                    struct kvsd_item *pin, void *owned)
 {
     if (!pin && !owned && c->nsegs > c->seg_committed) {
         struct out_seg *last = &c->segs[c->nsegs - 1];
@@ -311,14 +311,14 @@ static int push_seg(struct kvs_proto_conn *c, const uint8_t *ptr, size_t len, st
 }
 
 /* Makes every segment pushed so far sendable. */
-static void commit_segs(struct kvs_proto_conn *c, size_t bytes)
+static void commit_segs(struct kvsd_proto_conn *c, size_t bytes)
 {
     c->seg_committed = c->nsegs;
     c->out_pending += bytes;
 }
 
 /* Queues a whole reply frame held in buf (freed once sent). */
-static int queue_owned_frame(struct kvs_proto_conn *c, uint8_t *buf, size_t len)
+static int queue_owned_frame(struct kvsd_proto_conn *c, uint8_t *buf, size_t len)
 {
     if (push_seg(c, buf, len, NULL, buf) < 0) {
         free(buf);
@@ -329,7 +329,7 @@ static int queue_owned_frame(struct kvs_proto_conn *c, uint8_t *buf, size_t len)
 }
 
 /* Builds a reply frame of opcode|REPLY with body[0..len) and queues it. */
-static int queue_reply(struct kvs_proto_conn *c, uint8_t opcode, uint64_t id, const void *body,
+static int queue_reply(struct kvsd_proto_conn *c, uint8_t opcode, uint64_t id, const void *body,
                        size_t len)
 {
     uint8_t *buf = malloc(KVS_WIRE_HDR_LEN + len);
@@ -342,7 +342,7 @@ static int queue_reply(struct kvs_proto_conn *c, uint8_t opcode, uint64_t id, co
 }
 
 /* Queues an ERROR frame: i32 status, then a short text. */
-static int queue_error(struct kvs_proto_conn *c, uint64_t id, int status, const char *text)
+static int queue_error(struct kvsd_proto_conn *c, uint64_t id, int status, const char *text)
 {
     uint8_t body[4 + 96];
     size_t tlen = strlen(text);
@@ -357,7 +357,7 @@ static int queue_error(struct kvs_proto_conn *c, uint64_t id, int status, const 
  * ERROR reply goes after the replies already queued, then the connection
  * closes.
  */
-static void fail_conn(struct kvs_proto_conn *c, uint64_t id, int status, const char *text)
+static void fail_conn(struct kvsd_proto_conn *c, uint64_t id, int status, const char *text)
 {
     if (status == -ENOMEM)
         c->srv->counters.errors_nomem++;
@@ -371,7 +371,7 @@ static void fail_conn(struct kvs_proto_conn *c, uint64_t id, int status, const c
     c->closing = 1;
 }
 
-int kvs_proto_out_iov(const struct kvs_proto_conn *c, struct iovec *iov, int max)
+int kvsd_proto_out_iov(const struct kvsd_proto_conn *c, struct iovec *iov, int max)
 {
     int n = 0;
     for (size_t i = c->seg_head; i < c->seg_committed && n < max; i++) {
@@ -383,7 +383,7 @@ int kvs_proto_out_iov(const struct kvs_proto_conn *c, struct iovec *iov, int max
     return n;
 }
 
-void kvs_proto_sent(struct kvs_proto_conn *c, size_t n)
+void kvsd_proto_sent(struct kvsd_proto_conn *c, size_t n)
 {
     c->srv->counters.bytes_out += n;
     c->out_pending -= n;
@@ -407,29 +407,29 @@ void kvs_proto_sent(struct kvs_proto_conn *c, size_t n)
     if (c->seg_head == c->nsegs) c->seg_head = c->seg_committed = c->nsegs = 0;
 }
 
-size_t kvs_proto_out_pending(const struct kvs_proto_conn *c)
+size_t kvsd_proto_out_pending(const struct kvsd_proto_conn *c)
 {
     return c->out_pending;
 }
 
-int kvs_proto_want_input(const struct kvs_proto_conn *c)
+int kvsd_proto_want_input(const struct kvsd_proto_conn *c)
 {
     if (c->closing) return 0;
     return !(c->st == RS_HDR && c->out_pending > c->srv->limits.out_limit);
 }
 
-int kvs_proto_mid_frame(const struct kvs_proto_conn *c)
+int kvsd_proto_mid_frame(const struct kvsd_proto_conn *c)
 {
     /* Not yet authenticated counts too: --stall-timeout then cuts an idle stranger. */
-    return c->st != RS_HDR || c->rend > c->rpos || !kvs_proto_authenticated(c);
+    return c->st != RS_HDR || c->rend > c->rpos || !kvsd_proto_authenticated(c);
 }
 
-int kvs_proto_closing(const struct kvs_proto_conn *c)
+int kvsd_proto_closing(const struct kvsd_proto_conn *c)
 {
     return c->closing;
 }
 
-int kvs_proto_authenticated(const struct kvs_proto_conn *c)
+int kvsd_proto_authenticated(const struct kvsd_proto_conn *c)
 {
     return !c->srv->auth_secret || c->authed;
 }
@@ -437,7 +437,7 @@ int kvs_proto_authenticated(const struct kvs_proto_conn *c)
 /* ---- requests ---- */
 
 /* Limits; with authentication on, also a fresh nonce that the next AUTH must answer. */
-static void reply_hello(struct kvs_proto_conn *c)
+static void reply_hello(struct kvsd_proto_conn *c)
 {
     uint8_t body[KVS_WIRE_HELLO_AUTH_LEN];
     size_t len = KVS_WIRE_HELLO_LEN;
@@ -460,18 +460,18 @@ static void reply_hello(struct kvs_proto_conn *c)
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
 }
 
-static void reply_stats(struct kvs_proto_conn *c)
+static void reply_stats(struct kvsd_proto_conn *c)
 {
     char *text = NULL;
     size_t len = 0;
-    int rc = kvs_server_stats_text(c->srv, &text, &len);
+    int rc = kvsd_server_stats_text(c->srv, &text, &len);
     if (rc == 0) rc = queue_reply(c, KVS_OP_STATS, c->hdr.id, text, len);
     free(text);
     if (rc < 0) fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
 }
 
 /* Starts the reply of an entry-carrying frame: header space and count statuses. */
-static int begin_frame(struct kvs_proto_conn *c)
+static int begin_frame(struct kvsd_proto_conn *c)
 {
     size_t meta_len = KVS_WIRE_HDR_LEN + (size_t)c->hdr.count * KVS_WIRE_STATUS_LEN;
     c->meta = malloc(meta_len);
@@ -484,7 +484,7 @@ static int begin_frame(struct kvs_proto_conn *c)
 }
 
 /* The whole request frame is in: fill in the reply header and let it go out. */
-static void end_frame(struct kvs_proto_conn *c)
+static void end_frame(struct kvsd_proto_conn *c)
 {
     struct kvs_wire_hdr h = {.opcode = c->hdr.opcode | KVS_OP_REPLY,
                              .count = c->hdr.count,
@@ -499,20 +499,21 @@ static void end_frame(struct kvs_proto_conn *c)
 }
 
 /* Records entry index's status; a GET hit also queues its value. */
-static int set_status(struct kvs_proto_conn *c, int32_t status, uint32_t len, struct kvs_item *data)
+static int set_status(struct kvsd_proto_conn *c, int32_t status, uint32_t len,
+                      struct kvsd_item *data)
 {
     uint8_t *p = c->meta + KVS_WIRE_HDR_LEN + (size_t)c->index * KVS_WIRE_STATUS_LEN;
     kvs_wire_status_encode(p, status, len);
     if (push_seg(c, p, KVS_WIRE_STATUS_LEN, NULL, NULL) < 0) return -ENOMEM;
     if (data) {
-        if (push_seg(c, kvs_item_data(c->srv->store, data), len, data, NULL) < 0) return -ENOMEM;
+        if (push_seg(c, kvsd_item_data(c->srv->store, data), len, data, NULL) < 0) return -ENOMEM;
         c->reply_body += len;
     }
     return 0;
 }
 
 /* Moves to the next entry, or ends the frame after the last one. */
-static void next_entry(struct kvs_proto_conn *c)
+static void next_entry(struct kvsd_proto_conn *c)
 {
     c->index++;
     if (--c->entries_left > 0) {
@@ -526,21 +527,21 @@ static void next_entry(struct kvs_proto_conn *c)
     end_frame(c);
 }
 
-static void do_get(struct kvs_proto_conn *c, const uint8_t *key, uint16_t klen, uint32_t cap)
+static void do_get(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen, uint32_t cap)
 {
-    struct kvs_server_counters *k = &c->srv->counters;
+    struct kvsd_server_counters *k = &c->srv->counters;
     int32_t status = 0;
     uint32_t len = 0;
-    struct kvs_item *it = NULL;
+    struct kvsd_item *it = NULL;
     if (memchr(key, 0, klen)) {
         status = -EINVAL;
         k->key_invalid++;
-    } else if (!(it = kvs_store_lookup(c->srv->store, key, klen, 1))) {
+    } else if (!(it = kvsd_store_lookup(c->srv->store, key, klen, 1))) {
         status = -ENOENT;
         k->get_misses++;
     } else {
         k->get_hits++;
-        len = kvs_item_len(it);
+        len = kvsd_item_len(it);
         if (cap < len) {
             status = -ERANGE;
             k->get_range++;
@@ -550,12 +551,12 @@ static void do_get(struct kvs_proto_conn *c, const uint8_t *key, uint16_t klen, 
             len = 0;
         }
         if (status != 0 || len == 0) {
-            kvs_store_unpin(c->srv->store, it);
+            kvsd_store_unpin(c->srv->store, it);
             it = NULL;
         }
     }
     if (set_status(c, status, len, it) < 0) {
-        if (it) kvs_store_unpin(c->srv->store, it);
+        if (it) kvsd_store_unpin(c->srv->store, it);
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
         return;
     }
@@ -563,9 +564,9 @@ static void do_get(struct kvs_proto_conn *c, const uint8_t *key, uint16_t klen, 
 }
 
 /* A PUT entry's key is in: reserve its slot (or decide to skip its value). */
-static void begin_put(struct kvs_proto_conn *c, const uint8_t *key, uint16_t klen, uint32_t len)
+static void begin_put(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen, uint32_t len)
 {
-    struct kvs_server_counters *k = &c->srv->counters;
+    struct kvsd_server_counters *k = &c->srv->counters;
     c->put_item = NULL;
     c->put_status = 0;
     if (memchr(key, 0, klen)) {
@@ -575,7 +576,7 @@ static void begin_put(struct kvs_proto_conn *c, const uint8_t *key, uint16_t kle
         c->put_status = -E2BIG;
         k->put_too_big++;
     } else {
-        int rc = kvs_store_reserve(c->srv->store, key, klen, len, &c->put_item);
+        int rc = kvsd_store_reserve(c->srv->store, key, klen, len, &c->put_item);
         if (rc < 0) {
             c->put_status = rc;
             c->put_item = NULL;
@@ -584,18 +585,18 @@ static void begin_put(struct kvs_proto_conn *c, const uint8_t *key, uint16_t kle
             if (rc == -ENOMEM) k->errors_nomem++;
         }
     }
-    c->put_dst = c->put_item ? kvs_item_data(c->srv->store, c->put_item) : NULL;
+    c->put_dst = c->put_item ? kvsd_item_data(c->srv->store, c->put_item) : NULL;
     c->value_left = len;
     c->big_puts = len >= BIG_PUT_VALUE;
     c->st = RS_VALUE;
 }
 
 /* The PUT value is all in: publish it (the old value stays visible until now). */
-static void end_put(struct kvs_proto_conn *c)
+static void end_put(struct kvsd_proto_conn *c)
 {
     int32_t status = c->put_status;
     if (c->put_item) {
-        status = kvs_store_commit(c->srv->store, c->put_item);
+        status = kvsd_store_commit(c->srv->store, c->put_item);
         c->put_item = NULL;
         if (status == -ENOMEM) c->srv->counters.errors_nomem++;
     }
@@ -606,16 +607,16 @@ static void end_put(struct kvs_proto_conn *c)
     next_entry(c);
 }
 
-static void do_simple(struct kvs_proto_conn *c, const uint8_t *key, uint16_t klen)
+static void do_simple(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen)
 {
     int32_t status;
     if (memchr(key, 0, klen)) {
         status = -EINVAL;
         c->srv->counters.key_invalid++;
     } else if (c->hdr.opcode == KVS_OP_EXISTS) {
-        status = kvs_store_lookup(c->srv->store, key, klen, 0) ? 1 : 0;
+        status = kvsd_store_lookup(c->srv->store, key, klen, 0) ? 1 : 0;
     } else {
-        status = kvs_store_remove(c->srv->store, key, klen);
+        status = kvsd_store_remove(c->srv->store, key, klen);
     }
     if (set_status(c, status, 0, NULL) < 0) {
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
@@ -630,9 +631,9 @@ static void do_simple(struct kvs_proto_conn *c, const uint8_t *key, uint16_t kle
  * nonce answers one AUTH only, so a replayed frame meets a nonce it was not
  * made for. Right: the server's own proof goes back; wrong: -EACCES, closed.
  */
-static void on_auth(struct kvs_proto_conn *c, const uint8_t *body)
+static void on_auth(struct kvsd_proto_conn *c, const uint8_t *body)
 {
-    const struct kvs_server *srv = c->srv;
+    const struct kvsd_server *srv = c->srv;
     uint8_t client_nonce[KVS_WIRE_NONCE_LEN], mac[KVS_WIRE_MAC_LEN], want[KVS_WIRE_MAC_LEN];
     c->st = RS_HDR;
     int ok =
@@ -657,7 +658,7 @@ static void on_auth(struct kvs_proto_conn *c, const uint8_t *body)
  * Answers the frame whose header is in hand with -ENOTSUP and skips its body,
  * so the stream stays in step and the connection goes on.
  */
-static void refuse_and_skip(struct kvs_proto_conn *c, const char *why)
+static void refuse_and_skip(struct kvsd_proto_conn *c, const char *why)
 {
     c->srv->counters.errors_unsupported++;
     if (queue_error(c, c->hdr.id, -ENOTSUP, why) < 0) {
@@ -669,11 +670,11 @@ static void refuse_and_skip(struct kvs_proto_conn *c, const char *why)
 }
 
 /* Parses a frame header at p (KVS_WIRE_HDR_LEN bytes, already consumed). */
-static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
+static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
 {
-    struct kvs_server_counters *k = &c->srv->counters;
+    struct kvsd_server_counters *k = &c->srv->counters;
     int rc = kvs_wire_hdr_decode(p, &c->hdr, c->srv->limits.max_frame);
-    if (rc == -ENOTSUP && !kvs_proto_authenticated(c)) {
+    if (rc == -ENOTSUP && !kvsd_proto_authenticated(c)) {
         fail_conn(c, c->hdr.id, -EACCES, "not authenticated: HELLO, then AUTH");
         return;
     }
@@ -693,7 +694,7 @@ static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
         fail_conn(c, c->hdr.id, -EBADMSG, "a reply sent as a request");
         return;
     }
-    if (!kvs_proto_authenticated(c) && c->hdr.opcode != KVS_OP_HELLO &&
+    if (!kvsd_proto_authenticated(c) && c->hdr.opcode != KVS_OP_HELLO &&
         c->hdr.opcode != KVS_OP_AUTH) {
         fail_conn(c, c->hdr.id, -EACCES, "not authenticated: HELLO, then AUTH");
         return;
@@ -743,7 +744,7 @@ static void on_header(struct kvs_proto_conn *c, const uint8_t *p)
  * Parses one entry header + key if they are all buffered. Returns 1 if it
  * made progress, 0 if it needs more input.
  */
-static int on_entry(struct kvs_proto_conn *c)
+static int on_entry(struct kvsd_proto_conn *c)
 {
     if (c->body_left < KVS_WIRE_ENTRY_LEN) {
         fail_conn(c, c->hdr.id, -EBADMSG, "count larger than the body");
@@ -785,7 +786,7 @@ static int on_entry(struct kvs_proto_conn *c)
     return 1;
 }
 
-void kvs_proto_process(struct kvs_proto_conn *c)
+void kvsd_proto_process(struct kvsd_proto_conn *c)
 {
     for (;;) {
         size_t avail = c->rend - c->rpos;
@@ -834,10 +835,10 @@ void kvs_proto_process(struct kvs_proto_conn *c)
     }
 }
 
-int kvs_proto_recv_iov(struct kvs_proto_conn *c, struct iovec iov[2])
+int kvsd_proto_recv_iov(struct kvsd_proto_conn *c, struct iovec iov[2])
 {
     c->recv_direct = 0;
-    if (!kvs_proto_want_input(c)) return 0;
+    if (!kvsd_proto_want_input(c)) return 0;
 
     int n = 0;
     size_t avail = c->rend - c->rpos;
@@ -864,7 +865,7 @@ int kvs_proto_recv_iov(struct kvs_proto_conn *c, struct iovec iov[2])
     return n + 1;
 }
 
-void kvs_proto_received(struct kvs_proto_conn *c, size_t n)
+void kvsd_proto_received(struct kvsd_proto_conn *c, size_t n)
 {
     c->srv->counters.bytes_in += n;
     if (c->recv_direct) {
@@ -876,16 +877,16 @@ void kvs_proto_received(struct kvs_proto_conn *c, size_t n)
         n -= k;
     }
     c->rend += n;
-    kvs_proto_process(c);
+    kvsd_proto_process(c);
 }
 
-size_t kvs_proto_feed(struct kvs_proto_conn *c, const void *data, size_t len)
+size_t kvsd_proto_feed(struct kvsd_proto_conn *c, const void *data, size_t len)
 {
     const uint8_t *p = data;
     size_t done = 0;
     while (done < len) {
         struct iovec iov[2];
-        int cnt = kvs_proto_recv_iov(c, iov);
+        int cnt = kvsd_proto_recv_iov(c, iov);
         if (cnt == 0) break;
         size_t n = 0;
         for (int i = 0; i < cnt && done + n < len; i++) {
@@ -893,7 +894,7 @@ size_t kvs_proto_feed(struct kvs_proto_conn *c, const void *data, size_t len)
             memcpy(iov[i].iov_base, p + done + n, k);
             n += k;
         }
-        kvs_proto_received(c, n);
+        kvsd_proto_received(c, n);
         done += n;
     }
     return done;

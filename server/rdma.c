@@ -6,9 +6,9 @@
  * memory region, when the listener starts. Clients move values with RDMA
  * WRITE/READ straight into/out of slots the server hands out:
  *
- *   RESERVE  reserves a new pinned item per key (kvs_store_reserve) and
+ *   RESERVE  reserves a new pinned item per key (kvsd_store_reserve) and
  *            returns (token, addr, rkey); COMMIT links or aborts each one.
- *   LEASE    pins each key's current item (kvs_store_lookup with pin) and
+ *   LEASE    pins each key's current item (kvsd_store_lookup with pin) and
  *            returns (token, addr, rkey, len); RELEASE unpins.
  *   PULL     a put in one round trip: the client names where each value
  *            lies in its registered memory; the server reserves the slots,
@@ -69,7 +69,7 @@
 enum lease_kind { LEASE_FREE = 0, LEASE_RESERVE, LEASE_READ };
 
 struct lease {
-    struct kvs_item *it;
+    struct kvsd_item *it;
     uint64_t deadline_ns;
     uint32_t next_free;
     uint16_t gen;
@@ -77,11 +77,11 @@ struct lease {
 };
 
 struct rconn {
-    struct kvs_rdma *r;
+    struct kvsd_rdma *r;
     struct rdma_cm_id *id;
     uint8_t *bufs; /* NRECV receive buffers, then the send buffer */
     struct ibv_mr *mr;
-    struct kvs_proto_conn *proto;
+    struct kvsd_proto_conn *proto;
     struct lease *leases;
     uint32_t free_head, nused;
     uint32_t max_inline;
@@ -111,9 +111,9 @@ struct rconn {
     struct rconn *prev, *next;
 };
 
-struct kvs_rdma {
-    struct kvs_server *srv;
-    struct kvs_rdma_config cfg;
+struct kvsd_rdma {
+    struct kvsd_server *srv;
+    struct kvsd_rdma_config cfg;
     struct rdma_event_channel *ec;
     struct rdma_cm_id *lid;
     struct ibv_context *verbs;
@@ -125,7 +125,7 @@ struct kvs_rdma {
     uint32_t max_rd_atom, max_init_rd_atom;
     int push_on; /* serves PUSH and announces KVS_FEAT_PUSH (KVS_RDMA_TEST_NO_PUSH turns it off) */
     struct rconn *conns;
-    struct kvs_rdma_counters ctr;
+    struct kvsd_rdma_counters ctr;
 };
 
 static uint64_t mono_ns(void)
@@ -155,7 +155,7 @@ static int leases_init(struct rconn *c)
 }
 
 /* Takes a free entry for it; returns its token, or TOKEN_FREE when the table is full. */
-static uint32_t lease_take(struct rconn *c, struct kvs_item *it, enum lease_kind kind)
+static uint32_t lease_take(struct rconn *c, struct kvsd_item *it, enum lease_kind kind)
 {
     uint32_t idx = c->free_head;
     if (idx == TOKEN_FREE) return TOKEN_FREE;
@@ -192,13 +192,13 @@ static void lease_put(struct rconn *c, struct lease *l)
 /* Aborts every reservation and unpins every lease of c. Its QP must be dead. */
 static void leases_drop_all(struct rconn *c)
 {
-    struct kvs_store *st = c->r->srv->store;
+    struct kvsd_store *st = c->r->srv->store;
     for (uint32_t i = 0; c->leases && c->nused && i < LEASES_PER_CONN; i++) {
         struct lease *l = &c->leases[i];
         if (l->kind == LEASE_RESERVE)
-            kvs_store_abort(st, l->it);
+            kvsd_store_abort(st, l->it);
         else if (l->kind == LEASE_READ)
-            kvs_store_unpin(st, l->it);
+            kvsd_store_unpin(st, l->it);
         else
             continue;
         lease_put(c, l);
@@ -273,10 +273,10 @@ static void conn_close_after_reply(struct rconn *c, const char *why)
 
 static void conn_free(struct rconn *c)
 {
-    struct kvs_rdma *r = c->r;
+    struct kvsd_rdma *r = c->r;
     if (c->id->qp) rdma_destroy_qp(c->id);
     leases_drop_all(c);
-    if (c->proto) kvs_proto_conn_free(c->proto);
+    if (c->proto) kvsd_proto_conn_free(c->proto);
     if (c->mr) ibv_dereg_mr(c->mr);
     free(c->bufs);
     free(c->leases);
@@ -298,7 +298,7 @@ static void conn_free(struct rconn *c)
     free(c);
 }
 
-static struct rconn *conn_by_qp(struct kvs_rdma *r, uint32_t qp_num)
+static struct rconn *conn_by_qp(struct kvsd_rdma *r, uint32_t qp_num)
 {
     for (struct rconn *c = r->conns; c; c = c->next)
         if (c->id->qp && c->id->qp->qp_num == qp_num) return c;
@@ -314,7 +314,7 @@ static struct rconn *conn_by_qp(struct kvs_rdma *r, uint32_t qp_num)
  * transitions are those librdmacm makes (rdma_init_qp_attr per state), with
  * qp_access_flags 0 and our responder resources. *qa gets the capabilities.
  */
-static int create_qp_without_remote_access(struct kvs_rdma *r, struct rdma_cm_id *cid,
+static int create_qp_without_remote_access(struct kvsd_rdma *r, struct rdma_cm_id *cid,
                                            struct ibv_qp_init_attr *qa, uint8_t resp_res,
                                            uint8_t init_depth, struct ibv_qp **out)
 {
@@ -347,7 +347,7 @@ fail:;
  * Accepts a connect request: QP on the shared CQ, buffers, receives posted.
  * With --auth-file the QP has no remote access until the peer passes AUTH.
  */
-static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
+static int conn_accept(struct kvsd_rdma *r, struct rdma_cm_id *cid,
                        const struct rdma_conn_param *req)
 {
     if (cid->verbs != r->verbs || r->ctr.conns_current >= MAX_CONNS) return -EBUSY;
@@ -372,7 +372,7 @@ static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
     c->push.wrs = calloc(PUSH_MAX, sizeof(*c->push.wrs));
     c->push.sges = calloc(PUSH_MAX, sizeof(*c->push.sges));
     if (!c->push.tokens || !c->push.wrs || !c->push.sges) goto fail;
-    c->proto = kvs_proto_conn_new(r->srv);
+    c->proto = kvsd_proto_conn_new(r->srv);
     if (!c->proto) goto fail;
     c->mr = ibv_reg_mr(r->pd, c->bufs, bytes, IBV_ACCESS_LOCAL_WRITE);
     if (!c->mr) {
@@ -432,7 +432,7 @@ static int conn_accept(struct kvs_rdma *r, struct rdma_cm_id *cid,
 fail:
     if (own_qp) ibv_destroy_qp(own_qp);
     if (cid->qp) rdma_destroy_qp(cid);
-    if (c->proto) kvs_proto_conn_free(c->proto);
+    if (c->proto) kvsd_proto_conn_free(c->proto);
     if (c->mr) ibv_dereg_mr(c->mr);
     free(c->leases);
     free(c->pull.tokens);
@@ -513,11 +513,11 @@ static void put_slot(uint8_t *p, int32_t status, uint32_t token, uint64_t addr, 
  */
 static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const uint8_t *body)
 {
-    struct kvs_server *srv = c->r->srv;
-    struct kvs_store *st = srv->store;
+    struct kvsd_server *srv = c->r->srv;
+    struct kvsd_store *st = srv->store;
     uint8_t *out = send_buf(c) + KVS_WIRE_HDR_LEN;
-    uint8_t *pool = kvs_pool_base(kvs_store_pool(st));
-    size_t pool_size = kvs_pool_size(kvs_store_pool(st));
+    uint8_t *pool = kvsd_pool_base(kvsd_store_pool(st));
+    size_t pool_size = kvsd_pool_size(kvsd_store_pool(st));
     int reserve = h->opcode == KVS_OP_RDMA_RESERVE;
     size_t off = 0;
     if ((uint64_t)h->count * KVS_WIRE_SLOT_LEN + KVS_WIRE_HDR_LEN > CTRL_MAX) {
@@ -538,7 +538,7 @@ static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const ui
             put_slot(out, -ENOSPC, TOKEN_FREE, 0, 0, 0);
             continue;
         }
-        struct kvs_item *it = NULL;
+        struct kvsd_item *it = NULL;
         int32_t status = 0;
         if (reserve) {
             if (e.len > srv->limits.max_object) {
@@ -546,17 +546,17 @@ static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const ui
                 put_slot(out, -E2BIG, TOKEN_FREE, 0, 0, 0);
                 continue;
             }
-            status = kvs_store_reserve(st, key, e.klen, e.len, &it);
+            status = kvsd_store_reserve(st, key, e.klen, e.len, &it);
             if (status == -ENOSPC) srv->counters.put_no_space++;
         } else {
-            it = kvs_store_lookup(st, key, e.klen, 1);
+            it = kvsd_store_lookup(st, key, e.klen, 1);
             if (!it) {
                 srv->counters.get_misses++;
                 status = -ENOENT;
-            } else if (kvs_item_len(it) > e.len) {
+            } else if (kvsd_item_len(it) > e.len) {
                 srv->counters.get_range++;
-                put_slot(out, -ERANGE, TOKEN_FREE, 0, 0, kvs_item_len(it));
-                kvs_store_unpin(st, it);
+                put_slot(out, -ERANGE, TOKEN_FREE, 0, 0, kvsd_item_len(it));
+                kvsd_store_unpin(st, it);
                 continue;
             } else {
                 srv->counters.get_hits++;
@@ -566,11 +566,11 @@ static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const ui
             put_slot(out, status, TOKEN_FREE, 0, 0, 0);
             continue;
         }
-        uint8_t *data = kvs_item_data(st, it);
-        uint32_t len = kvs_item_len(it);
+        uint8_t *data = kvsd_item_data(st, it);
+        uint32_t len = kvsd_item_len(it);
         /* Every range handed out lies inside the registered pool. */
         if (data < pool || (size_t)(data - pool) + len > pool_size) {
-            reserve ? kvs_store_abort(st, it) : kvs_store_unpin(st, it);
+            reserve ? kvsd_store_abort(st, it) : kvsd_store_unpin(st, it);
             put_slot(out, -EIO, TOKEN_FREE, 0, 0, 0);
             continue;
         }
@@ -590,7 +590,7 @@ static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const ui
 /* COMMIT and RELEASE: every token is checked against the connection's own table. */
 static void handle_tokens(struct rconn *c, const struct kvs_wire_hdr *h, const uint8_t *body)
 {
-    struct kvs_store *st = c->r->srv->store;
+    struct kvsd_store *st = c->r->srv->store;
     int commit = h->opcode == KVS_OP_RDMA_COMMIT;
     if ((uint64_t)h->count * KVS_WIRE_TOKEN_LEN != h->body_len) {
         reply_error_and_kill(c, h->id, -EBADMSG, "bad rdma token list");
@@ -606,15 +606,15 @@ static void handle_tokens(struct rconn *c, const struct kvs_wire_hdr *h, const u
             c->r->ctr.bad_tokens++;
             status = -EINVAL;
         } else if (commit && (flags & 1)) {
-            status = kvs_store_commit(st, l->it);
+            status = kvsd_store_commit(st, l->it);
             c->r->ctr.commits++;
             lease_put(c, l);
         } else if (commit) {
-            kvs_store_abort(st, l->it);
+            kvsd_store_abort(st, l->it);
             c->r->ctr.aborts++;
             lease_put(c, l);
         } else {
-            kvs_store_unpin(st, l->it);
+            kvsd_store_unpin(st, l->it);
             c->r->ctr.releases++;
             lease_put(c, l);
         }
@@ -627,7 +627,7 @@ static void handle_tokens(struct rconn *c, const struct kvs_wire_hdr *h, const u
 /* Commits what a finished PULL's READs brought in and answers a status per key. */
 static void pull_finish(struct rconn *c)
 {
-    struct kvs_store *st = c->r->srv->store;
+    struct kvsd_store *st = c->r->srv->store;
     uint8_t *out = send_buf(c) + KVS_WIRE_HDR_LEN;
     for (uint32_t i = 0; i < c->pull.count; i++, out += KVS_WIRE_STATUS_LEN) {
         int32_t status = c->pull.status[i];
@@ -635,7 +635,7 @@ static void pull_finish(struct rconn *c)
                               ? NULL
                               : lease_find(c, c->pull.tokens[i], LEASE_RESERVE);
         if (l) {
-            status = kvs_store_commit(st, l->it);
+            status = kvsd_store_commit(st, l->it);
             c->r->ctr.commits++;
             lease_put(c, l);
         }
@@ -657,10 +657,10 @@ static void pull_finish(struct rconn *c)
  */
 static void handle_pull(struct rconn *c, const struct kvs_wire_hdr *h, const uint8_t *body)
 {
-    struct kvs_server *srv = c->r->srv;
-    struct kvs_store *st = srv->store;
-    uint8_t *pool = kvs_pool_base(kvs_store_pool(st));
-    size_t pool_size = kvs_pool_size(kvs_store_pool(st));
+    struct kvsd_server *srv = c->r->srv;
+    struct kvsd_store *st = srv->store;
+    uint8_t *pool = kvsd_pool_base(kvsd_store_pool(st));
+    size_t pool_size = kvsd_pool_size(kvsd_store_pool(st));
     if (h->count > PULL_MAX) {
         reply_error_and_kill(c, h->id, -EMSGSIZE, "too many keys for one rdma pull");
         return;
@@ -690,16 +690,16 @@ static void handle_pull(struct rconn *c, const struct kvs_wire_hdr *h, const uin
             c->pull.status[i] = -E2BIG;
             continue;
         }
-        struct kvs_item *it = NULL;
-        int32_t status = kvs_store_reserve(st, e.key, e.klen, e.len, &it);
+        struct kvsd_item *it = NULL;
+        int32_t status = kvsd_store_reserve(st, e.key, e.klen, e.len, &it);
         if (status < 0) {
             if (status == -ENOSPC) srv->counters.put_no_space++;
             c->pull.status[i] = status;
             continue;
         }
-        uint8_t *data = kvs_item_data(st, it);
+        uint8_t *data = kvsd_item_data(st, it);
         if (data < pool || (size_t)(data - pool) + e.len > pool_size) {
-            kvs_store_abort(st, it);
+            kvsd_store_abort(st, it);
             c->pull.status[i] = -EIO;
             continue;
         }
@@ -750,12 +750,12 @@ static void handle_pull(struct rconn *c, const struct kvs_wire_hdr *h, const uin
 /* Unpins the items of the PUSH whose reply has arrived (its WRITEs landed before it). */
 static void push_finish(struct rconn *c)
 {
-    struct kvs_store *st = c->r->srv->store;
+    struct kvsd_store *st = c->r->srv->store;
     for (uint32_t i = 0; i < c->push.count; i++) {
         if (c->push.tokens[i] == TOKEN_FREE) continue;
         struct lease *l = lease_find(c, c->push.tokens[i], LEASE_READ);
         if (l) {
-            kvs_store_unpin(st, l->it);
+            kvsd_store_unpin(st, l->it);
             lease_put(c, l);
         }
     }
@@ -802,10 +802,10 @@ static void push_write(struct rconn *c, uint32_t *nwr, uint64_t *rnext, uintptr_
  */
 static void handle_push(struct rconn *c, const struct kvs_wire_hdr *h, const uint8_t *body)
 {
-    struct kvs_server *srv = c->r->srv;
-    struct kvs_store *st = srv->store;
-    uint8_t *pool = kvs_pool_base(kvs_store_pool(st));
-    size_t pool_size = kvs_pool_size(kvs_store_pool(st));
+    struct kvsd_server *srv = c->r->srv;
+    struct kvsd_store *st = srv->store;
+    uint8_t *pool = kvsd_pool_base(kvsd_store_pool(st));
+    size_t pool_size = kvsd_pool_size(kvsd_store_pool(st));
     if (h->count > PUSH_MAX) {
         reply_error_and_kill(c, h->id, -EMSGSIZE, "too many keys for one rdma push");
         return;
@@ -827,16 +827,16 @@ static void handle_push(struct rconn *c, const struct kvs_wire_hdr *h, const uin
         srv->counters.keys[KVS_OP_GET]++;
         int32_t status = 0;
         uint32_t len = 0;
-        struct kvs_item *it =
-            c->free_head == TOKEN_FREE ? NULL : kvs_store_lookup(st, e.key, e.klen, 1);
+        struct kvsd_item *it =
+            c->free_head == TOKEN_FREE ? NULL : kvsd_store_lookup(st, e.key, e.klen, 1);
         if (c->free_head == TOKEN_FREE) {
             status = -ENOSPC;
         } else if (!it) {
             srv->counters.get_misses++;
             status = -ENOENT;
         } else {
-            len = kvs_item_len(it);
-            uint8_t *data = kvs_item_data(st, it);
+            len = kvsd_item_len(it);
+            uint8_t *data = kvsd_item_data(st, it);
             if (len > e.len) {
                 srv->counters.get_range++;
                 status = -ERANGE; /* the length goes back, nothing is written */
@@ -852,7 +852,7 @@ static void handle_push(struct rconn *c, const struct kvs_wire_hdr *h, const uin
                     push_write(c, &nwr, &rnext, (uintptr_t)data, &e, len);
                 }
             }
-            if (it) kvs_store_unpin(st, it);
+            if (it) kvsd_store_unpin(st, it);
         }
         kvs_wire_status_encode(out, status, len);
     }
@@ -886,12 +886,12 @@ static void handle_push(struct rconn *c, const struct kvs_wire_hdr *h, const uin
 /* Any other frame: through the same protocol state machine as TCP. */
 static void handle_proto(struct rconn *c, const uint8_t *msg, size_t len)
 {
-    size_t taken = kvs_proto_feed(c->proto, msg, len);
+    size_t taken = kvsd_proto_feed(c->proto, msg, len);
     uint8_t *out = send_buf(c);
     size_t n = 0;
     struct iovec iov[16];
     int cnt;
-    while ((cnt = kvs_proto_out_iov(c->proto, iov, 16)) > 0) {
+    while ((cnt = kvsd_proto_out_iov(c->proto, iov, 16)) > 0) {
         size_t took = 0;
         for (int i = 0; i < cnt && n < CTRL_MAX; i++) {
             size_t k = iov[i].iov_len < CTRL_MAX - n ? iov[i].iov_len : CTRL_MAX - n;
@@ -899,16 +899,16 @@ static void handle_proto(struct rconn *c, const uint8_t *msg, size_t len)
             n += k;
             took += k;
         }
-        kvs_proto_sent(c->proto, took);
+        kvsd_proto_sent(c->proto, took);
         if (n == CTRL_MAX) break;
     }
-    if (kvs_proto_out_pending(c->proto) > 0) {
+    if (kvsd_proto_out_pending(c->proto) > 0) {
         conn_kill(c, "reply larger than one rdma message");
         return;
     }
     if (n) send_reply(c, n);
-    if (taken < len || kvs_proto_closing(c->proto)) {
-        const char *why = kvs_proto_authenticated(c->proto)
+    if (taken < len || kvsd_proto_closing(c->proto)) {
+        const char *why = kvsd_proto_authenticated(c->proto)
                               ? "protocol error"
                               : "refused: a wrong AUTH, or a request before AUTH";
         if (n)
@@ -950,7 +950,7 @@ static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
      * early only reads its own buffers early; its rkey reaches the pool anyway.)
      */
     if (c->push.pending) push_finish(c);
-    if (!kvs_proto_authenticated(c->proto)) {
+    if (!kvsd_proto_authenticated(c->proto)) {
         /*
          * With --auth-file, nothing hands out a slot (or an rkey) before AUTH:
          * proto answers everything but HELLO and AUTH with -EACCES and closes.
@@ -958,7 +958,7 @@ static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
          * RESERVE/LEASE can be read: one message at a time).
          */
         handle_proto(c, msg, len);
-        if (!c->dead && !c->closing && kvs_proto_authenticated(c->proto) && !c->remote_access) {
+        if (!c->dead && !c->closing && kvsd_proto_authenticated(c->proto) && !c->remote_access) {
             int rc = qp_remote_access(c, 1);
             if (rc < 0) conn_kill(c, "cannot grant remote access after AUTH");
         }
@@ -991,7 +991,7 @@ static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
 
 /* ---- events ---- */
 
-static void cm_events(struct kvs_rdma *r)
+static void cm_events(struct kvsd_rdma *r)
 {
     struct rdma_cm_event *ev;
     while (rdma_get_cm_event(r->ec, &ev) == 0) {
@@ -1026,7 +1026,7 @@ static void cm_events(struct kvs_rdma *r)
     }
 }
 
-static void cq_events(struct kvs_rdma *r)
+static void cq_events(struct kvsd_rdma *r)
 {
     struct ibv_cq *cq;
     void *ctx;
@@ -1065,7 +1065,7 @@ static void cq_events(struct kvs_rdma *r)
 }
 
 /* Cuts every connection holding a reservation or lease past its deadline. */
-static void lease_tick(struct kvs_rdma *r)
+static void lease_tick(struct kvsd_rdma *r)
 {
     uint64_t expirations;
     if (read(r->tfd, &expirations, sizeof(expirations)) < 0) return;
@@ -1083,9 +1083,9 @@ static void lease_tick(struct kvs_rdma *r)
     }
 }
 
-void kvs_rdma_service(void *arg)
+void kvsd_rdma_service(void *arg)
 {
-    struct kvs_rdma *r = arg;
+    struct kvsd_rdma *r = arg;
     struct epoll_event evs[4];
     int n = epoll_wait(r->epfd, evs, 4, 0);
     for (int i = 0; i < n; i++) {
@@ -1114,7 +1114,7 @@ static int watch(int epfd, int fd)
     return 0;
 }
 
-static int bind_listen(struct kvs_rdma *r, char *err, size_t errlen)
+static int bind_listen(struct kvsd_rdma *r, char *err, size_t errlen)
 {
     struct addrinfo hints = {
         .ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -1138,8 +1138,8 @@ static int bind_listen(struct kvs_rdma *r, char *err, size_t errlen)
     return rc;
 }
 
-int kvs_rdma_create(struct kvs_server *srv, const struct kvs_rdma_config *cfg,
-                    struct kvs_rdma **out, char *err, size_t errlen)
+int kvsd_rdma_create(struct kvsd_server *srv, const struct kvsd_rdma_config *cfg,
+                     struct kvsd_rdma **out, char *err, size_t errlen)
 {
     *out = NULL;
     int ndev = 0;
@@ -1149,7 +1149,7 @@ int kvs_rdma_create(struct kvs_server *srv, const struct kvs_rdma_config *cfg,
         snprintf(err, errlen, "no RDMA device found");
         return -ENODEV;
     }
-    struct kvs_rdma *r = calloc(1, sizeof(*r));
+    struct kvsd_rdma *r = calloc(1, sizeof(*r));
     if (!r) return fail_with(err, errlen, -ENOMEM, "rdma");
     r->srv = srv;
     r->cfg = *cfg;
@@ -1189,9 +1189,9 @@ int kvs_rdma_create(struct kvs_server *srv, const struct kvs_rdma_config *cfg,
         goto fail;
     }
     /* The whole pool, once: every slot handed out lies inside it. */
-    struct kvs_pool *pool = kvs_store_pool(srv->store);
+    struct kvsd_pool *pool = kvsd_store_pool(srv->store);
     r->pool_mr =
-        ibv_reg_mr(r->pd, kvs_pool_base(pool), kvs_pool_size(pool),
+        ibv_reg_mr(r->pd, kvsd_pool_base(pool), kvsd_pool_size(pool),
                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
     if (!r->pool_mr) {
         rc = fail_with(err, errlen, -errno, "ibv_reg_mr of the pool (ulimit -l?)");
@@ -1228,11 +1228,11 @@ int kvs_rdma_create(struct kvs_server *srv, const struct kvs_rdma_config *cfg,
     *out = r;
     return 0;
 fail:
-    kvs_rdma_destroy(r);
+    kvsd_rdma_destroy(r);
     return rc;
 }
 
-int kvs_rdma_local_addr(const struct kvs_rdma *r, char *buf, size_t len)
+int kvsd_rdma_local_addr(const struct kvsd_rdma *r, char *buf, size_t len)
 {
     struct sockaddr *sa = rdma_get_local_addr(r->lid);
     char host[64];
@@ -1243,15 +1243,15 @@ int kvs_rdma_local_addr(const struct kvs_rdma *r, char *buf, size_t len)
     return 0;
 }
 
-int kvs_rdma_fd(const struct kvs_rdma *r)
+int kvsd_rdma_fd(const struct kvsd_rdma *r)
 {
     return r->epfd;
 }
 
-void kvs_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64_t value),
-                    void *text)
+void kvsd_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64_t value),
+                     void *text)
 {
-    const struct kvs_rdma_counters *k = &((struct kvs_rdma *)arg)->ctr;
+    const struct kvsd_rdma_counters *k = &((struct kvsd_rdma *)arg)->ctr;
     line(text, "rdma_connections_current", k->conns_current);
     line(text, "rdma_connections_total", k->conns_total);
     line(text, "rdma_reserves", k->reserves);
@@ -1267,17 +1267,17 @@ void kvs_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64
     line(text, "rdma_pushes", k->pushes);
 }
 
-uint32_t kvs_rdma_features(const struct kvs_rdma *r)
+uint32_t kvsd_rdma_features(const struct kvsd_rdma *r)
 {
     return KVS_FEAT_PULL | (r->push_on ? KVS_FEAT_PUSH : 0);
 }
 
-const struct kvs_rdma_counters *kvs_rdma_counters(const struct kvs_rdma *r)
+const struct kvsd_rdma_counters *kvsd_rdma_counters(const struct kvsd_rdma *r)
 {
     return &r->ctr;
 }
 
-void kvs_rdma_destroy(struct kvs_rdma *r)
+void kvsd_rdma_destroy(struct kvsd_rdma *r)
 {
     if (!r) return;
     while (r->conns) {

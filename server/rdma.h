@@ -7,19 +7,19 @@
  * state machine as TCP.
  *
  * Single-threaded like the rest of kvstored: the event loop watches the one
- * fd kvs_rdma_fd() returns and calls kvs_rdma_service() when it is readable.
+ * fd kvsd_rdma_fd() returns and calls kvsd_rdma_service() when it is readable.
  */
-#ifndef KVS_SERVER_RDMA_H
-#define KVS_SERVER_RDMA_H
+#ifndef KVSD_RDMA_H
+#define KVSD_RDMA_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "proto.h"
 
-struct kvs_rdma;
+struct kvsd_rdma;
 
-struct kvs_rdma_config {
+struct kvsd_rdma_config {
     const char *host; /* address to bind (an address of an RDMA device's netdev) */
     const char *port;
     unsigned lease_ms; /* a reservation or lease older than this kills its connection */
@@ -27,7 +27,7 @@ struct kvs_rdma_config {
 };
 
 /* RDMA side counters (STATS, docs/rdma.md). */
-struct kvs_rdma_counters {
+struct kvsd_rdma_counters {
     uint64_t conns_current, conns_total;
     uint64_t reserves, commits, aborts, leases, releases;
     uint64_t bad_tokens;     /* COMMIT/RELEASE naming no live reservation/lease of the conn */
@@ -42,21 +42,21 @@ struct kvs_rdma_counters {
  * pool. Returns 0; -ENODEV when there is no RDMA device (err says so); or
  * another negative errno with the reason in err.
  */
-int kvs_rdma_create(struct kvs_server *srv, const struct kvs_rdma_config *cfg,
-                    struct kvs_rdma **out, char *err, size_t errlen);
+int kvsd_rdma_create(struct kvsd_server *srv, const struct kvsd_rdma_config *cfg,
+                     struct kvsd_rdma **out, char *err, size_t errlen);
 /* "HOST:PORT" actually bound. */
-int kvs_rdma_local_addr(const struct kvs_rdma *r, char *buf, size_t len);
-/* One pollable fd: readable when kvs_rdma_service() has work. */
-int kvs_rdma_fd(const struct kvs_rdma *r);
+int kvsd_rdma_local_addr(const struct kvsd_rdma *r, char *buf, size_t len);
+/* One pollable fd: readable when kvsd_rdma_service() has work. */
+int kvsd_rdma_fd(const struct kvsd_rdma *r);
 /* Handles every pending connection event, completion and lease expiry; never blocks. */
-void kvs_rdma_service(void *r);
-const struct kvs_rdma_counters *kvs_rdma_counters(const struct kvs_rdma *r);
+void kvsd_rdma_service(void *r);
+const struct kvsd_rdma_counters *kvsd_rdma_counters(const struct kvsd_rdma *r);
 /* The KVS_FEAT_* bits HELLO announces for this RDMA side, besides KVS_FEAT_RDMA (PULL, PUSH). */
-uint32_t kvs_rdma_features(const struct kvs_rdma *r);
-/* STATS lines "rdma_* value" (struct kvs_server's stats_extra hook; arg is the kvs_rdma). */
-void kvs_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64_t value),
-                    void *text);
+uint32_t kvsd_rdma_features(const struct kvsd_rdma *r);
+/* STATS lines "rdma_* value" (struct kvsd_server's stats_extra hook; arg is the kvsd_rdma). */
+void kvsd_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64_t value),
+                     void *text);
 /* Closes every connection (dropping their reservations and leases), then the listener. */
-void kvs_rdma_destroy(struct kvs_rdma *r);
+void kvsd_rdma_destroy(struct kvsd_rdma *r);
 
-#endif /* KVS_SERVER_RDMA_H */
+#endif /* KVSD_RDMA_H */

@@ -23,10 +23,10 @@ static __thread int index_oom;
     } while (0)
 #include <uthash.h>
 
-struct kvs_item {
+struct kvsd_item {
     UT_hash_handle hh;
-    struct kvs_item *prev, *next;       /* LRU (linked) or limbo list */
-    struct kvs_item *pg_prev, *pg_next; /* items whose slot starts on the same page */
+    struct kvsd_item *prev, *next;       /* LRU (linked) or limbo list */
+    struct kvsd_item *pg_prev, *pg_next; /* items whose slot starts on the same page */
     uint64_t off;
     uint64_t atime; /* store clock at the last commit or pinned read */
     uint32_t len;
@@ -38,35 +38,35 @@ struct kvs_item {
 };
 
 struct lru {
-    struct kvs_item *head, *tail;
+    struct kvsd_item *head, *tail;
     uint64_t items;
     uint64_t evictions;
 };
 
-struct kvs_store {
-    struct kvs_pool *pool;
-    struct kvs_item *index;
-    struct kvs_item *limbo;
+struct kvsd_store {
+    struct kvsd_pool *pool;
+    struct kvsd_item *index;
+    struct kvsd_item *limbo;
     struct lru *lrus; /* one per slab class, then one for large runs */
     int nlrus;
-    struct kvs_item **page_items; /* per pool page: reclaiming a page visits only its items */
+    struct kvsd_item **page_items; /* per pool page: reclaiming a page visits only its items */
     uint64_t clock;
     uint64_t evictions, reclaims, pinned, nospace, value_bytes;
 };
 
-int kvs_store_create(size_t memory_bytes, struct kvs_store **out)
+int kvsd_store_create(size_t memory_bytes, struct kvsd_store **out)
 {
     int rc = -ENOMEM;
-    struct kvs_store *s = calloc(1, sizeof(*s));
+    struct kvsd_store *s = calloc(1, sizeof(*s));
     if (!s) goto fail;
-    rc = kvs_pool_create(memory_bytes, &s->pool);
+    rc = kvsd_pool_create(memory_bytes, &s->pool);
     if (rc < 0) goto fail_store;
     rc = -ENOMEM;
-    s->nlrus = kvs_pool_nclasses(s->pool) + 1;
+    s->nlrus = kvsd_pool_nclasses(s->pool) + 1;
     s->lrus = calloc((size_t)s->nlrus, sizeof(*s->lrus));
     if (!s->lrus) goto fail_pool;
-    struct kvs_pool_stats ps;
-    kvs_pool_stats(s->pool, &ps);
+    struct kvsd_pool_stats ps;
+    kvsd_pool_stats(s->pool, &ps);
     s->page_items = calloc(ps.pages_total, sizeof(*s->page_items));
     if (!s->page_items) goto fail_lrus;
     *out = s;
@@ -75,42 +75,42 @@ int kvs_store_create(size_t memory_bytes, struct kvs_store **out)
 fail_lrus:
     free(s->lrus);
 fail_pool:
-    kvs_pool_destroy(s->pool);
+    kvsd_pool_destroy(s->pool);
 fail_store:
     free(s);
 fail:
     return rc;
 }
 
-static void page_link(struct kvs_store *s, struct kvs_item *it)
+static void page_link(struct kvsd_store *s, struct kvsd_item *it)
 {
-    struct kvs_item **head = &s->page_items[kvs_pool_page_of(it->off)];
+    struct kvsd_item **head = &s->page_items[kvsd_pool_page_of(it->off)];
     it->pg_prev = NULL;
     it->pg_next = *head;
     if (*head) (*head)->pg_prev = it;
     *head = it;
 }
 
-static void page_unlink(struct kvs_store *s, struct kvs_item *it)
+static void page_unlink(struct kvsd_store *s, struct kvsd_item *it)
 {
     if (it->pg_prev)
         it->pg_prev->pg_next = it->pg_next;
     else
-        s->page_items[kvs_pool_page_of(it->off)] = it->pg_next;
+        s->page_items[kvsd_pool_page_of(it->off)] = it->pg_next;
     if (it->pg_next) it->pg_next->pg_prev = it->pg_prev;
 }
 
-static void free_item(struct kvs_store *s, struct kvs_item *it)
+static void free_item(struct kvsd_store *s, struct kvsd_item *it)
 {
     page_unlink(s, it);
-    kvs_pool_free(s->pool, it->off, it->len);
+    kvsd_pool_free(s->pool, it->off, it->len);
     free(it);
 }
 
-void kvs_store_destroy(struct kvs_store *s)
+void kvsd_store_destroy(struct kvsd_store *s)
 {
     if (!s) return;
-    struct kvs_item *it, *tmp;
+    struct kvsd_item *it, *tmp;
     HASH_ITER(hh, s->index, it, tmp)
     {
         HASH_DELETE(hh, s->index, it);
@@ -123,18 +123,18 @@ void kvs_store_destroy(struct kvs_store *s)
     }
     free(s->page_items);
     free(s->lrus);
-    kvs_pool_destroy(s->pool);
+    kvsd_pool_destroy(s->pool);
     free(s);
 }
 
-struct kvs_pool *kvs_store_pool(const struct kvs_store *s)
+struct kvsd_pool *kvsd_store_pool(const struct kvsd_store *s)
 {
     return s->pool;
 }
 
 /* ---- the two lists an item can be on ---- */
 
-static void lru_push_head(struct lru *l, struct kvs_item *it)
+static void lru_push_head(struct lru *l, struct kvsd_item *it)
 {
     it->prev = NULL;
     it->next = l->head;
@@ -144,7 +144,7 @@ static void lru_push_head(struct lru *l, struct kvs_item *it)
     l->items++;
 }
 
-static void lru_unlink(struct lru *l, struct kvs_item *it)
+static void lru_unlink(struct lru *l, struct kvsd_item *it)
 {
     if (it->prev)
         it->prev->next = it->next;
@@ -158,7 +158,7 @@ static void lru_unlink(struct lru *l, struct kvs_item *it)
     l->items--;
 }
 
-static void limbo_push(struct kvs_store *s, struct kvs_item *it)
+static void limbo_push(struct kvsd_store *s, struct kvsd_item *it)
 {
     it->prev = NULL;
     it->next = s->limbo;
@@ -166,7 +166,7 @@ static void limbo_push(struct kvs_store *s, struct kvs_item *it)
     s->limbo = it;
 }
 
-static void limbo_unlink(struct kvs_store *s, struct kvs_item *it)
+static void limbo_unlink(struct kvsd_store *s, struct kvsd_item *it)
 {
     if (it->prev)
         it->prev->next = it->next;
@@ -177,7 +177,7 @@ static void limbo_unlink(struct kvs_store *s, struct kvs_item *it)
 }
 
 /* Takes a linked item out of the index; frees it, or leaves it in limbo for its pin holders. */
-static void unlink_item(struct kvs_store *s, struct kvs_item *it)
+static void unlink_item(struct kvsd_store *s, struct kvsd_item *it)
 {
     HASH_DELETE(hh, s->index, it);
     lru_unlink(&s->lrus[it->lru], it);
@@ -191,15 +191,15 @@ static void unlink_item(struct kvs_store *s, struct kvs_item *it)
 
 /* ---- eviction ---- */
 
-static struct kvs_item *oldest_unpinned(const struct lru *l)
+static struct kvsd_item *oldest_unpinned(const struct lru *l)
 {
-    struct kvs_item *it = l->tail;
+    struct kvsd_item *it = l->tail;
     while (it && it->pins)
         it = it->prev;
     return it;
 }
 
-static void evict(struct kvs_store *s, struct kvs_item *it)
+static void evict(struct kvsd_store *s, struct kvsd_item *it)
 {
     s->evictions++;
     s->lrus[it->lru].evictions++;
@@ -207,11 +207,11 @@ static void evict(struct kvs_store *s, struct kvs_item *it)
 }
 
 /* The least recently used unpinned item of all lists (its list's index in *lru), or NULL. */
-static struct kvs_item *oldest_of_all(const struct kvs_store *s, int *lru)
+static struct kvsd_item *oldest_of_all(const struct kvsd_store *s, int *lru)
 {
-    struct kvs_item *victim = NULL;
+    struct kvsd_item *victim = NULL;
     for (int i = 0; i < s->nlrus; i++) {
-        struct kvs_item *it = oldest_unpinned(&s->lrus[i]);
+        struct kvsd_item *it = oldest_unpinned(&s->lrus[i]);
         if (it && (!victim || it->atime < victim->atime)) {
             victim = it;
             *lru = i;
@@ -227,16 +227,16 @@ static struct kvs_item *oldest_of_all(const struct kvs_store *s, int *lru)
  * victim's page is evicted, so the page usually returns to the free pages
  * and moves to lru_for's class (a reclaim).
  */
-static void free_for(struct kvs_store *s, int lru_for, int lru, struct kvs_item *victim)
+static void free_for(struct kvsd_store *s, int lru_for, int lru, struct kvsd_item *victim)
 {
     if (lru == lru_for || lru == s->nlrus - 1) {
         evict(s, victim);
         return;
     }
     s->reclaims++;
-    struct kvs_item *it = s->page_items[kvs_pool_page_of(victim->off)];
+    struct kvsd_item *it = s->page_items[kvsd_pool_page_of(victim->off)];
     while (it) {
-        struct kvs_item *next = it->pg_next;
+        struct kvsd_item *next = it->pg_next;
         if (it->linked && !it->pins) evict(s, it);
         it = next;
     }
@@ -251,15 +251,15 @@ static void free_for(struct kvs_store *s, int lru_for, int lru, struct kvs_item 
  * Each round evicts at least one item, so this ends; -ENOSPC only when
  * nothing at all is evictable.
  */
-static int alloc_slot(struct kvs_store *s, uint32_t len, uint64_t *off)
+static int alloc_slot(struct kvsd_store *s, uint32_t len, uint64_t *off)
 {
-    int cls = kvs_pool_class_of(s->pool, len);
-    int lru_for = cls == KVS_POOL_LARGE ? s->nlrus - 1 : cls;
+    int cls = kvsd_pool_class_of(s->pool, len);
+    int lru_for = cls == KVSD_POOL_LARGE ? s->nlrus - 1 : cls;
     for (;;) {
-        int rc = kvs_pool_alloc(s->pool, len, off);
+        int rc = kvsd_pool_alloc(s->pool, len, off);
         if (rc != -ENOSPC) return rc;
         int lru = -1;
-        struct kvs_item *victim = oldest_of_all(s, &lru);
+        struct kvsd_item *victim = oldest_of_all(s, &lru);
         if (!victim) return -ENOSPC;
         free_for(s, lru_for, lru, victim);
     }
@@ -267,15 +267,15 @@ static int alloc_slot(struct kvs_store *s, uint32_t len, uint64_t *off)
 
 /* ---- the API ---- */
 
-static void pin(struct kvs_store *s, struct kvs_item *it)
+static void pin(struct kvsd_store *s, struct kvsd_item *it)
 {
     if (it->pins++ == 0) s->pinned++;
 }
 
-int kvs_store_reserve(struct kvs_store *s, const uint8_t *key, uint16_t klen, uint32_t len,
-                      struct kvs_item **out)
+int kvsd_store_reserve(struct kvsd_store *s, const uint8_t *key, uint16_t klen, uint32_t len,
+                       struct kvsd_item **out)
 {
-    struct kvs_item *it = malloc(sizeof(*it) + klen);
+    struct kvsd_item *it = malloc(sizeof(*it) + klen);
     if (!it) return -ENOMEM;
     int rc = alloc_slot(s, len, &it->off);
     if (rc < 0) {
@@ -289,8 +289,8 @@ int kvs_store_reserve(struct kvs_store *s, const uint8_t *key, uint16_t klen, ui
     it->klen = klen;
     it->linked = 0;
     it->atime = 0;
-    int cls = kvs_pool_class_of(s->pool, len);
-    it->lru = cls == KVS_POOL_LARGE ? s->nlrus - 1 : cls;
+    int cls = kvsd_pool_class_of(s->pool, len);
+    it->lru = cls == KVSD_POOL_LARGE ? s->nlrus - 1 : cls;
     memcpy(it->key, key, klen);
     pin(s, it);
     limbo_push(s, it);
@@ -299,9 +299,9 @@ int kvs_store_reserve(struct kvs_store *s, const uint8_t *key, uint16_t klen, ui
     return 0;
 }
 
-int kvs_store_commit(struct kvs_store *s, struct kvs_item *it)
+int kvsd_store_commit(struct kvsd_store *s, struct kvsd_item *it)
 {
-    struct kvs_item *old = NULL;
+    struct kvsd_item *old = NULL;
     HASH_FIND(hh, s->index, it->key, it->klen, old);
     limbo_unlink(s, it);
     /* Add before deleting the old item: if the index cannot grow, the old value stays. */
@@ -317,21 +317,21 @@ int kvs_store_commit(struct kvs_store *s, struct kvs_item *it)
     it->atime = ++s->clock;
     s->value_bytes += it->len;
     lru_push_head(&s->lrus[it->lru], it);
-    kvs_store_unpin(s, it);
+    kvsd_store_unpin(s, it);
     return 0;
 }
 
-void kvs_store_abort(struct kvs_store *s, struct kvs_item *it)
+void kvsd_store_abort(struct kvsd_store *s, struct kvsd_item *it)
 {
     limbo_unlink(s, it);
     if (it->pins) s->pinned--;
     free_item(s, it);
 }
 
-struct kvs_item *kvs_store_lookup(struct kvs_store *s, const uint8_t *key, uint16_t klen,
-                                  int want_pin)
+struct kvsd_item *kvsd_store_lookup(struct kvsd_store *s, const uint8_t *key, uint16_t klen,
+                                    int want_pin)
 {
-    struct kvs_item *it = NULL;
+    struct kvsd_item *it = NULL;
     HASH_FIND(hh, s->index, key, klen, it);
     if (it && want_pin) {
         pin(s, it);
@@ -343,12 +343,12 @@ struct kvs_item *kvs_store_lookup(struct kvs_store *s, const uint8_t *key, uint1
     return it;
 }
 
-void kvs_store_pin(struct kvs_store *s, struct kvs_item *it)
+void kvsd_store_pin(struct kvsd_store *s, struct kvsd_item *it)
 {
     pin(s, it);
 }
 
-void kvs_store_unpin(struct kvs_store *s, struct kvs_item *it)
+void kvsd_store_unpin(struct kvsd_store *s, struct kvsd_item *it)
 {
     if (--it->pins > 0) return;
     s->pinned--;
@@ -358,39 +358,39 @@ void kvs_store_unpin(struct kvs_store *s, struct kvs_item *it)
     }
 }
 
-int kvs_store_remove(struct kvs_store *s, const uint8_t *key, uint16_t klen)
+int kvsd_store_remove(struct kvsd_store *s, const uint8_t *key, uint16_t klen)
 {
-    struct kvs_item *it = NULL;
+    struct kvsd_item *it = NULL;
     HASH_FIND(hh, s->index, key, klen, it);
     if (!it) return -ENOENT;
     unlink_item(s, it);
     return 0;
 }
 
-uint8_t *kvs_item_data(const struct kvs_store *s, const struct kvs_item *it)
+uint8_t *kvsd_item_data(const struct kvsd_store *s, const struct kvsd_item *it)
 {
-    return kvs_pool_base(s->pool) + it->off;
+    return kvsd_pool_base(s->pool) + it->off;
 }
 
-uint32_t kvs_item_len(const struct kvs_item *it)
+uint32_t kvsd_item_len(const struct kvsd_item *it)
 {
     return it->len;
 }
 
-uint64_t kvs_item_offset(const struct kvs_item *it)
+uint64_t kvsd_item_offset(const struct kvsd_item *it)
 {
     return it->off;
 }
 
-int kvs_item_pinned(const struct kvs_item *it)
+int kvsd_item_pinned(const struct kvsd_item *it)
 {
     return it->pins > 0;
 }
 
-void kvs_store_stats(const struct kvs_store *s, struct kvs_store_stats *st)
+void kvsd_store_stats(const struct kvsd_store *s, struct kvsd_store_stats *st)
 {
-    struct kvs_pool_stats ps;
-    kvs_pool_stats(s->pool, &ps);
+    struct kvsd_pool_stats ps;
+    kvsd_pool_stats(s->pool, &ps);
     st->items = HASH_COUNT(s->index);
     st->evictions = s->evictions;
     st->reclaims = s->reclaims;
@@ -403,27 +403,27 @@ void kvs_store_stats(const struct kvs_store *s, struct kvs_store_stats *st)
     st->pages_free = ps.pages_free;
 }
 
-void kvs_store_class_stats(const struct kvs_store *s, int cls, struct kvs_store_class_stats *st)
+void kvsd_store_class_stats(const struct kvsd_store *s, int cls, struct kvsd_store_class_stats *st)
 {
     const struct lru *l = &s->lrus[cls];
     st->items = l->items;
     st->evictions = l->evictions;
     if (cls == s->nlrus - 1) {
-        struct kvs_pool_stats ps;
-        kvs_pool_stats(s->pool, &ps);
+        struct kvsd_pool_stats ps;
+        kvsd_pool_stats(s->pool, &ps);
         st->chunk_size = 0;
         /* Pages of large runs: everything neither free nor in a slab class. */
         uint32_t slab_pages = 0;
         for (int i = 0; i < s->nlrus - 1; i++) {
-            struct kvs_pool_class_stats cs;
-            kvs_pool_class_stats(s->pool, i, &cs);
+            struct kvsd_pool_class_stats cs;
+            kvsd_pool_class_stats(s->pool, i, &cs);
             slab_pages += cs.pages;
         }
         st->pages = ps.pages_total - ps.pages_free - slab_pages;
         return;
     }
-    struct kvs_pool_class_stats cs;
-    kvs_pool_class_stats(s->pool, cls, &cs);
+    struct kvsd_pool_class_stats cs;
+    kvsd_pool_class_stats(s->pool, cls, &cs);
     st->chunk_size = cs.chunk_size;
     st->pages = cs.pages;
 }

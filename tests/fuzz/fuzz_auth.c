@@ -85,33 +85,33 @@ static void follow(struct replies *r, const uint8_t *p, size_t n)
     }
 }
 
-static void drain(struct kvs_proto_conn *c, struct replies *r)
+static void drain(struct kvsd_proto_conn *c, struct replies *r)
 {
-    for (int guard = 0; kvs_proto_out_pending(c) > 0 && guard < 100000; guard++) {
+    for (int guard = 0; kvsd_proto_out_pending(c) > 0 && guard < 100000; guard++) {
         struct iovec iov[8];
-        int n = kvs_proto_out_iov(c, iov, 8);
+        int n = kvsd_proto_out_iov(c, iov, 8);
         size_t total = 0;
         for (int i = 0; i < n; i++) {
             follow(r, iov[i].iov_base, iov[i].iov_len);
             total += iov[i].iov_len;
         }
-        kvs_proto_sent(c, total);
-        kvs_proto_process(c);
+        kvsd_proto_sent(c, total);
+        kvsd_proto_process(c);
     }
 }
 
-static void feed_all(struct kvs_proto_conn *c, const uint8_t *data, size_t n, struct replies *r)
+static void feed_all(struct kvsd_proto_conn *c, const uint8_t *data, size_t n, struct replies *r)
 {
     size_t done = 0;
     for (int guard = 0; done < n && guard < 100000; guard++) {
-        done += kvs_proto_feed(c, data + done, n - done);
+        done += kvsd_proto_feed(c, data + done, n - done);
         drain(c, r);
-        if (kvs_proto_closing(c)) return;
+        if (kvsd_proto_closing(c)) return;
     }
 }
 
 /* HELLO, then the right AUTH for the nonce it brought back. */
-static void authenticate(struct kvs_proto_conn *c, struct replies *r)
+static void authenticate(struct kvsd_proto_conn *c, struct replies *r)
 {
     uint8_t frame[KVS_WIRE_HDR_LEN + KVS_WIRE_AUTH_LEN], cn[KVS_WIRE_NONCE_LEN];
     uint8_t mac[KVS_WIRE_MAC_LEN];
@@ -125,7 +125,7 @@ static void authenticate(struct kvs_proto_conn *c, struct replies *r)
     kvs_wire_auth_encode(frame + KVS_WIRE_HDR_LEN, cn, mac);
     r->authed_expected = 1; /* the AUTH reply itself */
     feed_all(c, frame, sizeof(frame), r);
-    if (!kvs_proto_authenticated(c)) abort();
+    if (!kvsd_proto_authenticated(c)) abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -138,30 +138,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size--;
     if (kvs_auth_init() < 0) abort();
 
-    struct kvs_server srv;
-    struct kvs_server_limits lim = {
+    struct kvsd_server srv;
+    struct kvsd_server_limits lim = {
         .max_object = 256 * 1024, .max_frame = 512 * 1024, .out_limit = 8192, .rbuf_size = 4096};
-    if (kvs_server_init(&srv, 1u << 20, &lim) < 0) return 0;
+    if (kvsd_server_init(&srv, 1u << 20, &lim) < 0) return 0;
     srv.auth_secret = (const uint8_t *)SECRET;
     srv.auth_secret_len = strlen(SECRET);
     srv.features = KVS_FEAT_AUTH;
-    struct kvs_proto_conn *c = kvs_proto_conn_new(&srv);
+    struct kvsd_proto_conn *c = kvsd_proto_conn_new(&srv);
     if (!c) goto out;
     struct replies r = {0};
     if (honest) authenticate(c, &r);
-    for (size_t off = 0; off < size && !kvs_proto_closing(c); off += chunk) {
+    for (size_t off = 0; off < size && !kvsd_proto_closing(c); off += chunk) {
         size_t n = size - off < chunk ? size - off : chunk;
         feed_all(c, data + off, n, &r);
     }
     drain(c, &r);
-    if (!honest && kvs_proto_authenticated(c)) abort();
-    kvs_proto_conn_free(c);
+    if (!honest && kvsd_proto_authenticated(c)) abort();
+    kvsd_proto_conn_free(c);
 
 out:;
-    struct kvs_store_stats st;
-    kvs_store_stats(srv.store, &st);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(srv.store, &st);
     if (st.pinned != 0) abort();
     if (!honest && st.items != 0) abort(); /* nothing stored without AUTH */
-    kvs_server_fini(&srv);
+    kvsd_server_fini(&srv);
     return 0;
 }

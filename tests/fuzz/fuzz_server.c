@@ -51,30 +51,30 @@ static void check_replies(struct reply_check *rc, const uint8_t *p, size_t n)
     }
 }
 
-static void drain(struct kvs_proto_conn *c, struct reply_check *rc)
+static void drain(struct kvsd_proto_conn *c, struct reply_check *rc)
 {
-    for (int guard = 0; kvs_proto_out_pending(c) > 0 && guard < 100000; guard++) {
+    for (int guard = 0; kvsd_proto_out_pending(c) > 0 && guard < 100000; guard++) {
         struct iovec iov[8];
-        int n = kvs_proto_out_iov(c, iov, 8);
+        int n = kvsd_proto_out_iov(c, iov, 8);
         size_t total = 0;
         for (int i = 0; i < n; i++) {
             check_replies(rc, iov[i].iov_base, iov[i].iov_len);
             total += iov[i].iov_len;
         }
-        kvs_proto_sent(c, total);
-        kvs_proto_process(c);
+        kvsd_proto_sent(c, total);
+        kvsd_proto_process(c);
     }
 }
 
 /* Feeds all of data to c as socket reads would (replies drained when it pauses or eagerly). */
-static void feed_all(struct kvs_proto_conn *c, const uint8_t *data, size_t n,
+static void feed_all(struct kvsd_proto_conn *c, const uint8_t *data, size_t n,
                      struct reply_check *rc, int lazy_drain)
 {
     size_t done = 0;
     for (int guard = 0; done < n && guard < 100000; guard++) {
-        size_t took = kvs_proto_feed(c, data + done, n - done);
+        size_t took = kvsd_proto_feed(c, data + done, n - done);
         done += took;
-        if (kvs_proto_closing(c)) return;
+        if (kvsd_proto_closing(c)) return;
         if (done < n || !lazy_drain) drain(c, rc);
     }
 }
@@ -93,15 +93,15 @@ static void feed_all(struct kvs_proto_conn *c, const uint8_t *data, size_t n,
  * items of 16000 bytes took 190 us, mostly the pool's class lookup). The
  * values are not written: nothing reads them.
  */
-static void prefill(struct kvs_store *st)
+static void prefill(struct kvsd_store *st)
 {
-    size_t count = KVS_POOL_PAGE / kvs_pool_slot_size(kvs_store_pool(st), FILL_LEN);
+    size_t count = KVSD_POOL_PAGE / kvsd_pool_slot_size(kvsd_store_pool(st), FILL_LEN);
     for (size_t i = 0; i < count; i++) {
         char key[24];
         int klen = snprintf(key, sizeof(key), "fill%zu", i);
-        struct kvs_item *it;
-        if (kvs_store_reserve(st, (const uint8_t *)key, (uint16_t)klen, FILL_LEN, &it) < 0 ||
-            kvs_store_commit(st, it) < 0)
+        struct kvsd_item *it;
+        if (kvsd_store_reserve(st, (const uint8_t *)key, (uint16_t)klen, FILL_LEN, &it) < 0 ||
+            kvsd_store_commit(st, it) < 0)
             abort();
     }
 }
@@ -121,12 +121,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++;
     size--;
 
-    struct kvs_server srv;
-    struct kvs_server_limits lim = {
+    struct kvsd_server srv;
+    struct kvsd_server_limits lim = {
         .max_object = 256 * 1024, .max_frame = 512 * 1024, .out_limit = 8192, .rbuf_size = 4096};
-    if (kvs_server_init(&srv, pool, &lim) < 0) return 0;
+    if (kvsd_server_init(&srv, pool, &lim) < 0) return 0;
     if (full) prefill(srv.store);
-    struct kvs_proto_conn *c[2] = {kvs_proto_conn_new(&srv), kvs_proto_conn_new(&srv)};
+    struct kvsd_proto_conn *c[2] = {kvsd_proto_conn_new(&srv), kvsd_proto_conn_new(&srv)};
     if (!c[0] || !c[1]) goto out;
     struct reply_check rc[2];
     memset(rc, 0, sizeof(rc));
@@ -134,7 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t off = 0, i = 0; off < size; i++) {
         size_t n = size - off < chunk ? size - off : chunk;
         int k = (int)(i % (size_t)nconn);
-        if (!kvs_proto_closing(c[k])) feed_all(c[k], data + off, n, &rc[k], lazy_drain);
+        if (!kvsd_proto_closing(c[k])) feed_all(c[k], data + off, n, &rc[k], lazy_drain);
         off += n;
     }
     drain(c[0], &rc[0]);
@@ -142,14 +142,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 out:
     if (second_freed_first) {
-        kvs_proto_conn_free(c[1]);
+        kvsd_proto_conn_free(c[1]);
         c[1] = NULL;
     }
-    kvs_proto_conn_free(c[0]);
-    kvs_proto_conn_free(c[1]);
-    struct kvs_store_stats st;
-    kvs_store_stats(srv.store, &st);
+    kvsd_proto_conn_free(c[0]);
+    kvsd_proto_conn_free(c[1]);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(srv.store, &st);
     if (st.pinned != 0) abort();
-    kvs_server_fini(&srv);
+    kvsd_server_fini(&srv);
     return 0;
 }

@@ -2,7 +2,7 @@
  * pool_reuse.c - keeps kvstored's pool mapping from one fuzz input to the
  * next (fuzz_server, fuzz_auth).
  *
- * Those targets build a whole server per input (kvs_server_init ... fini),
+ * Those targets build a whole server per input (kvsd_server_init ... fini),
  * so every input starts from the same state and a crash reproduces from the
  * input alone. The one part of that set-up which is not under test and is
  * not cheap is the pool's anonymous mmap, its munmap and the page faults of

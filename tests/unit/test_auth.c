@@ -194,8 +194,8 @@ static void test_load_secret(void **state)
 #define SECRET "proto secret"
 
 struct fixture {
-    struct kvs_server srv;
-    struct kvs_proto_conn *conn;
+    struct kvsd_server srv;
+    struct kvsd_proto_conn *conn;
     uint8_t out[8192];
     size_t out_len, read_pos;
 };
@@ -204,13 +204,13 @@ static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     if (!f) return -1;
-    struct kvs_server_limits lim = {
+    struct kvsd_server_limits lim = {
         .max_object = 1 << 20, .max_frame = 1 << 22, .out_limit = 1 << 30, .rbuf_size = 4096};
-    if (kvs_server_init(&f->srv, 4u << 20, &lim) < 0) return -1;
+    if (kvsd_server_init(&f->srv, 4u << 20, &lim) < 0) return -1;
     f->srv.auth_secret = (const uint8_t *)SECRET;
     f->srv.auth_secret_len = strlen(SECRET);
     f->srv.features |= KVS_FEAT_AUTH;
-    f->conn = kvs_proto_conn_new(&f->srv);
+    f->conn = kvsd_proto_conn_new(&f->srv);
     if (!f->conn) return -1;
     *state = f;
     return 0;
@@ -219,8 +219,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    kvs_proto_conn_free(f->conn);
-    kvs_server_fini(&f->srv);
+    kvsd_proto_conn_free(f->conn);
+    kvsd_server_fini(&f->srv);
     free(f);
     return 0;
 }
@@ -229,10 +229,10 @@ static int teardown(void **state)
 static void feed(struct fixture *f, const uint8_t *p, size_t len)
 {
     for (size_t i = 0; i < len; i++) {
-        if (kvs_proto_feed(f->conn, p + i, 1) != 1) break;
+        if (kvsd_proto_feed(f->conn, p + i, 1) != 1) break;
         struct iovec iov[8];
         int n;
-        while ((n = kvs_proto_out_iov(f->conn, iov, 8)) > 0) {
+        while ((n = kvsd_proto_out_iov(f->conn, iov, 8)) > 0) {
             size_t sent = 0;
             for (int k = 0; k < n; k++) {
                 assert_true(f->out_len + iov[k].iov_len <= sizeof(f->out));
@@ -240,7 +240,7 @@ static void feed(struct fixture *f, const uint8_t *p, size_t len)
                 f->out_len += iov[k].iov_len;
                 sent += iov[k].iov_len;
             }
-            kvs_proto_sent(f->conn, sent);
+            kvsd_proto_sent(f->conn, sent);
         }
     }
 }
@@ -296,7 +296,7 @@ static void expect_eacces(struct fixture *f)
     next_reply(f, &h, body);
     assert_int_equal(h.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
     assert_int_equal((int32_t)kvs_get_u32(body), -EACCES);
-    assert_true(kvs_proto_closing(f->conn));
+    assert_true(kvsd_proto_closing(f->conn));
     assert_int_equal(f->srv.counters.auth_failures, 1);
     assert_int_equal(f->srv.counters.errors_protocol, 0);
 }
@@ -319,7 +319,7 @@ static void test_proto_auth_then_serve(void **state)
     send_simple(f, KVS_OP_STATS, 3);
     next_reply(f, &h, body);
     assert_int_equal(h.opcode, KVS_OP_STATS | KVS_OP_REPLY);
-    assert_false(kvs_proto_closing(f->conn));
+    assert_false(kvsd_proto_closing(f->conn));
 }
 
 static void test_proto_request_before_auth(void **state)
@@ -375,7 +375,7 @@ static void test_proto_no_secret(void **state)
     next_reply(f, &h, body);
     assert_int_equal(h.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
     assert_int_equal((int32_t)kvs_get_u32(body), -ENOTSUP);
-    assert_false(kvs_proto_closing(f->conn));
+    assert_false(kvsd_proto_closing(f->conn));
     send_simple(f, KVS_OP_STATS, 3);
     next_reply(f, &h, body);
     assert_int_equal(h.opcode, KVS_OP_STATS | KVS_OP_REPLY);

@@ -19,132 +19,132 @@
 static void test_create_bounds(void **state)
 {
     (void)state;
-    struct kvs_pool *p = NULL;
-    assert_int_equal(kvs_pool_create(MIB - 1, &p), -EINVAL);
-    assert_int_equal(kvs_pool_create(0, &p), -EINVAL);
+    struct kvsd_pool *p = NULL;
+    assert_int_equal(kvsd_pool_create(MIB - 1, &p), -EINVAL);
+    assert_int_equal(kvsd_pool_create(0, &p), -EINVAL);
     /* Rounded down to whole pages. */
-    assert_int_equal(kvs_pool_create(3 * MIB + 12345, &p), 0);
-    assert_int_equal(kvs_pool_size(p), 3 * MIB);
-    assert_non_null(kvs_pool_base(p));
-    struct kvs_pool_stats st;
-    kvs_pool_stats(p, &st);
+    assert_int_equal(kvsd_pool_create(3 * MIB + 12345, &p), 0);
+    assert_int_equal(kvsd_pool_size(p), 3 * MIB);
+    assert_non_null(kvsd_pool_base(p));
+    struct kvsd_pool_stats st;
+    kvsd_pool_stats(p, &st);
     assert_int_equal(st.pages_total, 3);
     assert_int_equal(st.pages_free, 3);
     assert_int_equal(st.bytes_used, 0);
-    kvs_pool_destroy(p);
+    kvsd_pool_destroy(p);
 }
 
 static void test_classes_grow_by_factor(void **state)
 {
     (void)state;
-    struct kvs_pool *p;
-    assert_int_equal(kvs_pool_create(4 * MIB, &p), 0);
-    int n = kvs_pool_nclasses(p);
+    struct kvsd_pool *p;
+    assert_int_equal(kvsd_pool_create(4 * MIB, &p), 0);
+    int n = kvsd_pool_nclasses(p);
     assert_true(n > 30 && n < 64);
 
-    struct kvs_pool_class_stats prev, cs;
-    kvs_pool_class_stats(p, 0, &prev);
-    assert_int_equal(prev.chunk_size, KVS_POOL_MIN_CHUNK);
+    struct kvsd_pool_class_stats prev, cs;
+    kvsd_pool_class_stats(p, 0, &prev);
+    assert_int_equal(prev.chunk_size, KVSD_POOL_MIN_CHUNK);
     for (int i = 1; i < n; i++) {
-        kvs_pool_class_stats(p, i, &cs);
+        kvsd_pool_class_stats(p, i, &cs);
         assert_int_equal(cs.chunk_size % 8, 0);
         assert_true(cs.chunk_size > prev.chunk_size);
         /* About 1.25 each step (8-byte rounding aside); the last one is half a page. */
         if (i < n - 1) assert_true(cs.chunk_size <= prev.chunk_size + prev.chunk_size / 4 + 8);
-        assert_int_equal(cs.chunks_per_page, KVS_POOL_PAGE / cs.chunk_size);
+        assert_int_equal(cs.chunks_per_page, KVSD_POOL_PAGE / cs.chunk_size);
         prev = cs;
     }
-    assert_int_equal(prev.chunk_size, KVS_POOL_PAGE / 2);
+    assert_int_equal(prev.chunk_size, KVSD_POOL_PAGE / 2);
 
-    assert_int_equal(kvs_pool_class_of(p, 0), 0);
-    assert_int_equal(kvs_pool_class_of(p, 64), 0);
-    assert_int_equal(kvs_pool_class_of(p, 65), 1);
-    assert_int_equal(kvs_pool_class_of(p, KVS_POOL_PAGE / 2), n - 1);
-    assert_int_equal(kvs_pool_class_of(p, KVS_POOL_PAGE / 2 + 1), KVS_POOL_LARGE);
+    assert_int_equal(kvsd_pool_class_of(p, 0), 0);
+    assert_int_equal(kvsd_pool_class_of(p, 64), 0);
+    assert_int_equal(kvsd_pool_class_of(p, 65), 1);
+    assert_int_equal(kvsd_pool_class_of(p, KVSD_POOL_PAGE / 2), n - 1);
+    assert_int_equal(kvsd_pool_class_of(p, KVSD_POOL_PAGE / 2 + 1), KVSD_POOL_LARGE);
     /* Every length lands in the smallest class that holds it. */
-    for (size_t len = 1; len < KVS_POOL_PAGE / 2; len = len * 3 / 2 + 1) {
-        int cls = kvs_pool_class_of(p, len);
-        kvs_pool_class_stats(p, cls, &cs);
+    for (size_t len = 1; len < KVSD_POOL_PAGE / 2; len = len * 3 / 2 + 1) {
+        int cls = kvsd_pool_class_of(p, len);
+        kvsd_pool_class_stats(p, cls, &cs);
         assert_true(len <= cs.chunk_size);
         if (cls > 0) {
-            kvs_pool_class_stats(p, cls - 1, &prev);
+            kvsd_pool_class_stats(p, cls - 1, &prev);
             assert_true(len > prev.chunk_size);
         }
     }
-    assert_int_equal(kvs_pool_slot_size(p, 3 * MIB / 2), 2 * MIB);
-    kvs_pool_destroy(p);
+    assert_int_equal(kvsd_pool_slot_size(p, 3 * MIB / 2), 2 * MIB);
+    kvsd_pool_destroy(p);
 }
 
 static void test_chunk_reuse(void **state)
 {
     (void)state;
-    struct kvs_pool *p;
-    assert_int_equal(kvs_pool_create(2 * MIB, &p), 0);
+    struct kvsd_pool *p;
+    assert_int_equal(kvsd_pool_create(2 * MIB, &p), 0);
     uint64_t a, b, c;
-    assert_int_equal(kvs_pool_alloc(p, 4096, &a), 0);
-    assert_int_equal(kvs_pool_alloc(p, 4096, &b), 0);
+    assert_int_equal(kvsd_pool_alloc(p, 4096, &a), 0);
+    assert_int_equal(kvsd_pool_alloc(p, 4096, &b), 0);
     assert_int_not_equal(a, b);
-    kvs_pool_free(p, b, 4096);
-    assert_int_equal(kvs_pool_alloc(p, 4096, &c), 0);
+    kvsd_pool_free(p, b, 4096);
+    assert_int_equal(kvsd_pool_alloc(p, 4096, &c), 0);
     assert_int_equal(c, b); /* the freed chunk is used again, no new carving */
 
-    struct kvs_pool_stats st;
-    kvs_pool_stats(p, &st);
+    struct kvsd_pool_stats st;
+    kvsd_pool_stats(p, &st);
     assert_int_equal(st.pages_free, 1);
-    assert_int_equal(st.bytes_used, 2 * kvs_pool_slot_size(p, 4096));
-    kvs_pool_free(p, a, 4096);
-    kvs_pool_free(p, c, 4096);
+    assert_int_equal(st.bytes_used, 2 * kvsd_pool_slot_size(p, 4096));
+    kvsd_pool_free(p, a, 4096);
+    kvsd_pool_free(p, c, 4096);
     /* An empty slab page goes back to the free pages. */
-    kvs_pool_stats(p, &st);
+    kvsd_pool_stats(p, &st);
     assert_int_equal(st.pages_free, 2);
     assert_int_equal(st.bytes_used, 0);
-    kvs_pool_destroy(p);
+    kvsd_pool_destroy(p);
 }
 
 static void test_page_runs(void **state)
 {
     (void)state;
-    struct kvs_pool *p;
-    assert_int_equal(kvs_pool_create(8 * MIB, &p), 0);
+    struct kvsd_pool *p;
+    assert_int_equal(kvsd_pool_create(8 * MIB, &p), 0);
     uint64_t small, big, big2;
-    assert_int_equal(kvs_pool_alloc(p, 100, &small), 0); /* takes page 0 */
-    assert_int_equal(kvs_pool_alloc(p, 3 * MIB - 5, &big), 0);
-    assert_int_equal(big % KVS_POOL_PAGE, 0);
-    assert_true(big >= KVS_POOL_PAGE);
-    struct kvs_pool_stats st;
-    kvs_pool_stats(p, &st);
+    assert_int_equal(kvsd_pool_alloc(p, 100, &small), 0); /* takes page 0 */
+    assert_int_equal(kvsd_pool_alloc(p, 3 * MIB - 5, &big), 0);
+    assert_int_equal(big % KVSD_POOL_PAGE, 0);
+    assert_true(big >= KVSD_POOL_PAGE);
+    struct kvsd_pool_stats st;
+    kvsd_pool_stats(p, &st);
     assert_int_equal(st.pages_free, 8 - 1 - 3);
     /* 4 pages left, contiguous: 4 MiB fits, 4 MiB + 1 does not. */
-    assert_int_equal(kvs_pool_alloc(p, 4 * MIB + 1, &big2), -ENOSPC);
-    assert_int_equal(kvs_pool_alloc(p, 4 * MIB, &big2), 0);
-    kvs_pool_stats(p, &st);
+    assert_int_equal(kvsd_pool_alloc(p, 4 * MIB + 1, &big2), -ENOSPC);
+    assert_int_equal(kvsd_pool_alloc(p, 4 * MIB, &big2), 0);
+    kvsd_pool_stats(p, &st);
     assert_int_equal(st.pages_free, 0);
-    assert_int_equal(kvs_pool_alloc(p, 100000, &small), -ENOSPC);
+    assert_int_equal(kvsd_pool_alloc(p, 100000, &small), -ENOSPC);
 
-    kvs_pool_free(p, big, 3 * MIB - 5);
-    kvs_pool_stats(p, &st);
+    kvsd_pool_free(p, big, 3 * MIB - 5);
+    kvsd_pool_stats(p, &st);
     assert_int_equal(st.pages_free, 3);
-    assert_int_equal(kvs_pool_alloc(p, 8 * MIB + 1, &big), -E2BIG);
-    kvs_pool_destroy(p);
+    assert_int_equal(kvsd_pool_alloc(p, 8 * MIB + 1, &big), -E2BIG);
+    kvsd_pool_destroy(p);
 }
 
 /* A run of pages is found only where the free pages are contiguous. */
 static void test_run_needs_contiguous_pages(void **state)
 {
     (void)state;
-    struct kvs_pool *p;
-    assert_int_equal(kvs_pool_create(4 * MIB, &p), 0);
+    struct kvsd_pool *p;
+    assert_int_equal(kvsd_pool_create(4 * MIB, &p), 0);
     uint64_t off[4];
     for (int i = 0; i < 4; i++)
-        assert_int_equal(kvs_pool_alloc(p, MIB, &off[i]), 0);
-    kvs_pool_free(p, off[0], MIB);
-    kvs_pool_free(p, off[2], MIB);
+        assert_int_equal(kvsd_pool_alloc(p, MIB, &off[i]), 0);
+    kvsd_pool_free(p, off[0], MIB);
+    kvsd_pool_free(p, off[2], MIB);
     uint64_t two;
-    assert_int_equal(kvs_pool_alloc(p, 2 * MIB, &two), -ENOSPC); /* 2 free, not adjacent */
-    kvs_pool_free(p, off[1], MIB);
-    assert_int_equal(kvs_pool_alloc(p, 2 * MIB, &two), 0);
+    assert_int_equal(kvsd_pool_alloc(p, 2 * MIB, &two), -ENOSPC); /* 2 free, not adjacent */
+    kvsd_pool_free(p, off[1], MIB);
+    assert_int_equal(kvsd_pool_alloc(p, 2 * MIB, &two), 0);
     assert_int_equal(two, off[0]);
-    kvs_pool_destroy(p);
+    kvsd_pool_destroy(p);
 }
 
 struct slot {
@@ -156,12 +156,12 @@ struct slot {
 static void test_no_overlap_until_full(void **state)
 {
     (void)state;
-    struct kvs_pool *p;
-    assert_int_equal(kvs_pool_create(6 * MIB, &p), 0);
+    struct kvsd_pool *p;
+    assert_int_equal(kvsd_pool_create(6 * MIB, &p), 0);
     size_t max = 20000;
     struct slot *slots = calloc(max, sizeof(*slots));
     assert_non_null(slots);
-    uint8_t *base = kvs_pool_base(p);
+    uint8_t *base = kvsd_pool_base(p);
     size_t n = 0;
     unsigned seed = 7;
     static const size_t sizes[] = {0, 1, 64, 65, 700, 4096, 4097, 60000, 600000, 1500000};
@@ -169,21 +169,21 @@ static void test_no_overlap_until_full(void **state)
         seed = seed * 1103515245u + 12345u;
         size_t len = sizes[(seed >> 16) % (sizeof(sizes) / sizeof(sizes[0]))];
         uint64_t off;
-        int rc = kvs_pool_alloc(p, len, &off);
+        int rc = kvsd_pool_alloc(p, len, &off);
         if (rc == -ENOSPC) {
             misses++;
             continue;
         }
         assert_int_equal(rc, 0);
-        assert_true(off + kvs_pool_slot_size(p, len) <= kvs_pool_size(p));
+        assert_true(off + kvsd_pool_slot_size(p, len) <= kvsd_pool_size(p));
         memset(base + off, (int)(n & 0xff), len);
         slots[n++] = (struct slot){off, len};
     }
     assert_true(n > 10);
     for (size_t i = 0; i < n; i++) {
-        size_t si = kvs_pool_slot_size(p, slots[i].len);
+        size_t si = kvsd_pool_slot_size(p, slots[i].len);
         for (size_t j = i + 1; j < n; j++) {
-            size_t sj = kvs_pool_slot_size(p, slots[j].len);
+            size_t sj = kvsd_pool_slot_size(p, slots[j].len);
             int disjoint = slots[i].off + si <= slots[j].off || slots[j].off + sj <= slots[i].off;
             assert_true(disjoint);
         }
@@ -192,42 +192,42 @@ static void test_no_overlap_until_full(void **state)
             assert_int_equal(base[slots[i].off + b], i & 0xff);
     }
     for (size_t i = 0; i < n; i++)
-        kvs_pool_free(p, slots[i].off, slots[i].len);
-    struct kvs_pool_stats st;
-    kvs_pool_stats(p, &st);
+        kvsd_pool_free(p, slots[i].off, slots[i].len);
+    struct kvsd_pool_stats st;
+    kvsd_pool_stats(p, &st);
     assert_int_equal(st.pages_free, st.pages_total);
     assert_int_equal(st.bytes_used, 0);
     free(slots);
-    kvs_pool_destroy(p);
+    kvsd_pool_destroy(p);
 }
 
 /* A class fills exactly its pages' chunks, then needs a new page. */
 static void test_class_fills_pages(void **state)
 {
     (void)state;
-    struct kvs_pool *p;
-    assert_int_equal(kvs_pool_create(2 * MIB, &p), 0);
-    int cls = kvs_pool_class_of(p, 4000);
-    struct kvs_pool_class_stats cs;
-    kvs_pool_class_stats(p, cls, &cs);
+    struct kvsd_pool *p;
+    assert_int_equal(kvsd_pool_create(2 * MIB, &p), 0);
+    int cls = kvsd_pool_class_of(p, 4000);
+    struct kvsd_pool_class_stats cs;
+    kvsd_pool_class_stats(p, cls, &cs);
     uint32_t total = 2 * cs.chunks_per_page;
     uint64_t *offs = calloc(total, sizeof(*offs));
     assert_non_null(offs);
     for (uint32_t i = 0; i < total; i++)
-        assert_int_equal(kvs_pool_alloc(p, 4000, &offs[i]), 0);
+        assert_int_equal(kvsd_pool_alloc(p, 4000, &offs[i]), 0);
     uint64_t extra;
-    assert_int_equal(kvs_pool_alloc(p, 4000, &extra), -ENOSPC);
-    assert_int_equal(kvs_pool_alloc(p, 64, &extra), -ENOSPC); /* no page for another class */
-    kvs_pool_class_stats(p, cls, &cs);
+    assert_int_equal(kvsd_pool_alloc(p, 4000, &extra), -ENOSPC);
+    assert_int_equal(kvsd_pool_alloc(p, 64, &extra), -ENOSPC); /* no page for another class */
+    kvsd_pool_class_stats(p, cls, &cs);
     assert_int_equal(cs.pages, 2);
     assert_int_equal(cs.chunks_used, total);
     /* Freeing a whole page's chunks returns the page; another class can then use it. */
     for (uint32_t i = 0; i < total; i++)
-        if (kvs_pool_page_of(offs[i]) == 0) kvs_pool_free(p, offs[i], 4000);
-    assert_int_equal(kvs_pool_alloc(p, 64, &extra), 0);
-    assert_int_equal(kvs_pool_page_of(extra), 0);
+        if (kvsd_pool_page_of(offs[i]) == 0) kvsd_pool_free(p, offs[i], 4000);
+    assert_int_equal(kvsd_pool_alloc(p, 64, &extra), 0);
+    assert_int_equal(kvsd_pool_page_of(extra), 0);
     free(offs);
-    kvs_pool_destroy(p);
+    kvsd_pool_destroy(p);
 }
 
 int main(void)

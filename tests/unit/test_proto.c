@@ -24,8 +24,8 @@
 /* ---- the connection under test ---- */
 
 struct fixture {
-    struct kvs_server srv;
-    struct kvs_proto_conn *conn;
+    struct kvsd_server srv;
+    struct kvsd_proto_conn *conn;
     struct kvt_reqbuf out; /* every reply byte sent so far */
     size_t read_pos;
 };
@@ -34,10 +34,10 @@ static int setup_limits(void **state, size_t out_limit)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     if (!f) return -1;
-    struct kvs_server_limits lim = {
+    struct kvsd_server_limits lim = {
         .max_object = MIB, .max_frame = 4 * MIB, .out_limit = out_limit, .rbuf_size = 4096};
-    if (kvs_server_init(&f->srv, 8 * MIB, &lim) < 0) return -1;
-    f->conn = kvs_proto_conn_new(&f->srv);
+    if (kvsd_server_init(&f->srv, 8 * MIB, &lim) < 0) return -1;
+    f->conn = kvsd_proto_conn_new(&f->srv);
     if (!f->conn) return -1;
     *state = f;
     return 0;
@@ -56,12 +56,12 @@ static int setup_small_out(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    kvs_proto_conn_free(f->conn);
+    kvsd_proto_conn_free(f->conn);
     /* Nothing stays pinned once the connection is gone. */
-    struct kvs_store_stats st;
-    kvs_store_stats(f->srv.store, &st);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(f->srv.store, &st);
     assert_int_equal(st.pinned, 0);
-    kvs_server_fini(&f->srv);
+    kvsd_server_fini(&f->srv);
     free(f->out.p);
     free(f);
     return 0;
@@ -70,17 +70,17 @@ static int teardown(void **state)
 /* Takes every queued reply byte, as a socket that always has room would, a few iovecs at a time. */
 static void drain(struct fixture *f)
 {
-    for (int guard = 0; kvs_proto_out_pending(f->conn) > 0 && guard < 1000000; guard++) {
+    for (int guard = 0; kvsd_proto_out_pending(f->conn) > 0 && guard < 1000000; guard++) {
         struct iovec iov[3];
-        int n = kvs_proto_out_iov(f->conn, iov, 3);
+        int n = kvsd_proto_out_iov(f->conn, iov, 3);
         assert_true(n > 0);
         size_t total = 0;
         for (int i = 0; i < n; i++) {
             kvt_reqbuf_put(&f->out, iov[i].iov_base, iov[i].iov_len);
             total += iov[i].iov_len;
         }
-        kvs_proto_sent(f->conn, total);
-        kvs_proto_process(f->conn);
+        kvsd_proto_sent(f->conn, total);
+        kvsd_proto_process(f->conn);
     }
 }
 
@@ -90,10 +90,10 @@ static void feed(struct fixture *f, const struct kvt_reqbuf *b, size_t chunk)
     size_t off = 0;
     for (int guard = 0; off < b->len && guard < 10000000; guard++) {
         size_t n = chunk && b->len - off > chunk ? chunk : b->len - off;
-        size_t took = kvs_proto_feed(f->conn, b->p + off, n);
+        size_t took = kvsd_proto_feed(f->conn, b->p + off, n);
         off += took;
         if (took < n) {
-            if (kvs_proto_closing(f->conn)) break;
+            if (kvsd_proto_closing(f->conn)) break;
             drain(f);
         }
     }
@@ -183,7 +183,7 @@ static void test_put_get_roundtrip(void **state)
     next_reply(f, &r);
     assert_int_equal(r.status[0], -ENOENT);
     no_more_replies(f);
-    assert_false(kvs_proto_closing(f->conn));
+    assert_false(kvsd_proto_closing(f->conn));
     assert_int_equal(f->srv.counters.get_hits, 2);
     assert_int_equal(f->srv.counters.get_misses, 1);
     free(b.p);
@@ -278,7 +278,7 @@ static void test_bytewise_same_as_whole(void **state)
         assert_int_equal(setup(&st), 0);
         struct fixture *f = st;
         feed(f, &b, chunks[c]);
-        assert_false(kvs_proto_closing(f->conn));
+        assert_false(kvsd_proto_closing(f->conn));
         if (c == 0) {
             kvt_reqbuf_put(&first, f->out.p, f->out.len);
             struct reply r;
@@ -359,10 +359,10 @@ static void expect_fatal(struct fixture *f, const struct kvt_reqbuf *bad, int32_
     assert_int_equal(error_status(&r), status);
     assert_int_equal(r.hdr.id, id);
     no_more_replies(f);
-    assert_true(kvs_proto_closing(f->conn));
+    assert_true(kvsd_proto_closing(f->conn));
     assert_int_equal(f->srv.counters.errors_protocol, 1);
     /* No more input is taken. */
-    assert_int_equal(kvs_proto_feed(f->conn, b.p, b.len), 0);
+    assert_int_equal(kvsd_proto_feed(f->conn, b.p, b.len), 0);
     free(b.p);
 }
 
@@ -491,15 +491,15 @@ static void test_half_written_put_aborted(void **state)
     struct kvt_reqbuf b = {0};
     static uint8_t val[100000];
     kvt_req_put(&b, 1, "k", val, sizeof(val));
-    assert_int_equal(kvs_proto_feed(f->conn, b.p, b.len / 2), b.len / 2);
-    struct kvs_store_stats st;
-    kvs_store_stats(f->srv.store, &st);
+    assert_int_equal(kvsd_proto_feed(f->conn, b.p, b.len / 2), b.len / 2);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(f->srv.store, &st);
     assert_int_equal(st.pinned, 1); /* the reserved slot */
     assert_int_equal(st.items, 0);  /* and not visible */
-    kvs_proto_conn_free(f->conn);
-    f->conn = kvs_proto_conn_new(&f->srv);
+    kvsd_proto_conn_free(f->conn);
+    f->conn = kvsd_proto_conn_new(&f->srv);
     assert_non_null(f->conn);
-    kvs_store_stats(f->srv.store, &st);
+    kvsd_store_stats(f->srv.store, &st);
     assert_int_equal(st.pinned, 0);
     assert_int_equal(st.memory_used, 0);
     free(b.p);
@@ -528,7 +528,7 @@ static void test_unknown_opcode_then_good_frame(void **state)
     assert_int_equal(r.hdr.id, 22);
     assert_memory_equal(r.data[0], "v", 1);
     no_more_replies(f);
-    assert_false(kvs_proto_closing(f->conn));
+    assert_false(kvsd_proto_closing(f->conn));
     assert_int_equal(f->srv.counters.errors_unsupported, 1);
     free(b.p);
 }
@@ -550,7 +550,7 @@ static void test_rdma_opcode_not_served_over_tcp(void **state)
     next_reply(f, &r);
     assert_int_equal(r.hdr.id, 31);
     assert_int_equal(r.status[0], 0);
-    assert_false(kvs_proto_closing(f->conn));
+    assert_false(kvsd_proto_closing(f->conn));
     free(b.p);
 }
 
@@ -568,12 +568,12 @@ static void test_put_value_read_into_slot(void **state)
         val[i] = (uint8_t)(i * 13);
     kvt_req_put(&b, 1, "big", val, sizeof(val));
     kvt_req_put(&b, 2, "small", "xyz", 3);
-    uint8_t *pool = kvs_pool_base(kvs_store_pool(f->srv.store));
-    size_t pool_size = kvs_pool_size(kvs_store_pool(f->srv.store));
+    uint8_t *pool = kvsd_pool_base(kvsd_store_pool(f->srv.store));
+    size_t pool_size = kvsd_pool_size(kvsd_store_pool(f->srv.store));
     size_t direct = 0, off = 0;
     for (int guard = 0; off < b.len && guard < 100000; guard++) {
         struct iovec iov[2];
-        int cnt = kvs_proto_recv_iov(f->conn, iov);
+        int cnt = kvsd_proto_recv_iov(f->conn, iov);
         assert_true(cnt > 0);
         size_t n = 0, chunk = b.len - off < 7000 ? b.len - off : 7000; /* socket-sized reads */
         for (int i = 0; i < cnt && n < chunk; i++) {
@@ -583,7 +583,7 @@ static void test_put_value_read_into_slot(void **state)
             memcpy(dst, b.p + off + n, k);
             n += k;
         }
-        kvs_proto_received(f->conn, n);
+        kvsd_proto_received(f->conn, n);
         off += n;
     }
     /* All of the value but the part that came with its header went directly. */
@@ -593,15 +593,15 @@ static void test_put_value_read_into_slot(void **state)
     struct reply r;
     next_reply(f, &r);
     assert_int_equal(r.status[0], 0);
-    struct kvs_item *it = kvs_store_lookup(f->srv.store, (const uint8_t *)"big", 3, 0);
+    struct kvsd_item *it = kvsd_store_lookup(f->srv.store, (const uint8_t *)"big", 3, 0);
     assert_non_null(it);
-    assert_memory_equal(kvs_item_data(f->srv.store, it), val, sizeof(val));
+    assert_memory_equal(kvsd_item_data(f->srv.store, it), val, sizeof(val));
     next_reply(f, &r);
     assert_int_equal(r.hdr.id, 2);
     assert_int_equal(r.status[0], 0);
-    it = kvs_store_lookup(f->srv.store, (const uint8_t *)"small", 5, 0);
+    it = kvsd_store_lookup(f->srv.store, (const uint8_t *)"small", 5, 0);
     assert_non_null(it);
-    assert_memory_equal(kvs_item_data(f->srv.store, it), "xyz", 3);
+    assert_memory_equal(kvsd_item_data(f->srv.store, it), "xyz", 3);
     free(b.p);
 }
 
@@ -621,13 +621,13 @@ static void test_get_reply_pinned_until_sent(void **state)
     kvt_req_get(&b, 2, "k", sizeof(v1));
     kvt_req_put(&b, 3, "k", v2, sizeof(v2));
     kvt_req_get(&b, 4, "k", sizeof(v2));
-    assert_int_equal(kvs_proto_feed(f->conn, b.p, b.len), b.len);
-    struct kvs_store_stats st;
-    kvs_store_stats(f->srv.store, &st);
+    assert_int_equal(kvsd_proto_feed(f->conn, b.p, b.len), b.len);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(f->srv.store, &st);
     assert_int_equal(st.pinned, 2); /* both values, held by unsent replies */
     assert_int_equal(st.items, 1);
     drain(f);
-    kvs_store_stats(f->srv.store, &st);
+    kvsd_store_stats(f->srv.store, &st);
     assert_int_equal(st.pinned, 0);
     struct reply r;
     next_reply(f, &r);
@@ -649,13 +649,13 @@ static void test_back_pressure(void **state)
     kvt_req_put(&b, 0, "k", val, sizeof(val));
     for (uint64_t id = 1; id <= 300; id++)
         kvt_req_get(&b, id, "k", sizeof(val));
-    size_t took = kvs_proto_feed(f->conn, b.p, b.len);
+    size_t took = kvsd_proto_feed(f->conn, b.p, b.len);
     assert_true(took < b.len);
-    assert_false(kvs_proto_want_input(f->conn));
+    assert_false(kvsd_proto_want_input(f->conn));
     /* Queued output is bounded by the limit plus one frame's reply. */
-    assert_true(kvs_proto_out_pending(f->conn) <= 1024 + 2 * (KVS_WIRE_HDR_LEN + 8 + 2000));
+    assert_true(kvsd_proto_out_pending(f->conn) <= 1024 + 2 * (KVS_WIRE_HDR_LEN + 8 + 2000));
     struct iovec iov[2];
-    assert_int_equal(kvs_proto_recv_iov(f->conn, iov), 0);
+    assert_int_equal(kvsd_proto_recv_iov(f->conn, iov), 0);
 
     struct kvt_reqbuf rest = {0};
     kvt_reqbuf_put(&rest, b.p + took, b.len - took);
@@ -733,7 +733,7 @@ static void test_put_nospace_when_all_pinned(void **state)
     assert_int_equal(r.status[0], 0); /* by evicting the oldest run, k0 */
 
     /* Now pin everything left with GETs whose replies are not sent, then PUT. */
-    struct kvs_store_stats st;
+    struct kvsd_store_stats st;
     b.len = 0;
     for (int i = 1; i < 8; i++) {
         snprintf(key, sizeof(key), "k%d", i);
@@ -741,8 +741,8 @@ static void test_put_nospace_when_all_pinned(void **state)
     }
     kvt_req_get(&b, 3, "new", MIB);
     kvt_req_put(&b, 4, "x", val, 200000);
-    assert_int_equal(kvs_proto_feed(f->conn, b.p, b.len), b.len);
-    kvs_store_stats(f->srv.store, &st);
+    assert_int_equal(kvsd_proto_feed(f->conn, b.p, b.len), b.len);
+    kvsd_store_stats(f->srv.store, &st);
     assert_int_equal(st.pinned, st.items);
     drain(f);
     for (int i = 0; i < 8; i++) {

@@ -29,8 +29,8 @@
 #define MAX_CHUNKS 1000000
 
 struct fixture {
-    struct kvs_server srv;
-    struct kvs_proto_conn *conn;
+    struct kvsd_server srv;
+    struct kvsd_proto_conn *conn;
     struct kvt_reqbuf out;
     uint64_t rng;
 };
@@ -39,10 +39,10 @@ static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     if (!f) return -1;
-    struct kvs_server_limits lim = {
+    struct kvsd_server_limits lim = {
         .max_object = MIB, .max_frame = 8 * MIB, .out_limit = 1u << 30, .rbuf_size = RBUF};
-    if (kvs_server_init(&f->srv, 32 * MIB, &lim) < 0) return -1;
-    f->conn = kvs_proto_conn_new(&f->srv);
+    if (kvsd_server_init(&f->srv, 32 * MIB, &lim) < 0) return -1;
+    f->conn = kvsd_proto_conn_new(&f->srv);
     if (!f->conn) return -1;
     f->rng = 0x9e3779b97f4a7c15ull;
     *state = f;
@@ -52,11 +52,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    kvs_proto_conn_free(f->conn);
-    struct kvs_store_stats st;
-    kvs_store_stats(f->srv.store, &st);
+    kvsd_proto_conn_free(f->conn);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(f->srv.store, &st);
     assert_int_equal(st.pinned, 0);
-    kvs_server_fini(&f->srv);
+    kvsd_server_fini(&f->srv);
     free(f->out.p);
     free(f);
     return 0;
@@ -72,33 +72,33 @@ static size_t next_size(struct fixture *f, size_t max)
 /* Takes every queued reply byte. */
 static void drain(struct fixture *f)
 {
-    for (int guard = 0; kvs_proto_out_pending(f->conn) > 0 && guard < 100000; guard++) {
+    for (int guard = 0; kvsd_proto_out_pending(f->conn) > 0 && guard < 100000; guard++) {
         struct iovec iov[8];
-        int n = kvs_proto_out_iov(f->conn, iov, 8);
+        int n = kvsd_proto_out_iov(f->conn, iov, 8);
         assert_true(n > 0);
         size_t total = 0;
         for (int i = 0; i < n; i++) {
             kvt_reqbuf_put(&f->out, iov[i].iov_base, iov[i].iov_len);
             total += iov[i].iov_len;
         }
-        kvs_proto_sent(f->conn, total);
-        kvs_proto_process(f->conn);
+        kvsd_proto_sent(f->conn, total);
+        kvsd_proto_process(f->conn);
     }
 }
 
 /*
  * Delivers the stream as a socket would to net.c's readv: each "recv" hands
- * over a random 1..max_chunk bytes into the iovecs kvs_proto_recv_iov gives.
+ * over a random 1..max_chunk bytes into the iovecs kvsd_proto_recv_iov gives.
  * Returns how many bytes were written into pool memory (a value's slot).
  */
 static size_t deliver(struct fixture *f, const struct kvt_reqbuf *b, size_t max_chunk)
 {
-    const uint8_t *pool = kvs_pool_base(kvs_store_pool(f->srv.store));
-    size_t pool_size = kvs_pool_size(kvs_store_pool(f->srv.store));
+    const uint8_t *pool = kvsd_pool_base(kvsd_store_pool(f->srv.store));
+    size_t pool_size = kvsd_pool_size(kvsd_store_pool(f->srv.store));
     size_t direct = 0, off = 0;
     for (int guard = 0; off < b->len && guard < MAX_CHUNKS; guard++) {
         struct iovec iov[2];
-        int cnt = kvs_proto_recv_iov(f->conn, iov);
+        int cnt = kvsd_proto_recv_iov(f->conn, iov);
         assert_true(cnt > 0);
         size_t chunk = next_size(f, max_chunk);
         if (chunk > b->len - off) chunk = b->len - off;
@@ -110,12 +110,12 @@ static size_t deliver(struct fixture *f, const struct kvt_reqbuf *b, size_t max_
             memcpy(dst, b->p + off + n, k);
             n += k;
         }
-        kvs_proto_received(f->conn, n);
+        kvsd_proto_received(f->conn, n);
         off += n;
         drain(f);
     }
     assert_int_equal(off, b->len);
-    assert_false(kvs_proto_closing(f->conn));
+    assert_false(kvsd_proto_closing(f->conn));
     return direct;
 }
 
@@ -148,10 +148,10 @@ static void fill_value(uint8_t *v, size_t len, unsigned seed)
 
 static void check_stored(struct fixture *f, const char *key, const uint8_t *v, size_t len)
 {
-    struct kvs_item *it = kvs_store_lookup(f->srv.store, (const uint8_t *)key, strlen(key), 0);
+    struct kvsd_item *it = kvsd_store_lookup(f->srv.store, (const uint8_t *)key, strlen(key), 0);
     assert_non_null(it);
-    assert_int_equal(kvs_item_len(it), len);
-    assert_memory_equal(kvs_item_data(f->srv.store, it), v, len);
+    assert_int_equal(kvsd_item_len(it), len);
+    assert_memory_equal(kvsd_item_data(f->srv.store, it), v, len);
 }
 
 /*
@@ -288,7 +288,7 @@ static void test_refused_value_read_whole(void **state)
     struct kvt_reqbuf head = {.p = b.p, .len = upto};
     deliver(f, &head, 100000);
     struct iovec iov[2];
-    assert_int_equal(kvs_proto_recv_iov(f->conn, iov), 1);
+    assert_int_equal(kvsd_proto_recv_iov(f->conn, iov), 1);
     assert_true(iov[0].iov_len > 4 * KIB);
     struct kvt_reqbuf rest = {.p = b.p + upto, .len = b.len - upto};
     deliver(f, &rest, 100000);

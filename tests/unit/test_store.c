@@ -24,120 +24,120 @@ static const uint8_t *K(const char *s)
 }
 
 /* A whole put: reserve, fill with byte fill, commit. */
-static int put(struct kvs_store *s, const char *key, uint32_t len, int fill)
+static int put(struct kvsd_store *s, const char *key, uint32_t len, int fill)
 {
-    struct kvs_item *it;
-    int rc = kvs_store_reserve(s, K(key), (uint16_t)strlen(key), len, &it);
+    struct kvsd_item *it;
+    int rc = kvsd_store_reserve(s, K(key), (uint16_t)strlen(key), len, &it);
     if (rc < 0) return rc;
-    memset(kvs_item_data(s, it), fill, len);
-    return kvs_store_commit(s, it);
+    memset(kvsd_item_data(s, it), fill, len);
+    return kvsd_store_commit(s, it);
 }
 
 /* 1 if key is present with len bytes all equal to fill, 0 if absent; fails otherwise. */
-static int check(struct kvs_store *s, const char *key, uint32_t len, int fill)
+static int check(struct kvsd_store *s, const char *key, uint32_t len, int fill)
 {
-    struct kvs_item *it = kvs_store_lookup(s, K(key), (uint16_t)strlen(key), 1);
+    struct kvsd_item *it = kvsd_store_lookup(s, K(key), (uint16_t)strlen(key), 1);
     if (!it) return 0;
-    assert_int_equal(kvs_item_len(it), len);
-    const uint8_t *d = kvs_item_data(s, it);
+    assert_int_equal(kvsd_item_len(it), len);
+    const uint8_t *d = kvsd_item_data(s, it);
     for (uint32_t i = 0; i < len; i++)
         assert_int_equal(d[i], (uint8_t)fill);
-    kvs_store_unpin(s, it);
+    kvsd_store_unpin(s, it);
     return 1;
 }
 
-static int present(struct kvs_store *s, const char *key)
+static int present(struct kvsd_store *s, const char *key)
 {
-    return kvs_store_lookup(s, K(key), (uint16_t)strlen(key), 0) != NULL;
+    return kvsd_store_lookup(s, K(key), (uint16_t)strlen(key), 0) != NULL;
 }
 
 static void test_put_get_replace_remove(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    assert_int_equal(kvs_store_create(4 * MIB, &s), 0);
+    struct kvsd_store *s;
+    assert_int_equal(kvsd_store_create(4 * MIB, &s), 0);
     assert_int_equal(put(s, "a", 100, 1), 0);
     assert_int_equal(put(s, "b", 0, 0), 0);
     assert_int_equal(check(s, "a", 100, 1), 1);
     assert_int_equal(check(s, "b", 0, 0), 1);
     assert_int_equal(check(s, "c", 0, 0), 0);
 
-    struct kvs_store_stats st;
-    kvs_store_stats(s, &st);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(s, &st);
     uint64_t used = st.memory_used;
     assert_int_equal(st.items, 2);
     assert_int_equal(st.value_bytes, 100);
 
     assert_int_equal(put(s, "a", 100, 2), 0); /* replace: same size, old slot freed */
     assert_int_equal(check(s, "a", 100, 2), 1);
-    kvs_store_stats(s, &st);
+    kvsd_store_stats(s, &st);
     assert_int_equal(st.items, 2);
     assert_int_equal(st.memory_used, used);
 
     assert_int_equal(put(s, "a", 3000, 3), 0); /* replace with another class */
     assert_int_equal(check(s, "a", 3000, 3), 1);
 
-    assert_int_equal(kvs_store_remove(s, K("a"), 1), 0);
-    assert_int_equal(kvs_store_remove(s, K("a"), 1), -ENOENT);
-    assert_int_equal(kvs_store_remove(s, K("b"), 1), 0);
-    kvs_store_stats(s, &st);
+    assert_int_equal(kvsd_store_remove(s, K("a"), 1), 0);
+    assert_int_equal(kvsd_store_remove(s, K("a"), 1), -ENOENT);
+    assert_int_equal(kvsd_store_remove(s, K("b"), 1), 0);
+    kvsd_store_stats(s, &st);
     assert_int_equal(st.items, 0);
     assert_int_equal(st.memory_used, 0);
     assert_int_equal(st.pinned, 0);
-    kvs_store_destroy(s);
+    kvsd_store_destroy(s);
 }
 
 /* Keys are bytes: "ab" and "ab\0" (klen 3) and "a" are different keys. */
 static void test_keys_are_length_counted(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    struct kvs_item *it;
-    assert_int_equal(kvs_store_create(2 * MIB, &s), 0);
-    assert_int_equal(kvs_store_reserve(s, K("ab\0"), 3, 10, &it), 0);
-    assert_int_equal(kvs_store_commit(s, it), 0);
-    assert_null(kvs_store_lookup(s, K("ab"), 2, 0));
-    assert_null(kvs_store_lookup(s, K("a"), 1, 0));
-    assert_non_null(kvs_store_lookup(s, K("ab\0"), 3, 0));
-    kvs_store_destroy(s);
+    struct kvsd_store *s;
+    struct kvsd_item *it;
+    assert_int_equal(kvsd_store_create(2 * MIB, &s), 0);
+    assert_int_equal(kvsd_store_reserve(s, K("ab\0"), 3, 10, &it), 0);
+    assert_int_equal(kvsd_store_commit(s, it), 0);
+    assert_null(kvsd_store_lookup(s, K("ab"), 2, 0));
+    assert_null(kvsd_store_lookup(s, K("a"), 1, 0));
+    assert_non_null(kvsd_store_lookup(s, K("ab\0"), 3, 0));
+    kvsd_store_destroy(s);
 }
 
 /* A put is invisible until commit; abort leaves the old value and frees the slot. */
 static void test_reserve_invisible_until_commit(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    struct kvs_item *it;
-    assert_int_equal(kvs_store_create(2 * MIB, &s), 0);
+    struct kvsd_store *s;
+    struct kvsd_item *it;
+    assert_int_equal(kvsd_store_create(2 * MIB, &s), 0);
     assert_int_equal(put(s, "k", 500, 7), 0);
-    assert_int_equal(kvs_store_reserve(s, K("k"), 1, 500, &it), 0);
-    memset(kvs_item_data(s, it), 8, 250); /* half written */
+    assert_int_equal(kvsd_store_reserve(s, K("k"), 1, 500, &it), 0);
+    memset(kvsd_item_data(s, it), 8, 250); /* half written */
     assert_int_equal(check(s, "k", 500, 7), 1);
-    kvs_store_abort(s, it);
+    kvsd_store_abort(s, it);
     assert_int_equal(check(s, "k", 500, 7), 1);
 
-    assert_int_equal(kvs_store_reserve(s, K("new"), 3, 500, &it), 0);
+    assert_int_equal(kvsd_store_reserve(s, K("new"), 3, 500, &it), 0);
     assert_false(present(s, "new"));
-    memset(kvs_item_data(s, it), 9, 500);
-    assert_int_equal(kvs_store_commit(s, it), 0);
+    memset(kvsd_item_data(s, it), 9, 500);
+    assert_int_equal(kvsd_store_commit(s, it), 0);
     assert_int_equal(check(s, "new", 500, 9), 1);
-    struct kvs_store_stats st;
-    kvs_store_stats(s, &st);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(s, &st);
     assert_int_equal(st.pinned, 0);
     assert_int_equal(st.items, 2);
-    kvs_store_destroy(s);
+    kvsd_store_destroy(s);
 }
 
 /* A reader holding the old value keeps it, intact, across a replace and a remove. */
 static void test_pinned_old_value_survives_replace(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    assert_int_equal(kvs_store_create(2 * MIB, &s), 0);
+    struct kvsd_store *s;
+    assert_int_equal(kvsd_store_create(2 * MIB, &s), 0);
     assert_int_equal(put(s, "k", 4000, 1), 0);
-    struct kvs_item *old = kvs_store_lookup(s, K("k"), 1, 1);
+    struct kvsd_item *old = kvsd_store_lookup(s, K("k"), 1, 1);
     assert_non_null(old);
-    uint64_t old_off = kvs_item_offset(old);
+    uint64_t old_off = kvsd_item_offset(old);
 
     assert_int_equal(put(s, "k", 4000, 2), 0);
     assert_int_equal(check(s, "k", 4000, 2), 1);
@@ -146,41 +146,41 @@ static void test_pinned_old_value_survives_replace(void **state)
         char key[16];
         snprintf(key, sizeof(key), "x%d", i);
         assert_int_equal(put(s, key, 4000, 3), 0);
-        struct kvs_item *it = kvs_store_lookup(s, K(key), (uint16_t)strlen(key), 0);
-        assert_int_not_equal(kvs_item_offset(it), old_off);
+        struct kvsd_item *it = kvsd_store_lookup(s, K(key), (uint16_t)strlen(key), 0);
+        assert_int_not_equal(kvsd_item_offset(it), old_off);
     }
-    const uint8_t *d = kvs_item_data(s, old);
+    const uint8_t *d = kvsd_item_data(s, old);
     for (int i = 0; i < 4000; i++)
         assert_int_equal(d[i], 1);
-    assert_int_equal(kvs_store_remove(s, K("k"), 1), 0);
+    assert_int_equal(kvsd_store_remove(s, K("k"), 1), 0);
 
-    struct kvs_store_stats st;
-    kvs_store_stats(s, &st);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(s, &st);
     uint64_t used = st.memory_used;
     assert_int_equal(st.pinned, 1);
-    kvs_store_unpin(s, old); /* last pin: freed now */
-    kvs_store_stats(s, &st);
+    kvsd_store_unpin(s, old); /* last pin: freed now */
+    kvsd_store_stats(s, &st);
     assert_int_equal(st.pinned, 0);
     assert_true(st.memory_used < used);
-    kvs_store_destroy(s);
+    kvsd_store_destroy(s);
 }
 
 /* With one page of one class, puts evict least recently used first; a read refreshes. */
 static void test_eviction_order_lru(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    assert_int_equal(kvs_store_create(1 * MIB, &s), 0); /* one page */
+    struct kvsd_store *s;
+    assert_int_equal(kvsd_store_create(1 * MIB, &s), 0); /* one page */
     const uint32_t len = 100000;
-    int per_page = (int)(KVS_POOL_PAGE / kvs_pool_slot_size(kvs_store_pool(s), len));
+    int per_page = (int)(KVSD_POOL_PAGE / kvsd_pool_slot_size(kvsd_store_pool(s), len));
     assert_true(per_page >= 4);
     char key[16];
     for (int i = 0; i < per_page; i++) {
         snprintf(key, sizeof(key), "k%d", i);
         assert_int_equal(put(s, key, len, i), 0);
     }
-    struct kvs_store_stats st;
-    kvs_store_stats(s, &st);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(s, &st);
     assert_int_equal(st.evictions, 0);
 
     assert_int_equal(check(s, "k0", len, 0), 1); /* k0 is now the most recent */
@@ -191,23 +191,23 @@ static void test_eviction_order_lru(void **state)
     assert_int_equal(put(s, "n2", len, 51), 0); /* evicts k2 */
     assert_false(present(s, "k2"));
     assert_true(present(s, "k3"));
-    kvs_store_stats(s, &st);
+    kvsd_store_stats(s, &st);
     assert_int_equal(st.evictions, 2);
     assert_int_equal(st.items, (uint64_t)per_page);
     assert_int_equal(check(s, "n1", len, 50), 1);
     assert_int_equal(check(s, "n2", len, 51), 1);
-    kvs_store_destroy(s);
+    kvsd_store_destroy(s);
 }
 
 /* Pinned items are skipped by eviction; when all are pinned, -ENOSPC. */
 static void test_pinned_never_evicted(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    assert_int_equal(kvs_store_create(1 * MIB, &s), 0);
+    struct kvsd_store *s;
+    assert_int_equal(kvsd_store_create(1 * MIB, &s), 0);
     const uint32_t len = 200000;
-    int per_page = (int)(KVS_POOL_PAGE / kvs_pool_slot_size(kvs_store_pool(s), len));
-    struct kvs_item *pins[16];
+    int per_page = (int)(KVSD_POOL_PAGE / kvsd_pool_slot_size(kvsd_store_pool(s), len));
+    struct kvsd_item *pins[16];
     assert_true(per_page <= 16);
     char key[16];
     for (int i = 0; i < per_page; i++) {
@@ -215,8 +215,8 @@ static void test_pinned_never_evicted(void **state)
         assert_int_equal(put(s, key, len, i), 0);
     }
     /* Pin the oldest: the next put must evict the second oldest instead. */
-    pins[0] = kvs_store_lookup(s, K("p0"), 2, 0);
-    kvs_store_pin(s, pins[0]);
+    pins[0] = kvsd_store_lookup(s, K("p0"), 2, 0);
+    kvsd_store_pin(s, pins[0]);
     assert_int_equal(put(s, "q", len, 99), 0);
     assert_true(present(s, "p0"));
     assert_false(present(s, "p1"));
@@ -225,15 +225,15 @@ static void test_pinned_never_evicted(void **state)
     int npins = 1;
     for (int i = 2; i < per_page; i++) {
         snprintf(key, sizeof(key), "p%d", i);
-        pins[npins++] = kvs_store_lookup(s, K(key), (uint16_t)strlen(key), 1);
+        pins[npins++] = kvsd_store_lookup(s, K(key), (uint16_t)strlen(key), 1);
     }
-    pins[npins++] = kvs_store_lookup(s, K("q"), 1, 1);
-    struct kvs_item *it;
-    assert_int_equal(kvs_store_reserve(s, K("z"), 1, len, &it), -ENOSPC);
-    assert_int_equal(kvs_store_reserve(s, K("z"), 1, 10, &it), -ENOSPC);
-    assert_int_equal(kvs_store_reserve(s, K("z"), 1, 600000, &it), -ENOSPC);
-    struct kvs_store_stats st;
-    kvs_store_stats(s, &st);
+    pins[npins++] = kvsd_store_lookup(s, K("q"), 1, 1);
+    struct kvsd_item *it;
+    assert_int_equal(kvsd_store_reserve(s, K("z"), 1, len, &it), -ENOSPC);
+    assert_int_equal(kvsd_store_reserve(s, K("z"), 1, 10, &it), -ENOSPC);
+    assert_int_equal(kvsd_store_reserve(s, K("z"), 1, 600000, &it), -ENOSPC);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(s, &st);
     assert_int_equal(st.nospace, 3);
     /* Nothing pinned was touched. */
     assert_int_equal(check(s, "p0", len, 0), 1);
@@ -241,35 +241,35 @@ static void test_pinned_never_evicted(void **state)
 
     /* A reserved (being written) item is pinned too: later puts evict around it. */
     for (int i = 0; i < npins; i++)
-        kvs_store_unpin(s, pins[i]);
-    struct kvs_item *w;
-    assert_int_equal(kvs_store_reserve(s, K("w"), 1, len, &w), 0);
-    memset(kvs_item_data(s, w), 0x77, len);
-    uint64_t woff = kvs_item_offset(w);
+        kvsd_store_unpin(s, pins[i]);
+    struct kvsd_item *w;
+    assert_int_equal(kvsd_store_reserve(s, K("w"), 1, len, &w), 0);
+    memset(kvsd_item_data(s, w), 0x77, len);
+    uint64_t woff = kvsd_item_offset(w);
     for (int i = 0; i < 3 * per_page; i++) {
         snprintf(key, sizeof(key), "r%d", i);
         assert_int_equal(put(s, key, len, 5), 0);
     }
-    assert_int_equal(kvs_item_offset(w), woff);
-    assert_int_equal(kvs_store_commit(s, w), 0);
+    assert_int_equal(kvsd_item_offset(w), woff);
+    assert_int_equal(kvsd_store_commit(s, w), 0);
     assert_int_equal(check(s, "w", len, 0x77), 1);
-    kvs_store_destroy(s);
+    kvsd_store_destroy(s);
 }
 
 /* A class with no page and nothing to evict takes a page from the class with the oldest tail. */
 static void test_page_reclaim_between_classes(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    assert_int_equal(kvs_store_create(2 * MIB, &s), 0);
+    struct kvsd_store *s;
+    assert_int_equal(kvsd_store_create(2 * MIB, &s), 0);
     char key[16];
     /* Fill both pages with 4 KB values. */
     int n = 0;
-    struct kvs_store_stats st;
+    struct kvsd_store_stats st;
     for (;; n++) {
         snprintf(key, sizeof(key), "a%d", n);
         assert_int_equal(put(s, key, 4000, 1), 0);
-        kvs_store_stats(s, &st);
+        kvsd_store_stats(s, &st);
         if (st.evictions > 0) break;
         assert_true(n < 10000);
     }
@@ -278,7 +278,7 @@ static void test_page_reclaim_between_classes(void **state)
 
     /* A 100 KB value: its class has no page and nothing to evict. */
     assert_int_equal(put(s, "big", 100000, 2), 0);
-    kvs_store_stats(s, &st);
+    kvsd_store_stats(s, &st);
     assert_int_equal(st.reclaims, 1);
     assert_int_equal(check(s, "big", 100000, 2), 1);
     /*
@@ -296,13 +296,13 @@ static void test_page_reclaim_between_classes(void **state)
 
     /* A large run (2 pages) reclaims everything unpinned. */
     assert_int_equal(put(s, "huge", 2 * MIB, 3), 0);
-    kvs_store_stats(s, &st);
+    kvsd_store_stats(s, &st);
     assert_int_equal(st.items, 1);
     assert_int_equal(check(s, "huge", 2 * MIB, 3), 1);
     /* And a small one evicts the large run back out. */
     assert_int_equal(put(s, "small", 10, 4), 0);
     assert_false(present(s, "huge"));
-    kvs_store_destroy(s);
+    kvsd_store_destroy(s);
 }
 
 /*
@@ -315,19 +315,19 @@ static void test_page_reclaim_between_classes(void **state)
 static void test_eviction_is_lru_across_classes(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    assert_int_equal(kvs_store_create(4 * MIB, &s), 0); /* four pages */
+    struct kvsd_store *s;
+    assert_int_equal(kvsd_store_create(4 * MIB, &s), 0); /* four pages */
     char key[16];
-    struct kvs_store_stats st;
+    struct kvsd_store_stats st;
     int big = 0;
     for (;; big++) { /* old values of one class fill every page */
         snprintf(key, sizeof(key), "old%d", big);
         assert_int_equal(put(s, key, 100000, 1), 0);
-        kvs_store_stats(s, &st);
+        kvsd_store_stats(s, &st);
         if (st.pages_free == 0) break;
         assert_true(big < 1000);
     }
-    int per_page = (int)(KVS_POOL_PAGE / kvs_pool_slot_size(kvs_store_pool(s), 4000));
+    int per_page = (int)(KVSD_POOL_PAGE / kvsd_pool_slot_size(kvsd_store_pool(s), 4000));
     int small = 2 * per_page + per_page / 2; /* two and a half pages of new values */
     for (int i = 0; i < small; i++) {
         snprintf(key, sizeof(key), "new%d", i);
@@ -338,7 +338,7 @@ static void test_eviction_is_lru_across_classes(void **state)
         if (check(s, key, 4000, i & 0xff) != 1)
             fail_msg("%s was evicted while older values stayed", key);
     }
-    kvs_store_stats(s, &st);
+    kvsd_store_stats(s, &st);
     assert_true(st.reclaims >= 3); /* three pages moved to the small class */
     assert_false(present(s, "old0"));
     /* Within the small class the order stays LRU: the oldest small value goes first. */
@@ -347,72 +347,72 @@ static void test_eviction_is_lru_across_classes(void **state)
         assert_int_equal(put(s, key, 4000, 7), 0);
     }
     assert_true(present(s, "more0"));
-    kvs_store_destroy(s);
+    kvsd_store_destroy(s);
 }
 
 /* Reclaim skips pinned items: a page with a pinned item is not freed, another one is. */
 static void test_reclaim_respects_pins(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    assert_int_equal(kvs_store_create(2 * MIB, &s), 0);
+    struct kvsd_store *s;
+    assert_int_equal(kvsd_store_create(2 * MIB, &s), 0);
     char key[16];
     int n;
-    struct kvs_store_stats st;
+    struct kvsd_store_stats st;
     /* Fill page 0, then put one item on page 1. */
     for (n = 0;; n++) {
         snprintf(key, sizeof(key), "a%d", n);
         assert_int_equal(put(s, key, 4000, 0), 0);
-        kvs_store_stats(s, &st);
+        kvsd_store_stats(s, &st);
         if (st.pages_free == 0) break;
         assert_true(n < 10000);
     }
     /* Pin the oldest item: its page holds pinned memory and must stay. */
     snprintf(key, sizeof(key), "a%d", 0);
-    struct kvs_item *pinned = kvs_store_lookup(s, K(key), (uint16_t)strlen(key), 0);
-    kvs_store_pin(s, pinned);
-    uint64_t off = kvs_item_offset(pinned);
+    struct kvsd_item *pinned = kvsd_store_lookup(s, K(key), (uint16_t)strlen(key), 0);
+    kvsd_store_pin(s, pinned);
+    uint64_t off = kvsd_item_offset(pinned);
     /* Page 0 cannot be freed (a0 is pinned), so the reclaim goes on to page 1. */
     assert_int_equal(put(s, "big", 100000, 2), 0);
-    kvs_store_stats(s, &st);
+    kvsd_store_stats(s, &st);
     assert_int_equal(st.reclaims, 2);
     assert_int_equal(st.items, 2);
     assert_true(present(s, "a0"));
     assert_int_equal(check(s, "big", 100000, 2), 1);
-    assert_int_equal(kvs_item_offset(pinned), off);
-    const uint8_t *d = kvs_item_data(s, pinned);
+    assert_int_equal(kvsd_item_offset(pinned), off);
+    const uint8_t *d = kvsd_item_data(s, pinned);
     for (int i = 0; i < 4000; i++)
         assert_int_equal(d[i], 0);
-    kvs_store_unpin(s, pinned);
-    kvs_store_destroy(s);
+    kvsd_store_unpin(s, pinned);
+    kvsd_store_destroy(s);
 }
 
 static void test_too_big(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    struct kvs_item *it;
-    assert_int_equal(kvs_store_create(2 * MIB, &s), 0);
-    assert_int_equal(kvs_store_reserve(s, K("k"), 1, 2 * MIB + 1, &it), -E2BIG);
-    assert_int_equal(kvs_store_reserve(s, K("k"), 1, 2 * MIB, &it), 0);
-    kvs_store_abort(s, it);
-    kvs_store_destroy(s);
+    struct kvsd_store *s;
+    struct kvsd_item *it;
+    assert_int_equal(kvsd_store_create(2 * MIB, &s), 0);
+    assert_int_equal(kvsd_store_reserve(s, K("k"), 1, 2 * MIB + 1, &it), -E2BIG);
+    assert_int_equal(kvsd_store_reserve(s, K("k"), 1, 2 * MIB, &it), 0);
+    kvsd_store_abort(s, it);
+    kvsd_store_destroy(s);
 }
 
 /* Destroy frees items in every state: linked, pinned, replaced-but-pinned, reserved. */
 static void test_destroy_with_everything_pinned(void **state)
 {
     (void)state;
-    struct kvs_store *s;
-    struct kvs_item *r;
-    assert_int_equal(kvs_store_create(2 * MIB, &s), 0);
+    struct kvsd_store *s;
+    struct kvsd_item *r;
+    assert_int_equal(kvsd_store_create(2 * MIB, &s), 0);
     assert_int_equal(put(s, "a", 10, 1), 0);
     assert_int_equal(put(s, "b", 10, 1), 0);
-    assert_non_null(kvs_store_lookup(s, K("a"), 1, 1));
-    assert_non_null(kvs_store_lookup(s, K("b"), 1, 1));
+    assert_non_null(kvsd_store_lookup(s, K("a"), 1, 1));
+    assert_non_null(kvsd_store_lookup(s, K("b"), 1, 1));
     assert_int_equal(put(s, "b", 10, 2), 0);
-    assert_int_equal(kvs_store_reserve(s, K("c"), 1, 10, &r), 0);
-    kvs_store_destroy(s); /* ASan / valgrind see no leak */
+    assert_int_equal(kvsd_store_reserve(s, K("c"), 1, 10, &r), 0);
+    kvsd_store_destroy(s); /* ASan / valgrind see no leak */
 }
 
 int main(void)
