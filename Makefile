@@ -31,7 +31,12 @@ CMOCKA_LIBS  := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null || echo -lcmocka
 SODIUM_LIBS  := $(shell $(PKG_CONFIG) --libs libsodium 2>/dev/null || echo -lsodium)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
-CPPFLAGS += -Iinclude -Itransport -D_GNU_SOURCE
+# One include-path list: product code sees the public API, common/ and the
+# transport; tests (and the linters) also see the internals of each room.
+INCLUDE_DIRS      := include common transport
+TEST_INCLUDE_DIRS := tests/lib server client batcher shim
+CPPFLAGS += $(addprefix -I,$(INCLUDE_DIRS)) -D_GNU_SOURCE
+ALL_INCLUDES      := $(addprefix -I,$(INCLUDE_DIRS) $(TEST_INCLUDE_DIRS))
 CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -pthread -MMD -MP $(SAN_FLAGS) $(VERBS_CFLAGS)
 LDFLAGS  += -pthread $(SAN_FLAGS)
@@ -39,6 +44,7 @@ LDFLAGS  += -pthread $(SAN_FLAGS)
 SONAME   := libkvstore.so.1
 
 # ---- sources, by module (one folder, one job) ----
+COMMON_SRCS := $(wildcard common/*.c)
 WIRE_SRCS   := transport/wire.c transport/auth.c
 LIB_SRCS    := $(wildcard client/*.c) $(wildcard transport/*.c)
 SERVER_SRCS := $(filter-out server/main.c,$(wildcard server/*.c))
@@ -55,6 +61,7 @@ KVBENCH    := $(BUILD)/bin/kvbench
 KVSTAT     := $(BUILD)/bin/kvbatch-stat
 
 # Internal archives: what unit tests link (the .so files export only the API).
+AR_COMMON  := $(BUILD)/lib/libkvs_common.a
 AR_WIRE    := $(BUILD)/lib/libkvs_wire.a
 AR_SERVER  := $(BUILD)/lib/libkvs_server.a
 AR_CLIENT  := $(BUILD)/lib/libkvs_client.a
@@ -82,17 +89,18 @@ $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
+$(AR_COMMON): $(call obj,$(COMMON_SRCS))
 $(AR_WIRE):   $(call obj,$(WIRE_SRCS))
 $(AR_SERVER): $(call obj,$(SERVER_SRCS))
-$(AR_CLIENT): $(call obj,$(LIB_SRCS))
+$(AR_CLIENT): $(call obj,$(filter-out $(WIRE_SRCS),$(LIB_SRCS)))
 $(AR_BATCH):  $(call obj,$(BATCH_SRCS))
 $(AR_SHIM):   $(call obj,$(filter-out shim/preload.c,$(SHIM_SRCS)))
 
 # libkvstore exports only kvs_* (client/libkvstore.map); its own calls bind
 # inside the library, so an LD_PRELOAD shim sees only the application's calls.
-$(LIBKVSTORE): $(call obj,$(LIB_SRCS)) client/libkvstore.map
+$(LIBKVSTORE): $(call obj,$(LIB_SRCS)) $(AR_COMMON) client/libkvstore.map
 	@mkdir -p $(dir $@)
-	$(CC) -shared -o $(BUILD)/lib/$(SONAME) $(call obj,$(LIB_SRCS)) $(LDFLAGS) \
+	$(CC) -shared -o $(BUILD)/lib/$(SONAME) $(call obj,$(LIB_SRCS)) $(AR_COMMON) $(LDFLAGS) \
 	    -Wl,-soname,$(SONAME) -Wl,--version-script=client/libkvstore.map \
 	    -Wl,-Bsymbolic-functions -Wl,-z,defs $(VERBS_LIBS) $(SODIUM_LIBS)
 	ln -sf $(SONAME) $@
@@ -100,22 +108,22 @@ $(LIBKVSTORE): $(call obj,$(LIB_SRCS)) client/libkvstore.map
 # The shim needs libkvstore loaded in the global scope (DT_NEEDED) so that
 # dlsym(RTLD_NEXT) finds it even when the program dlopen()s libkvstore
 # RTLD_LOCAL, as CPython does with extension modules.
-$(LIBKVBATCH): $(call obj,$(SHIM_SRCS) $(BATCH_SRCS)) shim/libkvbatch.map $(LIBKVSTORE)
-	$(CC) -shared -o $@ $(call obj,$(SHIM_SRCS) $(BATCH_SRCS)) $(LDFLAGS) \
+$(LIBKVBATCH): $(call obj,$(SHIM_SRCS) $(BATCH_SRCS)) $(AR_COMMON) shim/libkvbatch.map $(LIBKVSTORE)
+	$(CC) -shared -o $@ $(call obj,$(SHIM_SRCS) $(BATCH_SRCS)) $(AR_COMMON) $(LDFLAGS) \
 	    -Wl,--version-script=shim/libkvbatch.map -Wl,-z,defs \
 	    -L$(BUILD)/lib -Wl,--no-as-needed -lkvstore -Wl,--as-needed \
 	    -Wl,-rpath,'$$ORIGIN' -ldl -lm
 
-$(KVSTORED): $(call obj,server/main.c) $(AR_SERVER) $(AR_WIRE)
+$(KVSTORED): $(call obj,server/main.c) $(AR_SERVER) $(AR_WIRE) $(AR_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) $(VERBS_LIBS) $(SODIUM_LIBS) -lm
 
-$(KVBENCH): $(call obj,$(KVBENCH_SRCS)) $(LIBKVSTORE)
+$(KVBENCH): $(call obj,$(KVBENCH_SRCS)) $(AR_COMMON) $(LIBKVSTORE)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(call obj,$(KVBENCH_SRCS)) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
+	$(CC) -o $@ $(call obj,$(KVBENCH_SRCS)) $(AR_COMMON) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
 	    -Wl,-rpath,'$$ORIGIN/../lib' -lm
 
-$(KVSTAT): $(call obj,tools/kvbatch-stat.c)
+$(KVSTAT): $(call obj,tools/kvbatch-stat.c) $(AR_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) -lm
 
@@ -130,25 +138,25 @@ PRELOAD_SRCS := $(wildcard tests/preload/*.c)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRCS))
 INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRCS))
 PRELOAD_BINS := $(patsubst tests/preload/%.c,$(BUILD)/tests/preload/%,$(PRELOAD_SRCS))
-TEST_CPPFLAGS := -Itests/lib -Iserver -Iclient -Ibatcher -Ishim
+TEST_CPPFLAGS := $(addprefix -I,$(TEST_INCLUDE_DIRS))
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
-$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE)
+$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) \
+	$(CC) -o $@ $< -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_COMMON) \
 	    -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) $(SODIUM_LIBS) -ldl -lm
 
-$(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(call obj,$(TLIB_SRCS)) $(AR_WIRE) $(LIBKVSTORE)
+$(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(call obj,$(TLIB_SRCS)) $(AR_WIRE) $(AR_COMMON) $(LIBKVSTORE)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) $(AR_WIRE) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
+	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) $(AR_WIRE) $(AR_COMMON) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
 	    -Wl,-rpath,'$$ORIGIN/../../lib' $(CMOCKA_LIBS) $(SODIUM_LIBS) -lm
 
-$(BUILD)/tests/preload/%: $(BUILD)/obj/tests/preload/%.o $(call obj,$(TLIB_SRCS)) $(LIBKVSTORE)
+$(BUILD)/tests/preload/%: $(BUILD)/obj/tests/preload/%.o $(call obj,$(TLIB_SRCS)) $(AR_COMMON) $(LIBKVSTORE)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
+	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) $(AR_COMMON) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
 	    -Wl,-rpath,'$$ORIGIN/../../lib' -lm
 
 .PHONY: tests test check-deps
@@ -179,12 +187,12 @@ FUZZ_SECONDS ?= 60
 # tracing was 40 % of fuzz_auth's CPU (docs/fuzzing.md). The code reads the wire and
 # the pool only through memcpy; make test SAN=asan replays every stored input with
 # gcc's full UBSan, and test_fuzz_<target> DIR replays a campaign's corpus with it.
-FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize=alignment -Iinclude -Itransport -Iserver -Ishim -Ibatcher -D_GNU_SOURCE -pthread
+FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize=alignment $(ALL_INCLUDES) -D_GNU_SOURCE -pthread
 
 # What each target links: FUZZ_DEPS_<name> (a new target adds its own line).
-FUZZ_DEPS_fuzz_wire   := $(WIRE_SRCS)
-FUZZ_DEPS_fuzz_server := $(WIRE_SRCS) $(SERVER_SRCS)
-FUZZ_DEPS_fuzz_env    := $(filter shim/config.c,$(SHIM_SRCS))
+FUZZ_DEPS_fuzz_wire   := $(WIRE_SRCS) $(COMMON_SRCS)
+FUZZ_DEPS_fuzz_server := $(WIRE_SRCS) $(SERVER_SRCS) $(COMMON_SRCS)
+FUZZ_DEPS_fuzz_env    := $(filter shim/config.c,$(SHIM_SRCS)) $(COMMON_SRCS)
 # Targets that build a server per input keep one pool mapping (tests/fuzz/pool_reuse.c).
 FUZZ_POOL_REUSE := tests/fuzz/pool_reuse.c
 FUZZ_WRAP_MMAP  := -Wl,--wrap=mmap -Wl,--wrap=munmap
@@ -211,9 +219,9 @@ FUZZ_REPLAY_BINS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/tests/fuzz/test_fuzz
 $(BUILD)/obj/tests/fuzz/replay.o: CPPFLAGS += -DKVS_FUZZ_DIR='"$(CURDIR)/tests/fuzz"'
 
 $(BUILD)/tests/fuzz/test_fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/replay.o \
-    $(AR_SERVER) $(AR_SHIM) $(AR_WIRE)
+    $(AR_SERVER) $(AR_SHIM) $(AR_WIRE) $(AR_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(filter %.o,$^) -Wl,--start-group $(AR_SERVER) $(AR_SHIM) $(AR_WIRE) \
+	$(CC) -o $@ $(filter %.o,$^) -Wl,--start-group $(AR_SERVER) $(AR_SHIM) $(AR_WIRE) $(AR_COMMON) \
 	    -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) $(SODIUM_LIBS) -ldl -lm
 
 tests: $(FUZZ_REPLAY_BINS)

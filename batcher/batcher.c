@@ -13,15 +13,15 @@
  */
 #include "batcher.h"
 
+#include "clock.h"
+#include "futex.h"
+
 #include <errno.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <uthash.h>
@@ -133,30 +133,6 @@ struct kvb_batcher {
     bool stopping;
 };
 
-uint64_t kvb_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void futex_wait(_Atomic int *w, int val)
-{
-    syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-/* As futex_wait, but returns at the latest at `deadline` (CLOCK_MONOTONIC ns). */
-static void futex_wait_until(_Atomic int *w, int val, uint64_t deadline)
-{
-    struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
-    syscall(SYS_futex, w, FUTEX_WAIT_BITSET_PRIVATE, val, &ts, NULL, FUTEX_BITSET_MATCH_ANY);
-}
-
-static void futex_wake_all(_Atomic int *w)
-{
-    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
 /*
  * Blocks until op is done; the result is visible afterwards (acquire). The
  * word is read before the state, so a completion in between changes the
@@ -168,7 +144,7 @@ static void op_wait(struct kvb_op *op)
         if (atomic_load_explicit(&op->state, memory_order_acquire) == OP_DONE) return;
         int w = atomic_load_explicit(&op->bt->wake_word, memory_order_acquire);
         if (atomic_load_explicit(&op->state, memory_order_acquire) == OP_DONE) return;
-        futex_wait(&op->bt->wake_word, w);
+        kvs_futex_wait(&op->bt->wake_word, w);
     }
 }
 
@@ -182,7 +158,7 @@ static void op_complete(struct kvb_op *op)
 static void batch_wake(struct batch *bt)
 {
     atomic_fetch_add_explicit(&bt->wake_word, 1, memory_order_release);
-    futex_wake_all(&bt->wake_word);
+    kvs_futex_wake_all(&bt->wake_word);
 }
 
 int kvb_args_batchable(const char *key, const void *ptr, size_t len)
@@ -309,7 +285,7 @@ static void nudge_flusher(struct kvb_batcher *b, uint64_t by)
  */
 static void arm_window_timers(struct kvb_batcher *b)
 {
-    uint64_t now = kvb_now_ns();
+    uint64_t now = kvs_now_ns();
     for (int k = 0; k < KVB_OP_KINDS; k++) {
         struct batch *bt = b->open[k];
         if (!bt) continue;
@@ -354,7 +330,7 @@ static void submit(struct batch *bt)
 {
     struct kvb_batcher *b = bt->b;
     struct kvb_stats *st = b->st;
-    uint64_t now = kvb_now_ns();
+    uint64_t now = kvs_now_ns();
     uint64_t cnt[KVB_HIST_MAX_BUCKETS + 1] = {0}, sum[KVB_HIST_MAX_BUCKETS + 1] = {0};
     for (uint32_t i = 0; i < bt->n; i++) {
         uint64_t d = now - bt->ops[i]->t_enq;
@@ -460,7 +436,7 @@ static void done_cb(void *arg, ssize_t nok)
     struct batch *bt = arg;
     struct kvb_batcher *b = bt->b;
     struct kvb_stats *st = b->st;
-    uint64_t now = kvb_now_ns();
+    uint64_t now = kvs_now_ns();
     uint64_t cnt[KVB_HIST_MAX_BUCKETS + 1] = {0}, sum[KVB_HIST_MAX_BUCKETS + 1] = {0};
     uint64_t bytes = 0;
     (void)nok;
@@ -549,12 +525,6 @@ static void done_cb(void *arg, ssize_t nok)
 
 /* ---- the flusher thread ---- */
 
-static void abs_deadline(struct timespec *ts, uint64_t mono_ns)
-{
-    ts->tv_sec = (time_t)(mono_ns / 1000000000ull);
-    ts->tv_nsec = (long)(mono_ns % 1000000000ull);
-}
-
 /*
  * Sends batches whose window expired, batches that wait for a slot, and (adaptive)
  * forming batches once nothing is in flight; sleeps until the next window ends.
@@ -564,7 +534,7 @@ static void *flusher_main(void *arg)
     struct kvb_batcher *b = arg;
     pthread_mutex_lock(&b->lock);
     while (!b->stopping) {
-        uint64_t now = kvb_now_ns(), next = UINT64_MAX;
+        uint64_t now = kvs_now_ns(), next = UINT64_MAX;
         for (int k = 0; k < KVB_OP_KINDS; k++) {
             struct batch *bt = b->open[k];
             if (!bt) continue;
@@ -588,8 +558,7 @@ static void *flusher_main(void *arg)
         if (next == UINT64_MAX) {
             pthread_cond_wait(&b->flusher_cv, &b->lock);
         } else {
-            struct timespec ts;
-            abs_deadline(&ts, next);
+            struct timespec ts = kvs_ns_to_timespec(next);
             pthread_cond_timedwait(&b->flusher_cv, &b->lock, &ts);
         }
         b->flusher_asleep = false;
@@ -652,8 +621,7 @@ static bool state_wait(struct kvb_batcher *b, uint64_t deadline)
     if (deadline == UINT64_MAX) {
         pthread_cond_wait(&b->state_cv, &b->lock);
     } else {
-        struct timespec ts;
-        abs_deadline(&ts, deadline);
+        struct timespec ts = kvs_ns_to_timespec(deadline);
         rc = pthread_cond_timedwait(&b->state_cv, &b->lock, &ts);
     }
     b->state_waiters--;
@@ -675,7 +643,7 @@ static bool older_pending(const struct kvb_batcher *b, uint64_t upto)
 static uint64_t deadline_after(uint64_t timeout_ns)
 {
     if (timeout_ns == UINT64_MAX) return UINT64_MAX;
-    uint64_t now = kvb_now_ns();
+    uint64_t now = kvs_now_ns();
     return timeout_ns > UINT64_MAX - now ? UINT64_MAX - 1 : now + timeout_ns;
 }
 
@@ -865,7 +833,7 @@ static void count_unbatched(struct kvb_stats *st, const struct kvb_op *op)
 {
     kvb_count(&st->ops[op->kind], 1);
     kvb_count_result(st, op->kind, op->result);
-    kvb_hist_observe(&st->op_latency, kvb_now_ns() - op->t_enq);
+    kvb_hist_observe(&st->op_latency, kvs_now_ns() - op->t_enq);
 }
 
 /*
@@ -881,7 +849,7 @@ static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *d
     size_t n = 0;
     uint64_t seq = 0;
     int rc = 0;
-    op->t_enq = kvb_now_ns();
+    op->t_enq = kvs_now_ns();
     pthread_mutex_lock(&b->lock);
     if (b->pending) {
         struct pending_key *pk = order_behind_puts(b, op->key, op->kind == KVB_OP_PUT);
@@ -939,11 +907,11 @@ static void window_wait(struct kvb_batcher *b, struct kvb_op *op)
     struct batch *send[KVB_SEND_BATCH];
     size_t n = 0;
     uint64_t deadline = op->t_enq + b->p.window_ns;
-    while (kvb_now_ns() < deadline) {
+    while (kvs_now_ns() < deadline) {
         if (atomic_load_explicit(&op->state, memory_order_acquire) == OP_DONE) return;
         int w = atomic_load_explicit(&op->bt->wake_word, memory_order_acquire);
         if (atomic_load_explicit(&op->state, memory_order_acquire) == OP_DONE) return;
-        futex_wait_until(&op->bt->wake_word, w, deadline);
+        kvs_futex_wait_until(&op->bt->wake_word, w, deadline);
     }
     pthread_mutex_lock(&b->lock);
     /* Not done, so op->bt is still its batch (recycled only after op completes). */
@@ -968,7 +936,7 @@ static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0,
     struct kvb_stats *st = b->st;
     struct batch *send[KVB_SEND_BATCH];
     size_t n;
-    uint64_t now = kvb_now_ns();
+    uint64_t now = kvs_now_ns();
     kvb_count(&st->ops[kind], 1);
     kvb_count(&st->batches[kind], 1);
     kvb_count(&st->flushes[KVB_FLUSH_IDLE], 1);

@@ -90,7 +90,4 @@ ssize_t kvb_wait(struct kvb_op *op);
  */
 int kvb_flush(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t timeout_ns);
 
-/* Monotonic nanoseconds (the batcher's clock). */
-uint64_t kvb_now_ns(void);
-
 #endif

@@ -19,7 +19,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -27,9 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "futex.h"
 #include "route.h"
 #include "transport.h"
 
@@ -144,16 +143,6 @@ static const char *kvs_strerror_internal(int status)
     }
 }
 
-static int futex_wait(atomic_int *addr, int expected)
-{
-    return (int)syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
-}
-
-static void futex_wake(atomic_int *addr)
-{
-    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
 static bool is_transport_error(int status)
 {
     return status == -ECONNREFUSED || status == -ECONNRESET || status == -ETIMEDOUT ||
@@ -244,7 +233,7 @@ static void op_complete(struct kvs_op *op)
     outstanding_dec(c, epoch);
     /* After this store the waiter may free op: touch nothing but the futex word. */
     if (atomic_exchange_explicit(&op->state, OP_DONE, memory_order_acq_rel) == OP_SLEEPING)
-        futex_wake(&op->state);
+        kvs_futex_wake_all(&op->state);
 }
 
 static void *defer_main(void *arg)
@@ -548,7 +537,7 @@ static ssize_t op_wait(struct kvs_op *op)
     while (state != OP_DONE) {
         if (state == OP_PENDING && !atomic_compare_exchange_weak(&op->state, &state, OP_SLEEPING))
             continue;
-        futex_wait(&op->state, OP_SLEEPING);
+        kvs_futex_wait(&op->state, OP_SLEEPING);
         state = atomic_load_explicit(&op->state, memory_order_acquire);
     }
     return op->out_ssz == &op->single_result ? op->single_result : atomic_load(&op->nok);

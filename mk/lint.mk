@@ -29,8 +29,7 @@ $(LINT_DIR)/cppcheck.txt: $(LINT_SRCS) $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	@echo "cppcheck ($(words $(LINT_SRCS)) files)"
 	@$(CPPCHECK) -q --std=c11 --enable=warning,performance,portability --inline-suppr --library=python \
-	    -D_GNU_SOURCE -D__linux__ -Iinclude -Itransport -Iserver -Iclient -Ibatcher -Ishim \
-	    -Itests/lib -j2 --template='{file}:{line}:{column}: {severity}: {message} [{id}]\n{code}' \
+	    -D_GNU_SOURCE -D__linux__ $(ALL_INCLUDES) -j2 --template='{file}:{line}:{column}: {severity}: {message} [{id}]\n{code}' \
 	    $(LINT_SRCS) > $@.tmp 2>&1; mv $@.tmp $@
 
 .PHONY: lint lint-reports valgrind

@@ -20,10 +20,10 @@ RXE_VM_TIMEOUT ?= 1080
 # server directly) plus tests/lib, which starts real kvstored processes.
 # transport/rdma.o is named: the archive's only references to it are weak.
 RDMA_OBJ := $(call obj,transport/rdma.c)
-$(BUILD)/rdma-tests/%: $(BUILD)/obj/tests/rdma/%.o $(call obj,$(TLIB_SRCS)) $(RDMA_OBJ) $(AR_SERVER) $(AR_CLIENT) $(AR_WIRE) $(KVSTORED)
+$(BUILD)/rdma-tests/%: $(BUILD)/obj/tests/rdma/%.o $(call obj,$(TLIB_SRCS)) $(RDMA_OBJ) $(AR_SERVER) $(AR_CLIENT) $(AR_WIRE) $(AR_COMMON) $(KVSTORED)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) $(RDMA_OBJ) -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) \
-	    $(AR_WIRE) -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) $(SODIUM_LIBS) -ldl -lm
+	    $(AR_WIRE) $(AR_COMMON) -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) $(SODIUM_LIBS) -ldl -lm
 
 .PHONY: rxe-image test-rdma rdma-tests
 rdma-tests: tests $(RDMA_TEST_BINS)

@@ -6,6 +6,8 @@
  */
 #include "net.h"
 
+#include "clock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -54,13 +56,6 @@ struct kvsd_net {
     void (*extra_fn)(void *arg);
     void *extra_arg;
 };
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static int set_reason(char *err, size_t errlen, int rc, const char *what)
 {
@@ -227,7 +222,7 @@ static void accept_all(struct kvsd_net *n)
         }
         c->fd = fd;
         c->events = EPOLLIN;
-        c->last_progress_ms = now_ms();
+        c->last_progress_ms = kvs_now_ms();
         struct epoll_event ev = {.events = c->events, .data.ptr = c};
         if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
             kvsd_proto_conn_free(c->proto);
@@ -265,7 +260,7 @@ static int conn_read(struct conn *c)
         size_t want = 0;
         for (int k = 0; k < cnt; k++)
             want += iov[k].iov_len;
-        c->last_progress_ms = now_ms();
+        c->last_progress_ms = kvs_now_ms();
         kvsd_proto_received(c->proto, (size_t)got);
         if ((size_t)got < want) return 0; /* the socket is empty for now */
     }
@@ -286,7 +281,7 @@ static int conn_write(struct conn *c)
             if (errno == EAGAIN) return 0;
             return -1;
         }
-        c->last_progress_ms = now_ms();
+        c->last_progress_ms = kvs_now_ms();
         kvsd_proto_sent(c->proto, (size_t)put);
         /*
          * Room again: parse input that waited behind the back-pressure (also
@@ -349,7 +344,7 @@ close:
 /* Closes connections stalled mid-request or with replies the peer does not take. */
 static void sweep_stalled(struct kvsd_net *n)
 {
-    uint64_t now = now_ms();
+    uint64_t now = kvs_now_ms();
     if (!n->stall_timeout_ms || now < n->next_sweep_ms) return;
     n->next_sweep_ms = now + SWEEP_EVERY_MS;
     for (struct conn *c = n->conns, *next; c; c = next) {

@@ -13,6 +13,7 @@
 #include "proto.h"
 
 #include "auth.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -90,19 +91,12 @@ struct kvsd_proto_conn {
     uint8_t nonce[KVS_WIRE_NONCE_LEN];
 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int kvsd_server_init(struct kvsd_server *srv, size_t memory_bytes,
                      const struct kvsd_server_limits *limits)
 {
     memset(srv, 0, sizeof(*srv));
     srv->limits = *limits;
-    srv->started_ns = now_ns();
+    srv->started_ns = kvs_now_ns();
     return kvsd_store_create(memory_bytes, &srv->store);
 }
 
@@ -165,7 +159,7 @@ int kvsd_server_stats_text(struct kvsd_server *srv, char **out, size_t *out_len)
     struct text t = {0};
 
     appendf(&t, "uptime_seconds %llu\n",
-            (unsigned long long)((now_ns() - srv->started_ns) / 1000000000ull));
+            (unsigned long long)((kvs_now_ns() - srv->started_ns) / 1000000000ull));
     appendf(&t, "connections_current %llu\n", (unsigned long long)k->conns_current);
     appendf(&t, "connections_total %llu\n", (unsigned long long)k->conns_total);
     appendf(&t, "connections_refused %llu\n", (unsigned long long)k->conns_refused);

@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "wire.h"
 
 #define CTRL_MAX   (128u * 1024) /* one control message, either way */
@@ -128,13 +129,6 @@ struct kvsd_rdma {
     struct kvsd_rdma_counters ctr;
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int set_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
@@ -163,7 +157,7 @@ static uint32_t lease_take(struct rconn *c, struct kvsd_item *it, enum lease_kin
     c->free_head = l->next_free;
     l->it = it;
     l->kind = (uint8_t)kind;
-    l->deadline_ns = mono_ns() + (uint64_t)c->r->cfg.lease_ms * 1000000ull;
+    l->deadline_ns = kvs_now_ns() + (uint64_t)c->r->cfg.lease_ms * 1000000ull;
     c->nused++;
     return ((uint32_t)l->gen << 16) | idx;
 }
@@ -268,7 +262,7 @@ static void conn_close_after_reply(struct rconn *c, const char *why)
         return;
     }
     c->closing = why;
-    c->close_by_ns = mono_ns() + 1000000000ull;
+    c->close_by_ns = kvs_now_ns() + 1000000000ull;
 }
 
 static void conn_free(struct rconn *c)
@@ -1069,7 +1063,7 @@ static void lease_tick(struct kvsd_rdma *r)
 {
     uint64_t expirations;
     if (read(r->tfd, &expirations, sizeof(expirations)) < 0) return;
-    uint64_t now = mono_ns();
+    uint64_t now = kvs_now_ns();
     for (struct rconn *c = r->conns; c; c = c->next) {
         if (!c->dead && c->closing && c->close_by_ns < now) conn_kill(c, c->closing);
         if (c->dead || !c->nused) continue;

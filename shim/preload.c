@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "../batcher/batcher.h"
+#include "clock.h"
 #include "config.h"
 #include "kvstore.h"
 #include "../batcher/stats.h"
@@ -229,11 +230,7 @@ static void *stats_main(void *arg)
     recursive = 1;
     pthread_mutex_lock(&stats_lock);
     while (!stats_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t t = (uint64_t)ts.tv_nsec + cfg.stats_interval_ns;
-        ts.tv_sec += (time_t)(t / 1000000000ull);
-        ts.tv_nsec = (long)(t % 1000000000ull);
+        struct timespec ts = kvs_ns_to_timespec(kvs_now_ns() + cfg.stats_interval_ns);
         if (pthread_cond_timedwait(&stats_cv, &stats_lock, &ts) == ETIMEDOUT && !stats_stop)
             write_stats_locked();
     }

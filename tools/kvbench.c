@@ -88,7 +88,7 @@ static void run_single(struct worker *w, void *buf)
     const struct kvb_basic *b = w->b;
     uint64_t idx = (uint64_t)w->id * 7919u;
     for (uint64_t j = 0; j < w->my_ops; j++) {
-        uint64_t t0 = kvb_now_ns();
+        uint64_t t0 = kvs_now_ns();
         if (t0 >= w->deadline_ns) break;
         const char *key = w->keys[(idx + j) % b->keys];
         ssize_t rc;
@@ -98,7 +98,7 @@ static void run_single(struct worker *w, void *buf)
             rc = check_get(w, key, buf, kvs_get(b->client, key, buf, b->size));
         else
             rc = kvs_exists(b->client, key) == 1 ? 0 : -ENOENT;
-        uint64_t t1 = kvb_now_ns();
+        uint64_t t1 = kvs_now_ns();
         kvb_hist_add(&w->op_lat, t1 - t0, 1);
         note_status(w, rc, b->op == KVB_EXISTS ? 0 : b->size);
         atomic_fetch_add_explicit(w->done, 1, memory_order_relaxed);
@@ -125,7 +125,7 @@ static int run_batch(struct worker *w, void *bufs)
     }
     uint64_t idx = (uint64_t)w->id * 7919u;
     for (uint64_t j = 0; j < w->my_ops;) {
-        uint64_t t0 = kvb_now_ns();
+        uint64_t t0 = kvs_now_ns();
         if (t0 >= w->deadline_ns) break;
         size_t k = w->my_ops - j < n ? (size_t)(w->my_ops - j) : n;
         for (size_t i = 0; i < k; i++)
@@ -137,7 +137,7 @@ static int run_batch(struct worker *w, void *bufs)
             call = kvs_batch_get(b->client, k, keys, outs, lens, results);
         else
             call = kvs_batch_exists(b->client, k, keys, status);
-        uint64_t t1 = kvb_now_ns();
+        uint64_t t1 = kvs_now_ns();
         kvb_hist_add(&w->batch_lat, t1 - t0, 1);
         kvb_hist_add(&w->op_lat, t1 - t0, k); /* each key waited for its whole batch */
         for (size_t i = 0; i < k; i++) {
@@ -184,12 +184,12 @@ static int run_async(struct worker *w, void *bufs)
     uint64_t next = 0, waited = 0;
     /* Slot s = op number % depth; issue while under depth, else wait the oldest. */
     while (waited < w->my_ops) {
-        int can_issue = next < w->my_ops && next - waited < depth && kvb_now_ns() < w->deadline_ns;
+        int can_issue = next < w->my_ops && next - waited < depth && kvs_now_ns() < w->deadline_ns;
         if (can_issue) {
             size_t s = (size_t)(next % depth);
             keys[s] = w->keys[(idx + next) % b->keys];
             char *buf = (char *)bufs + (b->op == KVB_GET ? s * b->size : 0);
-            issued[s] = kvb_now_ns();
+            issued[s] = kvs_now_ns();
             int rc = b->op == KVB_PUT ? kvs_put_async(b->client, keys[s], buf, b->size, &ops[s])
                                       : kvs_get_async(b->client, keys[s], buf, b->size, &ops[s]);
             if (rc < 0) {
@@ -207,7 +207,7 @@ static int run_async(struct worker *w, void *bufs)
             ssize_t rc = kvs_wait(ops[s]);
             ops[s] = NULL;
             if (b->op == KVB_GET) rc = check_get(w, keys[s], (char *)bufs + s * b->size, rc);
-            kvb_hist_add(&w->op_lat, kvb_now_ns() - issued[s], 1);
+            kvb_hist_add(&w->op_lat, kvs_now_ns() - issued[s], 1);
             note_status(w, rc, b->size);
             atomic_fetch_add_explicit(w->done, 1, memory_order_relaxed);
         }
@@ -231,7 +231,7 @@ static void *worker_main(void *arg)
         goto done;
     }
     memset(bufs, 0xa5, nbufs * (b->size ? b->size : 1));
-    w->start_ns = kvb_now_ns();
+    w->start_ns = kvs_now_ns();
     int rc = 0;
     if (b->mode == KVB_SINGLE)
         run_single(w, bufs);
@@ -239,7 +239,7 @@ static void *worker_main(void *arg)
         rc = run_batch(w, bufs);
     else
         rc = run_async(w, bufs);
-    w->end_ns = kvb_now_ns();
+    w->end_ns = kvs_now_ns();
     if (rc < 0 && !w->first_error) w->first_error = rc, w->errors++;
     free(bufs);
 done:
@@ -266,7 +266,7 @@ int kvb_basic_run(const struct kvb_basic *b, struct kvb_result *r)
 
     _Atomic uint64_t done = 0;
     _Atomic int finished = 0;
-    uint64_t start = kvb_now_ns();
+    uint64_t start = kvs_now_ns();
     uint64_t deadline = start + (uint64_t)(b->seconds * 1e9);
     int started = 0;
     for (int t = 0; t < b->threads; t++) {

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "clock.h"
 #include "kvstore.h"
 
 /* Exit codes: 0 ok, 1 the run saw errors, 2 bad command line. */
@@ -109,7 +110,6 @@ void kvb_progress_start(struct kvb_progress *p, const char *what, _Atomic uint64
 void kvb_progress_tick(struct kvb_progress *p);
 void kvb_progress_end(struct kvb_progress *p);
 
-uint64_t kvb_now_ns(void);
 /* Sleeps ns nanoseconds (bounded; restarts on EINTR). */
 void kvb_sleep_ns(uint64_t ns);
 /* Parses "4096", "4K", "4KiB", "1M", "1MiB"; returns 0 or -EINVAL. */

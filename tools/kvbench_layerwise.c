@@ -85,7 +85,7 @@ static char *layer_buf(struct lw_request *rq, int layer)
     ({                                                                                             \
         int _rc = 0;                                                                               \
         while (!(pred) && !(rq)->failed) {                                                         \
-            if (kvb_now_ns() >= (rq)->deadline_ns) {                                               \
+            if (kvs_now_ns() >= (rq)->deadline_ns) {                                               \
                 _rc = -ETIMEDOUT;                                                                  \
                 break;                                                                             \
             }                                                                                      \
@@ -138,10 +138,10 @@ static void transfer_layer(struct lw_request *rq, int layer)
     if (cfg->mode == KVB_SINGLE) {
         for (int b = 0; b < n; b++) {
             char *p = buf + (size_t)b * cfg->slice;
-            uint64_t t0 = kvb_now_ns();
+            uint64_t t0 = kvs_now_ns();
             ssize_t st = put ? kvs_put(cfg->client, keys[b], p, cfg->slice)
                              : kvs_get(cfg->client, keys[b], p, cfg->slice);
-            kvb_hist_add(&rq->op_lat, kvb_now_ns() - t0, 1);
+            kvb_hist_add(&rq->op_lat, kvs_now_ns() - t0, 1);
             note(rq, layer, b, st);
         }
     } else if (cfg->mode == KVB_BATCH) {
@@ -154,17 +154,17 @@ static void transfer_layer(struct lw_request *rq, int layer)
             vals[b] = bufs[b] = buf + (size_t)b * cfg->slice;
             lens[b] = cfg->slice;
         }
-        uint64_t t0 = kvb_now_ns();
+        uint64_t t0 = kvs_now_ns();
         int call = put ? kvs_batch_put(cfg->client, (size_t)n, (const char *const *)keys, vals,
                                        lens, status)
                        : kvs_batch_get(cfg->client, (size_t)n, (const char *const *)keys, bufs,
                                        lens, results);
-        kvb_hist_add(&rq->op_lat, kvb_now_ns() - t0, (uint64_t)n);
+        kvb_hist_add(&rq->op_lat, kvs_now_ns() - t0, (uint64_t)n);
         for (int b = 0; b < n; b++)
             note(rq, layer, b, call < 0 ? call : put ? status[b] : results[b]);
     } else {
         kvs_op *ops[n];
-        uint64_t t0 = kvb_now_ns();
+        uint64_t t0 = kvs_now_ns();
         for (int b = 0; b < n; b++) {
             char *p = buf + (size_t)b * cfg->slice;
             int rc = put ? kvs_put_async(cfg->client, keys[b], p, cfg->slice, &ops[b])
@@ -174,7 +174,7 @@ static void transfer_layer(struct lw_request *rq, int layer)
         for (int b = 0; b < n; b++) {
             if (!ops[b]) continue;
             ssize_t st = kvs_wait(ops[b]);
-            kvb_hist_add(&rq->op_lat, kvb_now_ns() - t0, 1);
+            kvb_hist_add(&rq->op_lat, kvs_now_ns() - t0, 1);
             note(rq, layer, b, st);
         }
     }
@@ -236,28 +236,28 @@ static int compute_round(struct lw_request *rq)
 {
     const struct lw_config *cfg = rq->cfg;
     int rc = 0;
-    uint64_t total_wait = 0, compute_spent = 0, round_start = kvb_now_ns();
+    uint64_t total_wait = 0, compute_spent = 0, round_start = kvs_now_ns();
     for (int i = 0; i < cfg->layers && rc == 0; i++) {
         if (rq->phase == PHASE_SAVE) {
             pthread_mutex_lock(&rq->mu);
             rc = WAIT_UNTIL(rq, i - rq->consumed < LAYER_RING); /* staging buffer free */
             pthread_mutex_unlock(&rq->mu);
             if (rc < 0) break;
-            uint64_t t0 = kvb_now_ns();
+            uint64_t t0 = kvs_now_ns();
             produce_layer(rq, i);
             kvb_sleep_ns(cfg->compute_ns);
-            compute_spent += kvb_now_ns() - t0; /* as slept: sleeps overshoot a little */
+            compute_spent += kvs_now_ns() - t0; /* as slept: sleeps overshoot a little */
             pthread_mutex_lock(&rq->mu);
             rq->produced = i + 1;
             pthread_cond_broadcast(&rq->cv);
             pthread_mutex_unlock(&rq->mu);
         } else {
-            uint64_t t0 = kvb_now_ns();
+            uint64_t t0 = kvs_now_ns();
             pthread_mutex_lock(&rq->mu);
             rc = WAIT_UNTIL(rq, rq->produced > i);
             pthread_mutex_unlock(&rq->mu);
             if (rc < 0) break;
-            uint64_t waited = kvb_now_ns() - t0;
+            uint64_t waited = kvs_now_ns() - t0;
             kvb_hist_add(&rq->layer_wait, waited, 1);
             total_wait += waited;
             if (cfg->verify) {
@@ -278,7 +278,7 @@ static int compute_round(struct lw_request *rq)
         pthread_mutex_unlock(&rq->mu);
         /* everything beyond the compute itself: the tail after the last layer and any stall
          * waiting for a staging buffer the transfers had not freed yet */
-        uint64_t spent = kvb_now_ns() - round_start;
+        uint64_t spent = kvs_now_ns() - round_start;
         if (rc == 0)
             kvb_hist_add(&rq->exposed, spent > compute_spent ? spent - compute_spent : 0, 1);
     } else {
@@ -292,7 +292,7 @@ static void *request_main(void *arg)
 {
     struct lw_request *rq = arg;
     for (int r = 0; r < rq->cfg->rounds; r++) {
-        if (kvb_now_ns() >= rq->deadline_ns) break;
+        if (kvs_now_ns() >= rq->deadline_ns) break;
         rq->produced = rq->consumed = 0;
         pthread_t io;
         int rc = pthread_create(&io, NULL, io_main, rq);
@@ -362,7 +362,7 @@ static int run_phase(struct lw_request *rqs, const struct lw_config *cfg, enum l
     pthread_t tids[MAX_REQUESTS];
     int started = 0, rc = 0;
     atomic_store(done, 0);
-    uint64_t start = kvb_now_ns();
+    uint64_t start = kvs_now_ns();
     for (int q = 0; q < cfg->requests; q++) {
         struct lw_request *rq = &rqs[q];
         rq->phase = phase;
@@ -396,7 +396,7 @@ static int run_phase(struct lw_request *rqs, const struct lw_config *cfg, enum l
         }
     }
     kvb_progress_end(&prog);
-    uint64_t end = kvb_now_ns();
+    uint64_t end = kvs_now_ns();
 
     struct kvb_hist *op_lat = calloc(1, sizeof(*op_lat));
     struct kvb_hist *wait = calloc(1, sizeof(*wait));
@@ -622,7 +622,7 @@ int kvb_layerwise_main(int argc, char **argv)
         kvs_close(cfg.client);
         return KVB_EXIT_USAGE;
     }
-    cfg.run_tag = (unsigned)getpid() ^ (unsigned)kvb_now_ns();
+    cfg.run_tag = (unsigned)getpid() ^ (unsigned)kvs_now_ns();
     struct lw_request *rqs = calloc((size_t)cfg.requests, sizeof(*rqs));
     _Atomic uint64_t done = 0;
     int rc = KVB_EXIT_ERRORS;

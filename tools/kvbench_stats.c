@@ -10,17 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t kvb_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void kvb_sleep_ns(uint64_t ns)
 {
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
-                          .tv_nsec = (long)(ns % 1000000000ull)};
+    struct timespec ts = kvs_ns_to_timespec(ns);
     for (int i = 0; i < 100 && nanosleep(&ts, &ts) < 0 && errno == EINTR; i++) {
     }
 }
@@ -371,7 +363,7 @@ void kvb_progress_start(struct kvb_progress *p, const char *what, _Atomic uint64
     p->done_ops = done_ops;
     p->total_ops = total_ops;
     p->seconds = seconds;
-    p->start_ns = p->last_print_ns = kvb_now_ns();
+    p->start_ns = p->last_print_ns = kvs_now_ns();
     p->tty = isatty(STDERR_FILENO);
     p->quiet = quiet;
 }
@@ -380,7 +372,7 @@ void kvb_progress_start(struct kvb_progress *p, const char *what, _Atomic uint64
 void kvb_progress_tick(struct kvb_progress *p)
 {
     if (p->quiet) return;
-    uint64_t now = kvb_now_ns();
+    uint64_t now = kvs_now_ns();
     uint64_t every = p->tty ? 250000000ull : 5000000000ull; /* plain lines: one per 5 s */
     if (now - p->last_print_ns < every) return;
     uint64_t done = atomic_load_explicit(p->done_ops, memory_order_relaxed);

@@ -146,8 +146,8 @@ static int spawn_server(void)
     char line[256];
     size_t used = 0;
     int port = -1;
-    unsigned long long deadline = kvt_now_ns() + 10000000000ull;
-    while (port < 0 && kvt_now_ns() < deadline && used < sizeof(line) - 1) {
+    unsigned long long deadline = kvs_now_ns() + 10000000000ull;
+    while (port < 0 && kvs_now_ns() < deadline && used < sizeof(line) - 1) {
         struct pollfd p = {.fd = pfd[0], .events = POLLIN};
         if (poll(&p, 1, 100) <= 0) continue;
         ssize_t n = read(pfd[0], line + used, sizeof(line) - 1 - used);
@@ -264,7 +264,7 @@ static void count_result(enum opkind k, ssize_t r, int single)
     if (answered && !(wb_mode && k == OP_PUT)) {
         int e = atomic_load(&current_epoch);
         if (e >= 0) {
-            unsigned long long zero = 0, now = kvt_now_ns();
+            unsigned long long zero = 0, now = kvs_now_ns();
             atomic_compare_exchange_strong(&rs.first_ok_ns[e], &zero, now);
         }
     }
@@ -548,7 +548,7 @@ static void *worker_main(void *arg)
     w->slots = slots;
     if (!slots) nslots = 0;
     uint64_t done = 0;
-    while (done < w->quota && kvt_now_ns() < t_end) {
+    while (done < w->quota && kvs_now_ns() < t_end) {
         uint64_t dice = rnd(w) % 100;
         int ki = (int)(rnd(w) % (uint64_t)opt.keys);
         int do_put = rnd(w) % 2 == 0;
@@ -1038,7 +1038,7 @@ int main(int argc, char **argv)
     }
 
     int rc = 0;
-    t_start = kvt_now_ns();
+    t_start = kvs_now_ns();
     t_end = t_start + (unsigned long long)(opt.seconds * 1e9);
     int started = 0;
     for (int i = 0; i < opt.threads; i++) {
@@ -1073,7 +1073,7 @@ int main(int argc, char **argv)
     unsigned long long next_kill = t_start + interval, warm_at = t_start + 1000000000ull;
     int threads_running = started;
     while (threads_running > 0) {
-        unsigned long long now = kvt_now_ns();
+        unsigned long long now = kvs_now_ns();
         if (now > t_end + 120000000000ull) break; /* two minutes over: stop waiting */
         if (opt.kills && atomic_load(&kills_done) < opt.kills && now >= next_kill && now < t_end) {
             kill_server(SIGKILL);
@@ -1084,7 +1084,7 @@ int main(int argc, char **argv)
                 break;
             }
             int e = rs.n++;
-            rs.up_ns[e] = kvt_now_ns();
+            rs.up_ns[e] = kvs_now_ns();
             atomic_store(&current_epoch, e);
             atomic_fetch_add(&kills_done, 1);
             next_kill += interval;
@@ -1098,7 +1098,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < started; i++)
             if (!atomic_load(&workers[i].finished)) threads_running++;
     }
-    unsigned long long t_stop = kvt_now_ns();
+    unsigned long long t_stop = kvs_now_ns();
     int stuck = 0;
     for (int i = 0; i < started; i++) {
         if (atomic_load(&workers[i].finished))

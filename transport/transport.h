@@ -28,6 +28,8 @@
 #include <stdint.h>
 
 #include "auth.h"
+#include "clock.h"
+#include "log.h"
 #include "wire.h"
 
 /* One kvstored node, as named in the server list. */
@@ -180,17 +182,5 @@ struct kvs_transport_ops {
 /* The transports. rdma is weak: libkvstore builds without rdma.c. */
 extern const struct kvs_transport_ops kvs_tcp_transport;
 extern const struct kvs_transport_ops kvs_rdma_transport __attribute__((weak));
-
-/*
- * Services the client layer gives every transport (client/log.c).
- * KVSTORE_LOG=error|warn|info|debug (default warn) sets what reaches stderr.
- */
-enum kvs_log_level { KVS_LOG_ERROR, KVS_LOG_WARN, KVS_LOG_INFO, KVS_LOG_DEBUG };
-int kvs_log_enabled(enum kvs_log_level level);
-void kvs_log(enum kvs_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Monotonic clock in milliseconds / nanoseconds. */
-uint64_t kvs_now_ms(void);
-uint64_t kvs_now_ns(void);
 
 #endif /* KVS_TRANSPORT_H */

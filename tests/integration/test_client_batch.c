@@ -206,9 +206,9 @@ static void on_done(void *arg, ssize_t nok)
 /* Waits (bounded) until the callback ran want times. */
 static int wait_calls(struct cb_state *s, int want)
 {
-    unsigned long long deadline = kvt_now_ns() + 20000000000ull;
+    unsigned long long deadline = kvs_now_ns() + 20000000000ull;
     pthread_mutex_lock(&s->mu);
-    while (s->calls < want && kvt_now_ns() < deadline) {
+    while (s->calls < want && kvs_now_ns() < deadline) {
         pthread_mutex_unlock(&s->mu);
         usleep(1000);
         pthread_mutex_lock(&s->mu);

@@ -16,13 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-unsigned long long kvt_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
 const char *kvt_build_path(const char *rel)
 {
     static __thread char path[1024];

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "clock.h"
 #include "kvstore.h"
 
 struct kvt_server {
@@ -89,9 +90,6 @@ int kvt_capture_begin(struct kvt_capture *cap, const char *dir);
  * log still shows it), or NULL.
  */
 char *kvt_capture_end(struct kvt_capture *cap);
-
-/* Monotonic clock in nanoseconds. */
-unsigned long long kvt_now_ns(void);
 
 /* Fills buf with a self-checking value for (key, version); kvt_check_value tells if buf is one. */
 void kvt_fill_value(void *buf, size_t len, const char *key, unsigned version);

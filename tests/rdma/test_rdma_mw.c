@@ -38,6 +38,8 @@
 
 #include <cmocka.h>
 
+#include "clock.h"
+
 #define SLOT     4096
 #define NSLOTS   4
 #define WAIT_S   15
@@ -62,11 +64,10 @@ struct pair {
     struct ibv_mr *cmr;
 };
 
+/* Seconds on the monotonic clock. */
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)kvs_now_ns() / 1e9;
 }
 
 static void nonblock(int fd)

@@ -1,18 +1,17 @@
 /*
- * log.c - libkvstore's diagnostics on stderr and its clock.
+ * log.c - libkvstore's diagnostics on stderr.
  *
  * KVSTORE_LOG=error|warn|info|debug picks the least severe level printed
  * (default warn). The variable is read once; a bad value is reported once and
  * the default kept.
  */
-#include "transport.h"
+#include "log.h"
 
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static enum kvs_log_level log_threshold = KVS_LOG_WARN;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -49,16 +48,4 @@ void kvs_log(enum kvs_log_level level, const char *fmt, ...)
     va_end(ap);
     /* One fprintf per line so that lines from several threads do not interleave. */
     fprintf(stderr, "libkvstore[%s]: %s\n", level_names[level], line);
-}
-
-uint64_t kvs_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t kvs_now_ms(void)
-{
-    return kvs_now_ns() / 1000000ull;
 }
