@@ -315,6 +315,26 @@ static void seal_if_due(struct kvb_batcher *b)
 static void done_cb(void *arg, ssize_t nok);
 
 /*
+ * The backend's single-key call for kind: ptr is the value (put) or the
+ * buffer (get), len its length or capacity. Returns what that call returns.
+ */
+static ssize_t call_one(struct kvb_batcher *b, int kind, const char *key, void *ptr, size_t len)
+{
+    const struct kvb_backend_ops *ops = b->be.ops;
+    if (kind == KVB_OP_PUT) return ops->put_one(b->be.ctx, key, ptr, len);
+    if (kind == KVB_OP_GET) return ops->get_one(b->be.ctx, key, ptr, len);
+    return ops->exists_one(b->be.ctx, key);
+}
+
+/* Value bytes an op of kind moved, given its result r: a put's length once stored, a get's read. */
+static uint64_t result_bytes(int kind, ssize_t r, size_t put_len)
+{
+    if (kind == KVB_OP_PUT) return r == 0 ? put_len : 0;
+    if (kind == KVB_OP_GET) return r > 0 ? (uint64_t)r : 0;
+    return 0;
+}
+
+/*
  * Depth of submit() calls on this thread. A completion delivered inside one
  * (a refused batch, or a backend that completes inline) must not send the
  * next batch itself: sends would nest, as deep as the ready queue. A
@@ -351,27 +371,25 @@ static void submit(struct batch *bt)
     submit_depth++;
     switch (bt->kind) {
     case KVB_OP_PUT:
-        rc = b->be.put(b->be.ctx, bt->n, bt->keys, (const void *const *)bt->ptrs, bt->lens, bt->ist,
-                       done_cb, bt);
+        rc = b->be.ops->put(b->be.ctx, bt->n, bt->keys, (const void *const *)bt->ptrs, bt->lens,
+                            bt->ist, done_cb, bt);
         break;
     case KVB_OP_GET:
-        rc = b->be.get(b->be.ctx, bt->n, bt->keys, bt->ptrs, bt->lens, bt->sres, done_cb, bt);
+        rc = b->be.ops->get(b->be.ctx, bt->n, bt->keys, bt->ptrs, bt->lens, bt->sres, done_cb, bt);
         break;
     default:
-        rc = b->be.exists(b->be.ctx, bt->n, bt->keys, bt->ist, done_cb, bt);
+        rc = b->be.ops->exists(b->be.ctx, bt->n, bt->keys, bt->ist, done_cb, bt);
         break;
     }
     if (rc == 0) goto out;
     /* The batch call was refused as a whole: give every key the answer its own call gets. */
     ssize_t nok = 0;
     for (uint32_t i = 0; i < bt->n; i++) {
-        ssize_t r;
-        if (bt->kind == KVB_OP_PUT)
-            r = bt->ist[i] = b->be.put_one(b->be.ctx, bt->keys[i], bt->ptrs[i], bt->lens[i]);
-        else if (bt->kind == KVB_OP_GET)
-            r = bt->sres[i] = b->be.get_one(b->be.ctx, bt->keys[i], bt->ptrs[i], bt->lens[i]);
+        ssize_t r = call_one(b, bt->kind, bt->keys[i], bt->ptrs[i], bt->lens[i]);
+        if (bt->kind == KVB_OP_GET)
+            bt->sres[i] = r;
         else
-            r = bt->ist[i] = b->be.exists_one(b->be.ctx, bt->keys[i]);
+            bt->ist[i] = (int)r;
         nok += r >= 0;
     }
     done_cb(bt, nok);
@@ -446,8 +464,7 @@ static void done_cb(void *arg, ssize_t nok)
         struct kvb_op *op = bt->ops[i];
         ssize_t r = bt->kind == KVB_OP_GET ? bt->sres[i] : bt->ist[i];
         op->result = r;
-        if (bt->kind == KVB_OP_PUT && r == 0) bytes += bt->lens[i];
-        if (bt->kind == KVB_OP_GET && r > 0) bytes += (uint64_t)r;
+        bytes += result_bytes(bt->kind, r, bt->lens[i]);
         kvb_count_result(st, bt->kind, r);
         uint64_t d = now - op->t_enq;
         size_t idx = kvb_hist_index(&st->op_latency, d);
@@ -572,8 +589,10 @@ struct kvb_batcher *kvb_batcher_create(const struct kvb_params *p, const struct 
 {
     pthread_condattr_t ca;
     struct kvb_batcher *b;
-    if (!p || !be || !stats || p->max_ops == 0 || p->max_inflight == 0 || p->max_bytes == 0 ||
-        !be->put || !be->get || !be->exists || !be->put_one || !be->get_one || !be->exists_one) {
+    const struct kvb_backend_ops *ops = be ? be->ops : NULL;
+    if (!p || !ops || !stats || p->max_ops == 0 || p->max_inflight == 0 || p->max_bytes == 0 ||
+        !ops->put || !ops->get || !ops->exists || !ops->put_one || !ops->get_one ||
+        !ops->exists_one) {
         errno = EINVAL;
         return NULL;
     }
@@ -709,6 +728,7 @@ int kvb_batcher_destroy(struct kvb_batcher *b, uint64_t timeout_ns)
     pthread_cond_destroy(&b->flusher_cv);
     pthread_mutex_destroy(&b->free_lock);
     pthread_mutex_destroy(&b->lock);
+    kvb_backend_release(&b->be);
     free(b);
     return 0;
 }
@@ -966,18 +986,9 @@ static ssize_t run_sync(struct kvb_batcher *b, struct kvb_op *op)
     if (rc < 0) return rc;
     if (rc == 1) return op->result;
     if (direct) {
-        ssize_t r;
-        uint64_t bytes = 0;
-        if (op->kind == KVB_OP_PUT) {
-            r = b->be.put_one(b->be.ctx, op->key, op->val, op->len);
-            if (r == 0) bytes = op->len;
-        } else if (op->kind == KVB_OP_GET) {
-            r = b->be.get_one(b->be.ctx, op->key, op->buf, op->len);
-            if (r > 0) bytes = (uint64_t)r;
-        } else {
-            r = b->be.exists_one(b->be.ctx, op->key);
-        }
-        direct_done(b, op->kind, r, op->t_enq, bytes);
+        void *ptr = op->kind == KVB_OP_PUT ? (void *)op->val : op->buf;
+        ssize_t r = call_one(b, op->kind, op->key, ptr, op->len);
+        direct_done(b, op->kind, r, op->t_enq, result_bytes(op->kind, r, op->len));
         return r;
     }
     if (op->flags & OPF_TIMER) window_wait(b, op);
@@ -1068,7 +1079,7 @@ ssize_t kvb_get(struct kvb_batcher *b, const char *key, void *buf, size_t cap)
         pthread_mutex_unlock(&b->lock);
         if (direct) return op.result;
         kvb_count(&b->st->direct_ops[KVB_OP_GET], 1);
-        ssize_t r = b->be.get_one(b->be.ctx, key, NULL, 0);
+        ssize_t r = b->be.ops->get_one(b->be.ctx, key, NULL, 0);
         kvb_count(&b->st->ops[KVB_OP_GET], 1);
         kvb_count_result(b->st, KVB_OP_GET, r);
         return r;

@@ -2,8 +2,9 @@
  * batcher.h - the time/size-window batcher: turns single-key calls from many
  * threads into calls of the library's asynchronous batch API.
  *
- * It depends only on include/kvstore.h, through a small backend vtable (the
- * shim plugs in the real kvs_batch_*_async; unit tests plug in a fake).
+ * It depends only on include/kvstore.h, through a backend vtable (backend.h:
+ * the shim plugs in libkvstore's batch calls, backend_kvs.c; unit tests plug
+ * in a fake).
  * A batch is sent at the first of: its window since the first op, max_ops,
  * max_bytes; adaptive policy also sends at once when nothing is in flight.
  * Completion wakes exactly the callers of that batch.
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "backend.h"
 #include "kvstore.h"
 #include "stats.h"
 
@@ -30,28 +32,14 @@ struct kvb_params {
     uint64_t writeback_bytes; /* bound on copied, unsent/unacknowledged put values */
 };
 
-/*
- * The batch API underneath (signatures of kvs_batch_*_async without the
- * client and op arguments), plus the synchronous single-key calls, used when
- * the batcher must not batch (size probe, a batch call refused).
- */
-struct kvb_backend {
-    void *ctx;
-    int (*put)(void *ctx, size_t n, const char *const keys[], const void *const vals[],
-               const size_t lens[], int status[], kvs_done_fn done, void *arg);
-    int (*get)(void *ctx, size_t n, const char *const keys[], void *const bufs[],
-               const size_t caps[], ssize_t results[], kvs_done_fn done, void *arg);
-    int (*exists)(void *ctx, size_t n, const char *const keys[], int results[], kvs_done_fn done,
-                  void *arg);
-    int (*put_one)(void *ctx, const char *key, const void *val, size_t len);
-    ssize_t (*get_one)(void *ctx, const char *key, void *buf, size_t cap);
-    int (*exists_one)(void *ctx, const char *key);
-};
-
 struct kvb_batcher;
 struct kvb_op;
 
-/* NULL (errno set) on bad params or out of memory. stats must outlive the batcher. */
+/*
+ * NULL (errno set) on bad params or out of memory; be then stays the
+ * caller's. Otherwise the batcher owns be and releases it when it is freed.
+ * stats must outlive the batcher.
+ */
 struct kvb_batcher *kvb_batcher_create(const struct kvb_params *p, const struct kvb_backend *be,
                                        struct kvb_stats *stats);
 /*

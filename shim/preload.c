@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../batcher/backend_kvs.h"
 #include "../batcher/batcher.h"
 #include "clock.h"
 #include "config.h"
@@ -51,6 +52,9 @@ static struct real_calls {
                                   void *, kvs_op **);
     int (*kvs_client_counters)(kvs_client *, kvs_counter_cb, void *); /* optional */
 } real;
+
+/* The real calls the batcher's kvs backend makes (a view of `real`, filled at init). */
+static struct kvb_kvs_calls kvs_calls;
 
 enum { INIT_NONE, INIT_DONE };
 static _Atomic int init_state;
@@ -105,44 +109,6 @@ static void log_line(enum kvb_log_level lvl, const char *fmt, ...)
     (void)w;
 }
 
-/* ---- backend: the real batch API of one client ---- */
-
-static int be_put(void *ctx, size_t n, const char *const keys[], const void *const vals[],
-                  const size_t lens[], int status[], kvs_done_fn done, void *arg)
-{
-    kvs_op *op = NULL;
-    return real.kvs_batch_put_async(ctx, n, keys, vals, lens, status, done, arg, &op);
-}
-
-static int be_get(void *ctx, size_t n, const char *const keys[], void *const bufs[],
-                  const size_t caps[], ssize_t results[], kvs_done_fn done, void *arg)
-{
-    kvs_op *op = NULL;
-    return real.kvs_batch_get_async(ctx, n, keys, bufs, caps, results, done, arg, &op);
-}
-
-static int be_exists(void *ctx, size_t n, const char *const keys[], int results[], kvs_done_fn done,
-                     void *arg)
-{
-    kvs_op *op = NULL;
-    return real.kvs_batch_exists_async(ctx, n, keys, results, done, arg, &op);
-}
-
-static int be_put_one(void *ctx, const char *key, const void *val, size_t len)
-{
-    return real.kvs_put(ctx, key, val, len);
-}
-
-static ssize_t be_get_one(void *ctx, const char *key, void *buf, size_t cap)
-{
-    return real.kvs_get(ctx, key, buf, cap);
-}
-
-static int be_exists_one(void *ctx, const char *key)
-{
-    return real.kvs_exists(ctx, key);
-}
-
 static struct kvb_batcher *make_batcher(kvs_client *c)
 {
     struct kvb_params p = {
@@ -154,13 +120,16 @@ static struct kvb_batcher *make_batcher(kvs_client *c)
         .writeback = cfg.put_mode == KVB_PUT_WRITEBACK,
         .writeback_bytes = cfg.writeback_bytes,
     };
-    struct kvb_backend be = {c, be_put, be_get, be_exists, be_put_one, be_get_one, be_exists_one};
-    struct kvb_batcher *b = kvb_batcher_create(&p, &be, &stats);
+    struct kvb_backend be;
+    struct kvb_batcher *b = NULL;
+    int rc = kvb_backend_kvs(&kvs_calls, c, &be);
+    if (rc == 0 && !(b = kvb_batcher_create(&p, &be, &stats))) {
+        rc = -errno;
+        kvb_backend_release(&be);
+    }
     if (!b)
-        log_line(KVB_LOG_WARN,
-                 "kvbatch: cannot create a batcher (%s); this client is not "
-                 "batched",
-                 strerror(errno));
+        log_line(KVB_LOG_WARN, "kvbatch: cannot create a batcher (%s); this client is not batched",
+                 strerror(-rc));
     return b;
 }
 
@@ -343,6 +312,12 @@ static void init_preload(void)
     LOAD(kvs_batch_put_async);
     LOAD(kvs_batch_get_async);
     LOAD(kvs_batch_exists_async);
+    kvs_calls = (struct kvb_kvs_calls){real.kvs_batch_put_async,
+                                       real.kvs_batch_get_async,
+                                       real.kvs_batch_exists_async,
+                                       real.kvs_put,
+                                       real.kvs_get,
+                                       real.kvs_exists};
     /* Newer than the rest: a libkvstore without it only leaves its counters out. */
     *(void **)&real.kvs_client_counters = dlsym(RTLD_NEXT, "kvs_client_counters");
     kvb_stats_init(&stats);

@@ -1,5 +1,6 @@
 /*
- * fake_backend.h - an in-memory stand-in for the batch API, for batcher tests.
+ * fake_backend.h - an in-memory store behind the batcher's backend vtable
+ * (batcher/backend.h), for batcher tests.
  * Batches complete inside the call (FAKE_SYNC), when the test says so
  * (FAKE_MANUAL, in any order), or on a completer thread (FAKE_THREAD, newest
  * first, so completions arrive out of order). Keys starting "err-" fail with
@@ -262,15 +263,20 @@ static inline void fake_fini(struct fake *f)
     pthread_mutex_destroy(&f->lock);
 }
 
+static const struct kvb_backend_ops fake_ops = {
+    .put = fake_be_put,
+    .get = fake_be_get,
+    .exists = fake_be_exists,
+    .put_one = fake_be_put_one,
+    .get_one = fake_be_get_one,
+    .exists_one = fake_be_exists_one,
+    .release = NULL, /* the test owns f */
+};
+
+/* The backend vtable over f (struct kvb_backend_ops, batcher/backend.h). */
 static inline struct kvb_backend fake_backend(struct fake *f)
 {
-    struct kvb_backend be = {f,
-                             fake_be_put,
-                             fake_be_get,
-                             fake_be_exists,
-                             fake_be_put_one,
-                             fake_be_get_one,
-                             fake_be_exists_one};
+    struct kvb_backend be = {&fake_ops, f};
     return be;
 }
 
