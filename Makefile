@@ -144,10 +144,14 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
+# UNIT_LDFLAGS_test_X: extra link flags of one unit test (test_ops fails malloc at will).
+UNIT_LDFLAGS_test_ops := -Wl,--wrap=malloc
+
 $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_COMMON) \
-	    -Wl,--end-group $(LDFLAGS) $(CMOCKA_LIBS) $(VERBS_LIBS) $(SODIUM_LIBS) -ldl -lm
+	    -Wl,--end-group $(LDFLAGS) $(UNIT_LDFLAGS_$(notdir $@)) $(CMOCKA_LIBS) $(VERBS_LIBS) \
+	    $(SODIUM_LIBS) -ldl -lm
 
 $(BUILD)/tests/integration/%: $(BUILD)/obj/tests/integration/%.o $(call obj,$(TLIB_SRCS)) $(AR_WIRE) $(AR_COMMON) $(LIBKVSTORE)
 	@mkdir -p $(dir $@)

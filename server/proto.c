@@ -14,6 +14,7 @@
 
 #include "auth.h"
 #include "clock.h"
+#include "ops.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -240,7 +241,7 @@ struct kvsd_proto_conn *kvsd_proto_conn_new(struct kvsd_server *srv)
 
 static void release_seg(struct kvsd_proto_conn *c, struct out_seg *s)
 {
-    if (s->pin) kvsd_store_unpin(c->srv->store, s->pin);
+    if (s->pin) kvsd_ops_get_done(c->srv, s->pin);
     free(s->owned);
     s->pin = NULL;
     s->owned = NULL;
@@ -255,7 +256,7 @@ static void drop_frame(struct kvsd_proto_conn *c)
     free(c->meta);
     c->meta = NULL;
     if (c->put_item) {
-        kvsd_store_abort(c->srv->store, c->put_item);
+        kvsd_ops_put_abort(c->srv, c->put_item);
         c->put_item = NULL;
     }
 }
@@ -523,34 +524,20 @@ static void next_entry(struct kvsd_proto_conn *c)
 
 static void do_get(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen, uint32_t cap)
 {
-    struct kvsd_server_counters *k = &c->srv->counters;
-    int32_t status = 0;
-    uint32_t len = 0;
     struct kvsd_item *it = NULL;
-    if (memchr(key, 0, klen)) {
-        status = -EINVAL;
-        k->key_invalid++;
-    } else if (!(it = kvsd_store_lookup(c->srv->store, key, klen, 1))) {
-        status = -ENOENT;
-        k->get_misses++;
-    } else {
-        k->get_hits++;
-        len = kvsd_item_len(it);
-        if (cap < len) {
-            status = -ERANGE;
-            k->get_range++;
-        } else if (c->reply_body + len > c->srv->limits.max_frame) {
-            /* The reply would outgrow a frame: this key must be fetched on its own. */
-            status = -EMSGSIZE;
-            len = 0;
-        }
-        if (status != 0 || len == 0) {
-            kvsd_store_unpin(c->srv->store, it);
-            it = NULL;
-        }
+    uint32_t len = 0;
+    int32_t status = kvsd_ops_get(c->srv, key, klen, cap, &it, &len);
+    if (status == 0 && c->reply_body + len > c->srv->limits.max_frame) {
+        /* The reply would outgrow a frame: this key must be fetched on its own. */
+        status = -EMSGSIZE;
+        len = 0;
+    }
+    if (it && (status != 0 || len == 0)) {
+        kvsd_ops_get_done(c->srv, it);
+        it = NULL;
     }
     if (set_status(c, status, len, it) < 0) {
-        if (it) kvsd_store_unpin(c->srv->store, it);
+        if (it) kvsd_ops_get_done(c->srv, it);
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
         return;
     }
@@ -560,25 +547,7 @@ static void do_get(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen,
 /* A PUT entry's key is in: reserve its slot (or decide to skip its value). */
 static void begin_put(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen, uint32_t len)
 {
-    struct kvsd_server_counters *k = &c->srv->counters;
-    c->put_item = NULL;
-    c->put_status = 0;
-    if (memchr(key, 0, klen)) {
-        c->put_status = -EINVAL;
-        k->key_invalid++;
-    } else if (len > c->srv->limits.max_object) {
-        c->put_status = -E2BIG;
-        k->put_too_big++;
-    } else {
-        int rc = kvsd_store_reserve(c->srv->store, key, klen, len, &c->put_item);
-        if (rc < 0) {
-            c->put_status = rc;
-            c->put_item = NULL;
-            if (rc == -ENOSPC) k->put_no_space++;
-            if (rc == -E2BIG) k->put_too_big++;
-            if (rc == -ENOMEM) k->errors_nomem++;
-        }
-    }
+    c->put_status = kvsd_ops_put_reserve(c->srv, key, klen, len, &c->put_item);
     c->put_dst = c->put_item ? kvsd_item_data(c->srv->store, c->put_item) : NULL;
     c->value_left = len;
     c->big_puts = len >= BIG_PUT_VALUE;
@@ -590,9 +559,8 @@ static void end_put(struct kvsd_proto_conn *c)
 {
     int32_t status = c->put_status;
     if (c->put_item) {
-        status = kvsd_store_commit(c->srv->store, c->put_item);
+        status = kvsd_ops_put_commit(c->srv, c->put_item);
         c->put_item = NULL;
-        if (status == -ENOMEM) c->srv->counters.errors_nomem++;
     }
     if (set_status(c, status, 0, NULL) < 0) {
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
@@ -603,15 +571,8 @@ static void end_put(struct kvsd_proto_conn *c)
 
 static void do_simple(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen)
 {
-    int32_t status;
-    if (memchr(key, 0, klen)) {
-        status = -EINVAL;
-        c->srv->counters.key_invalid++;
-    } else if (c->hdr.opcode == KVS_OP_EXISTS) {
-        status = kvsd_store_lookup(c->srv->store, key, klen, 0) ? 1 : 0;
-    } else {
-        status = kvsd_store_remove(c->srv->store, key, klen);
-    }
+    int32_t status = c->hdr.opcode == KVS_OP_EXISTS ? kvsd_ops_exists(c->srv, key, klen)
+                                                    : kvsd_ops_remove(c->srv, key, klen);
     if (set_status(c, status, 0, NULL) < 0) {
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
         return;
@@ -765,7 +726,6 @@ static int on_entry(struct kvsd_proto_conn *c)
     const uint8_t *key = p + KVS_WIRE_ENTRY_LEN;
     c->rpos += KVS_WIRE_ENTRY_LEN + e.klen;
     c->body_left -= KVS_WIRE_ENTRY_LEN + e.klen;
-    c->srv->counters.keys[c->hdr.opcode]++;
     switch (c->hdr.opcode) {
     case KVS_OP_PUT:
         begin_put(c, key, e.klen, e.len);
