@@ -1,0 +1,162 @@
+/*
+ * config.c - a client's configuration: the environment (KVSTORE_TIMEOUT_MS,
+ * KVSTORE_CONNECT_TIMEOUT_MS, KVSTORE_AUTH_FILE, KVSTORE_TRANSPORT,
+ * KVSTORE_SERVERS) and the server list "[scheme://]host:port[,...]", each
+ * entry with the transport that serves it.
+ *
+ * A bad timeout gets one warning naming the variable and its default is
+ * used; a bad server list or auth file makes kvs_open fail.
+ */
+#include "client_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "route.h"
+
+#define DEFAULT_TIMEOUT_MS 10000
+#define MAX_CONNECT_MS     5000
+
+/* An environment variable holding milliseconds in [1, max], else def (with a warning). */
+static int env_ms(const char *name, int def, int max)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    errno = 0;
+    long ms = strtol(v, &end, 10);
+    if (errno || *end || ms < 1 || ms > max) {
+        kvs_log(KVS_LOG_WARN, "%s=%s is not a number of milliseconds in 1..%d; using %d", name, v,
+                max, def);
+        return def;
+    }
+    return (int)ms;
+}
+
+/*
+ * Parses one "[scheme://]host:port" into ep. host may be a name, an IPv4
+ * address or a bracketed IPv6 address. 0, -EINVAL or -ENOTSUP (no such transport).
+ */
+static int parse_endpoint(const char *s, size_t len, struct kvs_endpoint *ep,
+                          const struct kvs_transport_ops **ops)
+{
+    memset(ep, 0, sizeof(*ep));
+    *ops = &kvs_tcp_transport;
+    snprintf(ep->scheme, sizeof(ep->scheme), "tcp");
+    const char *sep = memmem(s, len, "://", 3);
+    if (sep) {
+        size_t slen = (size_t)(sep - s);
+        if (slen == 3 && strncmp(s, "tcp", 3) == 0) {
+            *ops = &kvs_tcp_transport;
+        } else if (slen == 4 && strncmp(s, "rdma", 4) == 0) {
+            if (&kvs_rdma_transport == NULL) return -ENOTSUP;
+            *ops = &kvs_rdma_transport;
+            snprintf(ep->scheme, sizeof(ep->scheme), "rdma");
+        } else {
+            return -EINVAL;
+        }
+        len -= slen + 3;
+        s = sep + 3;
+    } else if (&kvs_rdma_transport != NULL) {
+        /* A bare host:port follows KVSTORE_TRANSPORT=tcp|rdma|auto (default tcp). */
+        const char *t = getenv("KVSTORE_TRANSPORT");
+        if (t && (strcmp(t, "rdma") == 0 || strcmp(t, "auto") == 0)) {
+            *ops = &kvs_rdma_transport;
+            snprintf(ep->scheme, sizeof(ep->scheme), "%s", t);
+        }
+    }
+    const char *colon = NULL;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] == ':') colon = s + i;
+    if (!colon) return -EINVAL;
+    size_t hlen = (size_t)(colon - s), plen = len - hlen - 1;
+    const char *host = s;
+    if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {
+        host++;
+        hlen -= 2;
+    } else if (memchr(host, ':', hlen) || memchr(host, '[', hlen)) {
+        return -EINVAL;
+    }
+    if (hlen == 0 || hlen >= sizeof(ep->host) || plen == 0 || plen > 5) return -EINVAL;
+    long port = 0;
+    for (size_t i = 0; i < plen; i++) {
+        if (colon[1 + i] < '0' || colon[1 + i] > '9') return -EINVAL;
+        port = port * 10 + (colon[1 + i] - '0');
+    }
+    if (port < 1 || port > 65535) return -EINVAL;
+    for (size_t i = 0; i < hlen; i++)
+        if (host[i] == ' ' || host[i] == '/' || host[i] == ',') return -EINVAL;
+    memcpy(ep->host, host, hlen);
+    snprintf(ep->port, sizeof(ep->port), "%ld", port);
+    snprintf(ep->name, sizeof(ep->name), "%.*s:%ld", (int)(colon - s), s, port);
+    return 0;
+}
+
+/* Parses the server list into c->servers; 0, -EINVAL, -ENOTSUP or -ENOMEM. */
+static int parse_servers(kvs_client *c, const char *list)
+{
+    size_t max = 1;
+    for (const char *p = list; *p; p++)
+        if (*p == ',') max++;
+    c->servers = calloc(max, sizeof(*c->servers));
+    c->server_hashes = calloc(max, sizeof(*c->server_hashes));
+    if (!c->servers || !c->server_hashes) return -ENOMEM;
+    const char *p = list;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        const char *e = end;
+        while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        struct server_link *sv = &c->servers[c->nservers];
+        int rc = parse_endpoint(p, (size_t)(e - p), &sv->ep, &sv->ops);
+        if (rc < 0) return rc;
+        for (size_t i = 0; i < c->nservers; i++)
+            if (strcmp(c->servers[i].ep.name, sv->ep.name) == 0) return -EINVAL; /* listed twice */
+        c->server_hashes[c->nservers] = kvs_route_server_hash(sv->ep.name);
+        c->nservers++;
+        if (!*end) break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+/* KVSTORE_AUTH_FILE's secret into cfg (none when unset); 0 or the file's error. */
+static int load_auth(struct kvs_transport_config *cfg)
+{
+    const char *auth_file = getenv("KVSTORE_AUTH_FILE");
+    if (!auth_file || !*auth_file) return 0;
+    char why[512] = "cannot initialise libsodium";
+    long len = kvs_auth_init();
+    if (len == 0) len = kvs_auth_load_secret(auth_file, cfg->auth_secret, why, sizeof(why));
+    if (len < 0) {
+        kvs_log(KVS_LOG_ERROR, "KVSTORE_AUTH_FILE: %s", why);
+        return (int)len;
+    }
+    cfg->auth_secret_len = (size_t)len;
+    return 0;
+}
+
+int kvc_config_load(kvs_client *c, const char *servers)
+{
+    if (!servers) {
+        servers = getenv("KVSTORE_SERVERS");
+        if (!servers || !*servers) servers = KVS_DEFAULT_SERVERS;
+    }
+    c->cfg.timeout_ms = env_ms("KVSTORE_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 3600 * 1000);
+    int conn_def = c->cfg.timeout_ms < MAX_CONNECT_MS ? c->cfg.timeout_ms : MAX_CONNECT_MS;
+    c->cfg.connect_timeout_ms = env_ms("KVSTORE_CONNECT_TIMEOUT_MS", conn_def, 3600 * 1000);
+
+    int rc = parse_servers(c, servers);
+    if (rc < 0) {
+        kvs_log(KVS_LOG_ERROR, "bad server list \"%s\": %s", servers,
+                rc == -ENOTSUP ? "this build has no such transport"
+                               : "expected [tcp://]host:port[,host:port...]");
+        return rc;
+    }
+    return load_auth(&c->cfg);
+}
