@@ -34,7 +34,7 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
 # One include-path list: product code sees the public API, common/ and the
 # transport; tests (and the linters) also see the internals of each room.
 INCLUDE_DIRS      := include common transport
-TEST_INCLUDE_DIRS := tests/lib server client batcher shim
+TEST_INCLUDE_DIRS := tests/lib server client batcher shim include/mooncake mooncake
 CPPFLAGS += $(addprefix -I,$(INCLUDE_DIRS)) -D_GNU_SOURCE
 ALL_INCLUDES      := $(addprefix -I,$(INCLUDE_DIRS) $(TEST_INCLUDE_DIRS))
 CFLAGS   ?= $(OPT) -g

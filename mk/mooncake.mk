@@ -1,0 +1,45 @@
+# mooncake.mk - the Mooncake Store drop-in (docs/mooncake.md):
+#   $(BUILD)/lib/libkvstore_mooncake.so  Mooncake's C API (include/mooncake/store_c.h) over
+#                                        libkvstore; exports only mooncake_store_*
+#   $(BUILD)/lib/libkvs_mooncake.a       the same objects, for what links them privately
+#                                        (the mooncake.store Python module, unit tests)
+# Both link libkvstore.so dynamically (DT_NEEDED), so that LD_PRELOAD=libkvbatch.so sees
+# the kvs_* calls they make.
+
+MC_SRCS     := $(wildcard mooncake/*.c)
+MC_SONAME   := libkvstore_mooncake.so.1
+LIBMOONCAKE := $(BUILD)/lib/libkvstore_mooncake.so
+AR_MOONCAKE := $(BUILD)/lib/libkvs_mooncake.a
+MC_CPPFLAGS := -Iinclude/mooncake
+
+ifneq ($(MC_SRCS),)
+all: $(LIBMOONCAKE)
+
+$(call obj,$(MC_SRCS)): CPPFLAGS += $(MC_CPPFLAGS)
+
+$(AR_MOONCAKE): $(call obj,$(MC_SRCS))
+
+$(LIBMOONCAKE): $(call obj,$(MC_SRCS)) mooncake/libkvstore_mooncake.map $(LIBKVSTORE)
+	$(CC) -shared -o $(BUILD)/lib/$(MC_SONAME) $(call obj,$(MC_SRCS)) $(LDFLAGS) \
+	    -Wl,-soname,$(MC_SONAME) -Wl,--version-script=mooncake/libkvstore_mooncake.map \
+	    -Wl,-Bsymbolic-functions -Wl,-z,defs -L$(BUILD)/lib -Wl,--no-as-needed -lkvstore \
+	    -Wl,--as-needed -Wl,-rpath,'$$ORIGIN'
+	ln -sf $(MC_SONAME) $@
+
+# Tests written against Mooncake's header (tests/integration/test_mooncake_*.c; the
+# Makefile's TEST_INCLUDE_DIRS has include/mooncake) also link the drop-in.
+MC_TESTS := $(patsubst tests/integration/%.c,%,$(wildcard tests/integration/test_mooncake_*.c))
+$(patsubst %,$(BUILD)/tests/integration/%,$(MC_TESTS)): $(LIBMOONCAKE)
+$(patsubst %,$(BUILD)/tests/integration/%,$(MC_TESTS)): private LDFLAGS += -L$(BUILD)/lib \
+    -lkvstore_mooncake
+
+.PHONY: install-mooncake
+install: install-mooncake
+install-mooncake: $(LIBMOONCAKE)
+	install -d $(DESTDIR)$(PREFIX)/include/mooncake $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/mooncake/store_c.h $(DESTDIR)$(PREFIX)/include/mooncake/
+	install -m 755 $(BUILD)/lib/$(MC_SONAME) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(MC_SONAME) $(DESTDIR)$(PREFIX)/lib/libkvstore_mooncake.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' mooncake/kvstore_mooncake.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore_mooncake.pc
+endif
