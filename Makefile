@@ -34,7 +34,7 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
 # One include-path list: product code sees the public API, common/ and the
 # transport; tests (and the linters) also see the internals of each room.
 INCLUDE_DIRS      := include common transport
-TEST_INCLUDE_DIRS := tests/lib server client batcher shim include/mooncake mooncake
+TEST_INCLUDE_DIRS := tests/lib server client batcher shim include/mooncake mooncake tools
 CPPFLAGS += $(addprefix -I,$(INCLUDE_DIRS)) -D_GNU_SOURCE
 ALL_INCLUDES      := $(addprefix -I,$(INCLUDE_DIRS) $(TEST_INCLUDE_DIRS))
 CFLAGS   ?= $(OPT) -g
@@ -50,7 +50,8 @@ LIB_SRCS    := $(wildcard client/*.c) $(wildcard transport/*.c)
 SERVER_SRCS := $(filter-out server/main.c,$(wildcard server/*.c))
 BATCH_SRCS  := $(wildcard batcher/*.c)
 SHIM_SRCS   := $(wildcard shim/*.c)
-KVBENCH_SRCS := $(wildcard tools/kvbench*.c)
+TOOLS_SRCS  := tools/opts.c
+KVBENCH_SRCS := $(wildcard tools/kvbench*.c) $(TOOLS_SRCS)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -67,6 +68,7 @@ AR_SERVER  := $(BUILD)/lib/libkvs_server.a
 AR_CLIENT  := $(BUILD)/lib/libkvs_client.a
 AR_BATCH   := $(BUILD)/lib/libkvs_batcher.a
 AR_SHIM    := $(BUILD)/lib/libkvs_shim.a
+AR_TOOLS   := $(BUILD)/lib/libkvs_tools.a
 
 TARGETS := $(LIBKVSTORE) $(KVSTORED) $(KVBENCH)
 ifneq ($(SHIM_SRCS),)
@@ -95,6 +97,7 @@ $(AR_SERVER): $(call obj,$(SERVER_SRCS))
 $(AR_CLIENT): $(call obj,$(filter-out $(WIRE_SRCS),$(LIB_SRCS)))
 $(AR_BATCH):  $(call obj,$(BATCH_SRCS))
 $(AR_SHIM):   $(call obj,$(filter-out shim/preload.c,$(SHIM_SRCS)))
+$(AR_TOOLS):  $(call obj,$(TOOLS_SRCS))
 
 # libkvstore exports only kvs_* (client/libkvstore.map); its own calls bind
 # inside the library, so an LD_PRELOAD shim sees only the application's calls.
@@ -147,9 +150,9 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 # UNIT_LDFLAGS_test_X: extra link flags of one unit test (test_ops fails malloc at will).
 UNIT_LDFLAGS_test_ops := -Wl,--wrap=malloc
 
-$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_COMMON)
+$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_TOOLS) $(AR_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_COMMON) \
+	$(CC) -o $@ $< -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_TOOLS) $(AR_COMMON) \
 	    -Wl,--end-group $(LDFLAGS) $(UNIT_LDFLAGS_$(notdir $@)) $(CMOCKA_LIBS) $(VERBS_LIBS) \
 	    $(SODIUM_LIBS) -ldl -lm
 

@@ -1,11 +1,13 @@
 /*
- * kvbench.h - shared pieces of kvbench: options, latency histograms, results
- * and their output (text, CSV, JSON), progress reporting.
+ * kvbench.h - shared pieces of kvbench: the options every command takes,
+ * latency histograms, results and their output (text, CSV, JSON), progress
+ * reporting, the basic workload.
  *
- * kvbench.c          command line, basic put/get/exists runs, --server-stats
- * kvbench_stats.c    histograms, result printing, CSV/JSON, progress line
+ * kvbench.c           main: the commands, put/get/exists's command line, --server-stats
+ * kvbench_basic.c     the basic put/get/exists workload (single-key, batch, async)
+ * kvbench_stats.c     histograms, result printing, CSV/JSON, progress line, values
  * kvbench_layerwise.c engine-shaped layer-by-layer save/load workload
- * kvbench_micro.c    sweep of sizes x threads x paths
+ * kvbench_micro.c     sweep of sizes x threads x paths
  */
 #ifndef KVBENCH_H
 #define KVBENCH_H
@@ -17,10 +19,10 @@
 
 #include "clock.h"
 #include "kvstore.h"
+#include "opts.h"
 
-/* Exit codes: 0 ok, 1 the run saw errors, 2 bad command line. */
+/* Exit codes: 0 ok, 1 the run saw errors, KVOPT_EXIT_USAGE (2) bad command line. */
 #define KVB_EXIT_ERRORS 1
-#define KVB_EXIT_USAGE  2
 
 enum kvb_op { KVB_PUT, KVB_GET, KVB_EXISTS };
 enum kvb_mode { KVB_SINGLE, KVB_BATCH, KVB_ASYNC };
@@ -112,14 +114,6 @@ void kvb_progress_end(struct kvb_progress *p);
 
 /* Sleeps ns nanoseconds (bounded; restarts on EINTR). */
 void kvb_sleep_ns(uint64_t ns);
-/* Parses "4096", "4K", "4KiB", "1M", "1MiB"; returns 0 or -EINVAL. */
-int kvb_parse_size(const char *s, size_t *out);
-/* Parses a positive integer in [lo, hi]; returns 0 or -EINVAL. */
-int kvb_parse_long(const char *s, long lo, long hi, long *out);
-/* Parses a number of seconds in (0, max]; returns 0 or -EINVAL. */
-int kvb_parse_seconds(const char *s, double max, double *out);
-/* Prints "<who>: bad <opt> '<val>' (accepted: <accepted>)"; returns KVB_EXIT_USAGE. */
-int kvb_bad_arg(const char *who, const char *opt, const char *val, const char *accepted);
 /* 1 if an LD_PRELOADed libkvbatch is in this process's environment. */
 int kvb_shim_preloaded(void);
 /* Fills buf with a pattern derived from key, cheap to check at both ends. */
@@ -131,6 +125,49 @@ int kvb_check_value(const void *buf, size_t len, const char *key);
 
 const char *kvb_op_name(enum kvb_op op);
 const char *kvb_mode_name(enum kvb_mode mode);
+/* The names of the ops and of the paths, for options and commands ({NULL, 0} ended). */
+extern const struct kvopt_choice kvb_op_choices[];
+extern const struct kvopt_choice kvb_mode_choices[];
+
+/* What every workload command takes: where the servers are, how often, where results go. */
+struct kvb_common {
+    const char *servers;
+    const char *csv, *json;
+    int repeat; /* runs of each measurement, 1..64 */
+    int quiet;  /* no progress line */
+};
+
+/* Their option table entries: --servers first, the rest last in a command's table. */
+#define KVB_OPT_SERVERS(c)                                                                         \
+    {                                                                                              \
+        "servers", 0, KVOPT_STRING, KVOPT_TO((c).servers), "S", "host:port[,host:port]",           \
+            .dflt = "$KVSTORE_SERVERS or " KVS_DEFAULT_SERVERS                                     \
+    }
+#define KVB_OPTS_OUTPUT(c)                                                                         \
+    {"repeat",    0,                                                                               \
+     KVOPT_COUNT, KVOPT_TO((c).repeat),                                                            \
+     "R",         "runs of each measurement; each is printed, then the median",                    \
+     .lo = 1,     .hi = 64},                                                                       \
+        {"csv", 0, KVOPT_STRING, KVOPT_TO((c).csv), "FILE", "write results as CSV"},               \
+        {"json", 0, KVOPT_STRING, KVOPT_TO((c).json), "FILE", "write results as JSON"},            \
+    {                                                                                              \
+        "quiet", 0, KVOPT_FLAG, KVOPT_TO((c).quiet), NULL, "no progress line"                      \
+    }
+
+/*
+ * Opens the client on c->servers and the output files; on failure says why
+ * (as who) and returns -1 with nothing open.
+ */
+int kvb_session_open(const struct kvb_common *c, const char *who, kvs_client **client,
+                     struct kvb_output *out);
+/* Closes both; -1 if the output files could not be written out. */
+int kvb_session_close(kvs_client *client, struct kvb_output *out);
+
+/* Prints r and writes it to out. */
+void kvb_emit(struct kvb_output *out, const struct kvb_result *r);
+/* The median of runs[0..n) into *med; printed and written too when n > 1. */
+void kvb_emit_median(struct kvb_output *out, const struct kvb_result *runs, int n,
+                     struct kvb_result *med);
 
 /* Sub-commands beyond the basic put/get/exists (argc/argv start at the sub-command). */
 int kvb_layerwise_main(int argc, char **argv);
@@ -154,8 +191,19 @@ struct kvb_basic {
     int quiet;
 };
 
+/* Most memory one basic run may take for buffers: batch x size x threads (not for single). */
+#define KVB_MAX_BUFFER_BYTES (1ull << 30)
+/* 1 if b's buffers are within KVB_MAX_BUFFER_BYTES. */
+int kvb_basic_fits(const struct kvb_basic *b);
 /* Runs one measured pass; fills r. Returns 0, or a negative code if it could not run at all. */
 int kvb_basic_run(const struct kvb_basic *b, struct kvb_result *r);
+/*
+ * Runs b repeat times (1..64); prints each run when print_each, then, when
+ * repeat > 1, their median, which goes to *med either way. Adds the errors
+ * seen to *errors. Returns 0, or the code of a run that could not run.
+ */
+int kvb_basic_repeat(const struct kvb_basic *b, int repeat, int print_each, struct kvb_output *out,
+                     struct kvb_result *med, uint64_t *errors);
 /* Puts every key of the key space once (for get/exists); returns 0 or the first error. */
 int kvb_basic_prefill(kvs_client *c, const char *prefix, uint64_t keys, size_t size);
 

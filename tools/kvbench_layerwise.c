@@ -17,7 +17,6 @@
 #include "kvbench.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,231 +447,152 @@ out:
     return rc;
 }
 
-static void lw_usage(FILE *f)
+static const struct kvopt_choice model_choices[] = {{"llama3-8b", 0}, {"llama3-70b", 1}, {NULL, 0}};
+static const int model_layers[] = {32, 80};
+static const struct kvopt_choice block_choices[] = {{"16", 16}, {"64", 64}, {NULL, 0}};
+static const struct kvopt_choice tp_choices[] = {{"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {NULL, 0}};
+enum { DO_SAVE = 1, DO_LOAD = 2 };
+static const struct kvopt_choice phase_choices[] = {
+    {"save", DO_SAVE}, {"load", DO_LOAD}, {"both", DO_SAVE | DO_LOAD}, {NULL, 0}};
+
+/* kvbench layerwise as given on the command line. */
+struct lw_cmd {
+    struct lw_config cfg;
+    struct kvb_common common;
+    int model;  /* index into model_choices */
+    int phases; /* DO_SAVE | DO_LOAD */
+    long long compute_us;
+    int no_verify;
+};
+
+/* Parses layerwise's options into lc; 0, KVOPT_HELP or -EINVAL. */
+static int lw_parse(struct lw_cmd *lc, int argc, char **argv)
 {
-    fprintf(f,
-            "usage: kvbench layerwise [options]\n"
-            "  --servers S        host:port[,...]\n"
-            "  --model M          llama3-8b (32 layers) or llama3-70b (80 layers)\n"
-            "  --block T          tokens per block: 16 or 64 (default 16)\n"
-            "  --tp N             tensor-parallel degree 1..8 (default 1)\n"
-            "  --rank R           this worker's TP rank, for key names (default 0)\n"
-            "  --requests N       concurrent requests, 1..%d (default 8)\n"
-            "  --prompt T         prompt tokens per request (default 256)\n"
-            "  --compute-us U     simulated compute per layer (default 100)\n"
-            "  --rounds R         save/load rounds per request (default 3)\n"
-            "  --phase P          save, load or both (default both; load needs save)\n"
-            "  --mode M           single, batch or async (default single)\n"
-            "  --seconds S        time bound per phase (default 120)\n"
-            "  --repeat R         runs; each printed, then the median (default 1)\n"
-            "  --no-verify        do not check loaded values\n"
-            "  --csv FILE, --json FILE, --quiet\n",
-            MAX_REQUESTS);
+    struct lw_config *cfg = &lc->cfg;
+    const struct kvopt opts[] = {
+        KVB_OPT_SERVERS(lc->common),
+        {"model", 0, KVOPT_ENUM, KVOPT_TO(lc->model), "M",
+         "the model: llama3-8b has 32 layers, llama3-70b 80", .choices = model_choices},
+        {"block", 0, KVOPT_ENUM, KVOPT_TO(cfg->block_tokens), "T", "tokens per block",
+         .choices = block_choices},
+        {"tp", 0, KVOPT_ENUM, KVOPT_TO(cfg->tp), "N", "tensor-parallel degree",
+         .choices = tp_choices},
+        {"rank", 0, KVOPT_COUNT, KVOPT_TO(cfg->rank), "R", "this worker's TP rank, for key names",
+         .lo = 0, .hi = 7, .accepted = "0..tp-1"},
+        {"requests", 0, KVOPT_COUNT, KVOPT_TO(cfg->requests), "N", "concurrent requests", .lo = 1,
+         .hi = MAX_REQUESTS},
+        {"prompt", 0, KVOPT_COUNT, KVOPT_TO(cfg->prompt_tokens), "T", "prompt tokens per request",
+         .lo = 1, .hi = 1 << 20},
+        {"compute-us", 0, KVOPT_COUNT, KVOPT_TO(lc->compute_us), "U",
+         "simulated compute per layer, in microseconds", .lo = 0, .hi = 1000000},
+        {"rounds", 0, KVOPT_COUNT, KVOPT_TO(cfg->rounds), "R", "save/load rounds per request",
+         .lo = 1, .hi = 10000},
+        {"phase", 0, KVOPT_ENUM, KVOPT_TO(lc->phases), "P", "what is measured (load needs save)",
+         .choices = phase_choices},
+        {"mode", 0, KVOPT_ENUM, KVOPT_TO(cfg->mode), "M", "the I/O path",
+         .choices = kvb_mode_choices},
+        {"seconds", 0, KVOPT_SECONDS, KVOPT_TO(cfg->seconds), "S", "time bound per phase", .lo = 0,
+         .hi = 86400},
+        {"no-verify", 0, KVOPT_FLAG, KVOPT_TO(lc->no_verify), NULL, "do not check loaded values"},
+        KVB_OPTS_OUTPUT(lc->common),
+        {0}};
+    const struct kvopt_cmd cmd = {
+        .name = "kvbench layerwise", .usage = "usage: kvbench layerwise [options]\n", .opts = opts};
+    return kvopt_parse(&cmd, argc, argv);
+}
+
+/* Checks across options, and the shape they give (slice size, blocks); 0 or -EINVAL. */
+static int lw_derive(struct lw_cmd *lc)
+{
+    struct lw_config *cfg = &lc->cfg;
+    const char *who = "kvbench layerwise";
+    cfg->model = model_choices[lc->model].name;
+    cfg->layers = model_layers[lc->model];
+    cfg->compute_ns = (uint64_t)lc->compute_us * 1000;
+    cfg->verify = !lc->no_verify;
+    if (cfg->rank >= cfg->tp) return kvopt_bad(who, "--rank", "(>= tp)", "0..tp-1");
+    cfg->slice = (size_t)cfg->block_tokens * KV_BYTES_TOKEN / (size_t)cfg->tp;
+    cfg->blocks = (cfg->prompt_tokens + cfg->block_tokens - 1) / cfg->block_tokens;
+    if ((uint64_t)cfg->requests * LAYER_RING * (uint64_t)cfg->blocks * cfg->slice > (2ull << 30))
+        return kvopt_bad(who, "--prompt", "(x requests)", "staging buffers up to 2 GiB in all");
+    if (cfg->blocks > 4096) return kvopt_bad(who, "--prompt", "(blocks)", "at most 4096 blocks");
+    return 0;
+}
+
+static void lw_print_shape(const struct lw_config *cfg)
+{
+    printf("layerwise: %s (%d layers), tp %d, %d-token blocks, %d blocks/request, slice %zu B, "
+           "%d requests x %d rounds, compute %llu us/layer, path %s\n",
+           cfg->model, cfg->layers, cfg->tp, cfg->block_tokens, cfg->blocks, cfg->slice,
+           cfg->requests, cfg->rounds, (unsigned long long)(cfg->compute_ns / 1000),
+           cfg->mode == KVB_SINGLE && kvb_shim_preloaded() ? "single (shim preloaded)"
+                                                           : kvb_mode_name(cfg->mode));
+}
+
+/*
+ * The measured runs: --repeat times save then load (a load-only run saves
+ * once, unmeasured, so that there is something to load), each run printed,
+ * then the medians. Adds the errors seen to *errors; -1 if a phase could not run.
+ */
+static int lw_measure(struct lw_request *rqs, const struct lw_cmd *lc, _Atomic uint64_t *done,
+                      struct kvb_output *out, uint64_t *errors)
+{
+    const struct lw_config *cfg = &lc->cfg;
+    int repeat = lc->common.repeat;
+    int do_save = lc->phases & DO_SAVE, do_load = lc->phases & DO_LOAD;
+    struct kvb_result save_runs[64], load_runs[64], med;
+    for (int i = 0; i < repeat; i++) {
+        if (do_save || i == 0) {
+            if (run_phase(rqs, cfg, PHASE_SAVE, done, &save_runs[i]) < 0) return -1;
+            save_runs[i].run = i + 1;
+            *errors += save_runs[i].errors;
+            if (do_save) kvb_emit(out, &save_runs[i]);
+        }
+        if (do_load) {
+            if (run_phase(rqs, cfg, PHASE_LOAD, done, &load_runs[i]) < 0) return -1;
+            load_runs[i].run = i + 1;
+            *errors += load_runs[i].errors;
+            kvb_emit(out, &load_runs[i]);
+        }
+    }
+    if (do_save) kvb_emit_median(out, save_runs, repeat, &med);
+    if (do_load) kvb_emit_median(out, load_runs, repeat, &med);
+    return 0;
 }
 
 int kvb_layerwise_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"servers", required_argument, 0, 's'},
-                                             {"model", required_argument, 0, 'M'},
-                                             {"block", required_argument, 0, 'B'},
-                                             {"tp", required_argument, 0, 'T'},
-                                             {"rank", required_argument, 0, 'R'},
-                                             {"requests", required_argument, 0, 'q'},
-                                             {"prompt", required_argument, 0, 'p'},
-                                             {"compute-us", required_argument, 0, 'u'},
-                                             {"rounds", required_argument, 0, 'o'},
-                                             {"phase", required_argument, 0, 'P'},
-                                             {"mode", required_argument, 0, 'm'},
-                                             {"seconds", required_argument, 0, 'S'},
-                                             {"repeat", required_argument, 0, 'r'},
-                                             {"no-verify", no_argument, 0, 'V'},
-                                             {"csv", required_argument, 0, 'c'},
-                                             {"json", required_argument, 0, 'j'},
-                                             {"quiet", no_argument, 0, 'Q'},
-                                             {"help", no_argument, 0, 'h'},
-                                             {0, 0, 0, 0}};
-    struct lw_config cfg = {.model = "llama3-8b",
-                            .layers = 32,
-                            .block_tokens = 16,
-                            .tp = 1,
-                            .requests = 8,
-                            .prompt_tokens = 256,
-                            .rounds = 3,
-                            .compute_ns = 100000,
-                            .mode = KVB_SINGLE,
-                            .seconds = 120,
-                            .verify = 1};
-    const char *servers = NULL, *csv = NULL, *json = NULL, *phase = "both";
-    long v, repeat = 1;
-    int c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            servers = optarg;
-            break;
-        case 'M':
-            if (strcmp(optarg, "llama3-8b") == 0)
-                cfg.model = "llama3-8b", cfg.layers = 32;
-            else if (strcmp(optarg, "llama3-70b") == 0)
-                cfg.model = "llama3-70b", cfg.layers = 80;
-            else
-                return kvb_bad_arg("kvbench layerwise", "--model", optarg, "llama3-8b, llama3-70b");
-            break;
-        case 'B':
-            if (strcmp(optarg, "16") && strcmp(optarg, "64"))
-                return kvb_bad_arg("kvbench layerwise", "--block", optarg, "16, 64");
-            cfg.block_tokens = optarg[0] == '1' ? 16 : 64;
-            break;
-        case 'T':
-            if (kvb_parse_long(optarg, 1, 8, &v) || (v & (v - 1)))
-                return kvb_bad_arg("kvbench layerwise", "--tp", optarg, "1, 2, 4, 8");
-            cfg.tp = (int)v;
-            break;
-        case 'R':
-            if (kvb_parse_long(optarg, 0, 7, &v))
-                return kvb_bad_arg("kvbench layerwise", "--rank", optarg, "0..tp-1");
-            cfg.rank = (int)v;
-            break;
-        case 'q':
-            if (kvb_parse_long(optarg, 1, MAX_REQUESTS, &v))
-                return kvb_bad_arg("kvbench layerwise", "--requests", optarg, "1..256");
-            cfg.requests = (int)v;
-            break;
-        case 'p':
-            if (kvb_parse_long(optarg, 1, 1 << 20, &v))
-                return kvb_bad_arg("kvbench layerwise", "--prompt", optarg, "1..1048576");
-            cfg.prompt_tokens = (int)v;
-            break;
-        case 'u':
-            if (kvb_parse_long(optarg, 0, 1000000, &v))
-                return kvb_bad_arg("kvbench layerwise", "--compute-us", optarg, "0..1000000");
-            cfg.compute_ns = (uint64_t)v * 1000;
-            break;
-        case 'o':
-            if (kvb_parse_long(optarg, 1, 10000, &v))
-                return kvb_bad_arg("kvbench layerwise", "--rounds", optarg, "1..10000");
-            cfg.rounds = (int)v;
-            break;
-        case 'P':
-            if (strcmp(optarg, "save") && strcmp(optarg, "load") && strcmp(optarg, "both"))
-                return kvb_bad_arg("kvbench layerwise", "--phase", optarg, "save, load, both");
-            phase = optarg;
-            break;
-        case 'm':
-            if (strcmp(optarg, "single") == 0)
-                cfg.mode = KVB_SINGLE;
-            else if (strcmp(optarg, "batch") == 0)
-                cfg.mode = KVB_BATCH;
-            else if (strcmp(optarg, "async") == 0)
-                cfg.mode = KVB_ASYNC;
-            else
-                return kvb_bad_arg("kvbench layerwise", "--mode", optarg, "single, batch, async");
-            break;
-        case 'S':
-            if (kvb_parse_seconds(optarg, 86400, &cfg.seconds))
-                return kvb_bad_arg("kvbench layerwise", "--seconds", optarg, "(0, 86400]");
-            break;
-        case 'r':
-            if (kvb_parse_long(optarg, 1, 64, &repeat))
-                return kvb_bad_arg("kvbench layerwise", "--repeat", optarg, "1..64");
-            break;
-        case 'V':
-            cfg.verify = 0;
-            break;
-        case 'c':
-            csv = optarg;
-            break;
-        case 'j':
-            json = optarg;
-            break;
-        case 'Q':
-            cfg.quiet = 1;
-            break;
-        case 'h':
-            lw_usage(stdout);
-            return 0;
-        default:
-            fprintf(stderr, "kvbench layerwise: unknown or incomplete option '%s'\n",
-                    argv[optind - 1]);
-            lw_usage(stderr);
-            return KVB_EXIT_USAGE;
-        }
-    }
-    if (optind < argc)
-        return kvb_bad_arg("kvbench layerwise", "argument", argv[optind], "options only");
-    if (cfg.rank >= cfg.tp) return kvb_bad_arg("kvbench layerwise", "--rank", "(>= tp)", "0..tp-1");
-    cfg.slice = (size_t)cfg.block_tokens * KV_BYTES_TOKEN / (size_t)cfg.tp;
-    cfg.blocks = (cfg.prompt_tokens + cfg.block_tokens - 1) / cfg.block_tokens;
-    if ((uint64_t)cfg.requests * LAYER_RING * (uint64_t)cfg.blocks * cfg.slice > (2ull << 30))
-        return kvb_bad_arg("kvbench layerwise", "--prompt", "(x requests)",
-                           "staging buffers up to 2 GiB in all");
-    if (cfg.blocks > 4096)
-        return kvb_bad_arg("kvbench layerwise", "--prompt", "(blocks)", "at most 4096 blocks");
-    int do_save = strcmp(phase, "load") != 0, do_load = strcmp(phase, "save") != 0;
+    struct lw_cmd lc = {.cfg = {.block_tokens = 16,
+                                .tp = 1,
+                                .requests = 8,
+                                .prompt_tokens = 256,
+                                .rounds = 3,
+                                .mode = KVB_SINGLE,
+                                .seconds = 120},
+                        .common = {.repeat = 1},
+                        .phases = DO_SAVE | DO_LOAD,
+                        .compute_us = 100};
+    int rc = lw_parse(&lc, argc, argv);
+    if (rc == KVOPT_HELP) return 0;
+    if (rc < 0 || lw_derive(&lc) < 0) return KVOPT_EXIT_USAGE;
 
-    cfg.client = kvs_open(servers);
-    if (!cfg.client) {
-        fprintf(stderr, "kvbench layerwise: bad server list: %s\n", strerror(errno));
-        return KVB_EXIT_USAGE;
-    }
+    struct lw_config *cfg = &lc.cfg;
     struct kvb_output out;
-    if (kvb_output_open(&out, csv, json) < 0) {
-        kvs_close(cfg.client);
-        return KVB_EXIT_USAGE;
-    }
-    cfg.run_tag = (unsigned)getpid() ^ (unsigned)kvs_now_ns();
-    struct lw_request *rqs = calloc((size_t)cfg.requests, sizeof(*rqs));
+    if (kvb_session_open(&lc.common, "kvbench layerwise", &cfg->client, &out) < 0)
+        return KVOPT_EXIT_USAGE;
+    cfg->run_tag = (unsigned)getpid() ^ (unsigned)kvs_now_ns();
+    struct lw_request *rqs = calloc((size_t)cfg->requests, sizeof(*rqs));
     _Atomic uint64_t done = 0;
-    int rc = KVB_EXIT_ERRORS;
     uint64_t errors = 0;
-    if (!rqs || requests_init(rqs, &cfg, &done) < 0) {
+    rc = KVB_EXIT_ERRORS;
+    if (!rqs || requests_init(rqs, cfg, &done) < 0) {
         fprintf(stderr, "kvbench layerwise: out of memory\n");
-        goto out;
+    } else {
+        lw_print_shape(cfg);
+        if (lw_measure(rqs, &lc, &done, &out, &errors) == 0) rc = errors ? KVB_EXIT_ERRORS : 0;
     }
-    printf("layerwise: %s (%d layers), tp %d, %d-token blocks, %d blocks/request, slice %zu B, "
-           "%d requests x %d rounds, compute %llu us/layer, path %s%s\n",
-           cfg.model, cfg.layers, cfg.tp, cfg.block_tokens, cfg.blocks, cfg.slice, cfg.requests,
-           cfg.rounds, (unsigned long long)(cfg.compute_ns / 1000),
-           cfg.mode == KVB_SINGLE && kvb_shim_preloaded() ? "single (shim preloaded)"
-                                                          : kvb_mode_name(cfg.mode),
-           "");
-    struct kvb_result save_runs[64], load_runs[64], med;
-    for (int i = 0; i < repeat; i++) {
-        if (do_save || (do_load && i == 0)) {
-            /* a load-only run still needs the values: save once, unmeasured if not asked */
-            if (run_phase(rqs, &cfg, PHASE_SAVE, &done, &save_runs[i]) < 0) goto out;
-            save_runs[i].run = i + 1;
-            errors += save_runs[i].errors;
-            if (do_save) {
-                kvb_print_result(&save_runs[i]);
-                kvb_output_row(&out, &save_runs[i]);
-            }
-        }
-        if (do_load) {
-            if (run_phase(rqs, &cfg, PHASE_LOAD, &done, &load_runs[i]) < 0) goto out;
-            load_runs[i].run = i + 1;
-            errors += load_runs[i].errors;
-            kvb_print_result(&load_runs[i]);
-            kvb_output_row(&out, &load_runs[i]);
-        }
-    }
-    if (repeat > 1 && do_save) {
-        kvb_median(save_runs, (int)repeat, &med);
-        kvb_print_result(&med);
-        kvb_output_row(&out, &med);
-    }
-    if (repeat > 1 && do_load) {
-        kvb_median(load_runs, (int)repeat, &med);
-        kvb_print_result(&med);
-        kvb_output_row(&out, &med);
-    }
-    rc = errors ? KVB_EXIT_ERRORS : 0;
-out:
-    if (rqs) requests_free(rqs, &cfg);
+    if (rqs) requests_free(rqs, cfg);
     free(rqs);
-    if (kvb_output_close(&out) < 0 && rc == 0) rc = KVB_EXIT_ERRORS;
-    kvs_close(cfg.client);
+    if (kvb_session_close(cfg->client, &out) < 0 && rc == 0) rc = KVB_EXIT_ERRORS;
     return rc;
 }

@@ -1,6 +1,7 @@
 /*
  * kvbench_stats.c - latency histograms, result lines, CSV/JSON output,
- * progress line and small parsing helpers shared by every kvbench workload.
+ * progress line, value patterns and the client + output session shared by
+ * every kvbench workload.
  */
 #include "kvbench.h"
 
@@ -65,57 +66,6 @@ double kvb_hist_quantile(const struct kvb_hist *h, double q)
         }
     }
     return (double)h->max_ns;
-}
-
-int kvb_parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || s[0] == '-') return -EINVAL;
-    unsigned long long mul = 1;
-    if (*end == 'K' || *end == 'k')
-        mul = 1ull << 10;
-    else if (*end == 'M' || *end == 'm')
-        mul = 1ull << 20;
-    else if (*end == 'G' || *end == 'g')
-        mul = 1ull << 30;
-    if (mul != 1) {
-        end++;
-        if (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0 || strcmp(end, "b") == 0)
-            end += strlen(end);
-    } else if (strcmp(end, "B") == 0 || strcmp(end, "b") == 0) {
-        end++;
-    }
-    if (*end != '\0') return -EINVAL;
-    if (v > (1ull << 40) / mul) return -EINVAL;
-    *out = (size_t)(v * mul);
-    return 0;
-}
-
-int kvb_parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < lo || v > hi) return -EINVAL;
-    *out = v;
-    return 0;
-}
-
-int kvb_parse_seconds(const char *s, double max, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v > 0 && v <= max)) return -EINVAL;
-    *out = v;
-    return 0;
-}
-
-int kvb_bad_arg(const char *who, const char *opt, const char *val, const char *accepted)
-{
-    fprintf(stderr, "%s: bad %s '%s' (accepted: %s)\n", who, opt, val, accepted);
-    return KVB_EXIT_USAGE;
 }
 
 void kvb_result_timing(struct kvb_result *r, enum kvb_mode mode, uint64_t start_ns, uint64_t end_ns)
@@ -190,6 +140,11 @@ const char *kvb_mode_name(enum kvb_mode mode)
 {
     return mode == KVB_SINGLE ? "single" : mode == KVB_BATCH ? "batch" : "async";
 }
+
+const struct kvopt_choice kvb_op_choices[] = {
+    {"put", KVB_PUT}, {"get", KVB_GET}, {"exists", KVB_EXISTS}, {NULL, 0}};
+const struct kvopt_choice kvb_mode_choices[] = {
+    {"single", KVB_SINGLE}, {"batch", KVB_BATCH}, {"async", KVB_ASYNC}, {NULL, 0}};
 
 /* Latency for humans: ns in, "12.3us" / "4.56ms" out. */
 static const char *fmt_us(char *buf, size_t cap, double us)
@@ -353,6 +308,43 @@ int kvb_output_close(struct kvb_output *out)
     }
     out->csv = out->json = NULL;
     return rc;
+}
+
+int kvb_session_open(const struct kvb_common *c, const char *who, kvs_client **client,
+                     struct kvb_output *out)
+{
+    *client = kvs_open(c->servers);
+    if (!*client) {
+        fprintf(stderr, "%s: bad server list '%s': %s\n", who,
+                c->servers ? c->servers : "(default)", strerror(errno));
+        return -1;
+    }
+    if (kvb_output_open(out, c->csv, c->json) < 0) {
+        kvs_close(*client);
+        *client = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int kvb_session_close(kvs_client *client, struct kvb_output *out)
+{
+    int rc = kvb_output_close(out) < 0 ? -1 : 0;
+    kvs_close(client);
+    return rc;
+}
+
+void kvb_emit(struct kvb_output *out, const struct kvb_result *r)
+{
+    kvb_print_result(r);
+    kvb_output_row(out, r);
+}
+
+void kvb_emit_median(struct kvb_output *out, const struct kvb_result *runs, int n,
+                     struct kvb_result *med)
+{
+    kvb_median(runs, n, med);
+    if (n > 1) kvb_emit(out, med);
 }
 
 void kvb_progress_start(struct kvb_progress *p, const char *what, _Atomic uint64_t *done_ops,
