@@ -52,7 +52,7 @@
 
 #include <stdint.h>
 
-#include "proto.h"
+#include "server.h"
 
 /*
  * Reserves a new pinned item with a len-byte slot for key (unlinked: GETs

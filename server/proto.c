@@ -13,15 +13,12 @@
 #include "proto.h"
 
 #include "auth.h"
-#include "clock.h"
 #include "ops.h"
+#include "stats.h"
 
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Below this much free tail, the read buffer is compacted before reading. */
 #define RBUF_MIN_ROOM (KVS_WIRE_ENTRY_LEN + KVS_WIRE_MAX_KEY + KVS_WIRE_HDR_LEN)
@@ -91,136 +88,6 @@ struct kvsd_proto_conn {
     int nonce_ready; /* nonce was sent in HELLO and no AUTH has used it yet */
     uint8_t nonce[KVS_WIRE_NONCE_LEN];
 };
-
-int kvsd_server_init(struct kvsd_server *srv, size_t memory_bytes,
-                     const struct kvsd_server_limits *limits)
-{
-    memset(srv, 0, sizeof(*srv));
-    srv->limits = *limits;
-    srv->started_ns = kvs_now_ns();
-    return kvsd_store_create(memory_bytes, &srv->store);
-}
-
-void kvsd_server_fini(struct kvsd_server *srv)
-{
-    kvsd_store_destroy(srv->store);
-    srv->store = NULL;
-}
-
-/* ---- STATS text ---- */
-
-struct text {
-    char *buf;
-    size_t len, cap;
-    int failed;
-};
-
-static void appendf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Appends one formatted line; remembers an allocation failure for the caller. */
-static void appendf(struct text *t, const char *fmt, ...)
-{
-    if (t->failed) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = 1;
-            return;
-        }
-        if (t->len + (size_t)n < t->cap) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap ? t->cap * 2 : 4096;
-        while (cap <= t->len + (size_t)n)
-            cap *= 2;
-        char *nb = realloc(t->buf, cap);
-        if (!nb) {
-            t->failed = 1;
-            return;
-        }
-        t->buf = nb;
-        t->cap = cap;
-    }
-}
-
-static void stats_line(void *text, const char *name, uint64_t value)
-{
-    appendf(text, "%s %llu\n", name, (unsigned long long)value);
-}
-
-int kvsd_server_stats_text(struct kvsd_server *srv, char **out, size_t *out_len)
-{
-    const struct kvsd_server_counters *k = &srv->counters;
-    struct kvsd_store_stats st;
-    kvsd_store_stats(srv->store, &st);
-    struct text t = {0};
-
-    appendf(&t, "uptime_seconds %llu\n",
-            (unsigned long long)((kvs_now_ns() - srv->started_ns) / 1000000000ull));
-    appendf(&t, "connections_current %llu\n", (unsigned long long)k->conns_current);
-    appendf(&t, "connections_total %llu\n", (unsigned long long)k->conns_total);
-    appendf(&t, "connections_refused %llu\n", (unsigned long long)k->conns_refused);
-    appendf(&t, "connections_stalled %llu\n", (unsigned long long)k->conns_stalled);
-    for (uint8_t op = KVS_OP_PUT; op <= KVS_OP_HELLO; op++)
-        appendf(&t, "requests_%s %llu\n", kvs_wire_opcode_name(op),
-                (unsigned long long)k->requests[op]);
-    for (uint8_t op = KVS_OP_PUT; op <= KVS_OP_REMOVE; op++)
-        appendf(&t, "keys_%s %llu\n", kvs_wire_opcode_name(op), (unsigned long long)k->keys[op]);
-    appendf(&t, "bytes_in %llu\n", (unsigned long long)k->bytes_in);
-    appendf(&t, "bytes_out %llu\n", (unsigned long long)k->bytes_out);
-    appendf(&t, "get_hits %llu\n", (unsigned long long)k->get_hits);
-    appendf(&t, "get_misses %llu\n", (unsigned long long)k->get_misses);
-    appendf(&t, "get_range %llu\n", (unsigned long long)k->get_range);
-    appendf(&t, "put_too_big %llu\n", (unsigned long long)k->put_too_big);
-    appendf(&t, "put_no_space %llu\n", (unsigned long long)k->put_no_space);
-    appendf(&t, "key_invalid %llu\n", (unsigned long long)k->key_invalid);
-    appendf(&t, "errors_protocol %llu\n", (unsigned long long)k->errors_protocol);
-    appendf(&t, "errors_unsupported %llu\n", (unsigned long long)k->errors_unsupported);
-    appendf(&t, "errors_nomem %llu\n", (unsigned long long)k->errors_nomem);
-    appendf(&t, "auth_ok %llu\n", (unsigned long long)k->auth_ok);
-    appendf(&t, "auth_failures %llu\n", (unsigned long long)k->auth_failures);
-    appendf(&t, "items %llu\n", (unsigned long long)st.items);
-    appendf(&t, "evictions %llu\n", (unsigned long long)st.evictions);
-    appendf(&t, "page_reclaims %llu\n", (unsigned long long)st.reclaims);
-    appendf(&t, "pinned_items %llu\n", (unsigned long long)st.pinned);
-    appendf(&t, "value_bytes %llu\n", (unsigned long long)st.value_bytes);
-    appendf(&t, "memory_used %llu\n", (unsigned long long)st.memory_used);
-    appendf(&t, "memory_total %llu\n", (unsigned long long)st.memory_total);
-    appendf(&t, "pages_total %u\n", st.pages_total);
-    appendf(&t, "pages_free %u\n", st.pages_free);
-    appendf(&t, "max_object %llu\n", (unsigned long long)srv->limits.max_object);
-    appendf(&t, "max_frame %u\n", srv->limits.max_frame);
-    if (srv->stats_extra) srv->stats_extra(srv->stats_extra_arg, stats_line, &t);
-
-    /* Per class, only those in use: a reader sees where the memory went. */
-    int n = kvsd_pool_nclasses(kvsd_store_pool(srv->store));
-    for (int i = 0; i <= n; i++) {
-        struct kvsd_store_class_stats cs;
-        kvsd_store_class_stats(srv->store, i, &cs);
-        if (!cs.pages && !cs.items && !cs.evictions) continue;
-        if (i == n) {
-            appendf(&t, "large_pages %u\nlarge_items %llu\nlarge_evictions %llu\n", cs.pages,
-                    (unsigned long long)cs.items, (unsigned long long)cs.evictions);
-        } else {
-            appendf(&t,
-                    "class_%d_chunk_size %u\nclass_%d_pages %u\nclass_%d_items %llu\n"
-                    "class_%d_evictions %llu\n",
-                    i, cs.chunk_size, i, cs.pages, i, (unsigned long long)cs.items, i,
-                    (unsigned long long)cs.evictions);
-        }
-    }
-    if (t.failed) {
-        free(t.buf);
-        return -ENOMEM;
-    }
-    *out = t.buf;
-    *out_len = t.len;
-    return 0;
-}
 
 /* ---- connection life ---- */
 
@@ -459,7 +326,7 @@ static void reply_stats(struct kvsd_proto_conn *c)
 {
     char *text = NULL;
     size_t len = 0;
-    int rc = kvsd_server_stats_text(c->srv, &text, &len);
+    int rc = kvsd_stats_text(c->srv, &text, &len);
     if (rc == 0) rc = queue_reply(c, KVS_OP_STATS, c->hdr.id, text, len);
     free(text);
     if (rc < 0) fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
