@@ -50,7 +50,7 @@ LIB_SRCS    := $(wildcard client/*.c) $(wildcard transport/*.c)
 SERVER_SRCS := $(filter-out server/main.c,$(wildcard server/*.c))
 BATCH_SRCS  := $(wildcard batcher/*.c)
 SHIM_SRCS   := $(wildcard shim/*.c)
-TOOLS_SRCS  := tools/opts.c
+TOOLS_SRCS  := tools/opts.c tools/values.c
 KVBENCH_SRCS := $(wildcard tools/kvbench*.c) $(TOOLS_SRCS)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -136,7 +136,7 @@ $(KVSTAT): $(call obj,tools/kvbatch-stat.c) $(AR_COMMON)
 # tests/preload/*.c          programs built only against libkvstore, run with and without the shim
 UNIT_SRCS  := $(wildcard tests/unit/test_*.c)
 INTEG_SRCS := $(wildcard tests/integration/test_*.c)
-TLIB_SRCS  := $(wildcard tests/lib/*.c)
+TLIB_SRCS  := $(wildcard tests/lib/*.c) tools/values.c
 PRELOAD_SRCS := $(wildcard tests/preload/*.c)
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRCS))
 INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRCS))

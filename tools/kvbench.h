@@ -5,7 +5,7 @@
  *
  * kvbench.c           main: the commands, put/get/exists's command line, --server-stats
  * kvbench_basic.c     the basic put/get/exists workload (single-key, batch, async)
- * kvbench_stats.c     histograms, result printing, CSV/JSON, progress line, values
+ * kvbench_stats.c     histograms, result printing, CSV/JSON, progress line, sessions
  * kvbench_layerwise.c engine-shaped layer-by-layer save/load workload
  * kvbench_micro.c     sweep of sizes x threads x paths
  */
@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "kvstore.h"
 #include "opts.h"
+#include "values.h"
 
 /* Exit codes: 0 ok, 1 the run saw errors, KVOPT_EXIT_USAGE (2) bad command line. */
 #define KVB_EXIT_ERRORS 1
@@ -116,12 +117,6 @@ void kvb_progress_end(struct kvb_progress *p);
 void kvb_sleep_ns(uint64_t ns);
 /* 1 if an LD_PRELOADed libkvbatch is in this process's environment. */
 int kvb_shim_preloaded(void);
-/* Fills buf with a pattern derived from key, cheap to check at both ends. */
-void kvb_fill_value(void *buf, size_t len, const char *key);
-/* Writes only the 64-byte ends kvb_check_value looks at (all of a short value). */
-void kvb_stamp_value(void *buf, size_t len, const char *key);
-/* 1 if buf[0..len) ends look like kvb_fill_value(key) wrote them. */
-int kvb_check_value(const void *buf, size_t len, const char *key);
 
 const char *kvb_op_name(enum kvb_op op);
 const char *kvb_mode_name(enum kvb_mode mode);

@@ -42,7 +42,7 @@ static void note_status(struct worker *w, ssize_t rc, size_t moved)
 static ssize_t check_get(const struct worker *w, const char *key, const void *buf, ssize_t rc)
 {
     if (rc < 0) return rc;
-    if ((size_t)rc != w->b->size || !kvb_check_value(buf, (size_t)rc, key)) return -EBADMSG;
+    if ((size_t)rc != w->b->size || !kvval_check_ends(buf, (size_t)rc, key, 0)) return -EBADMSG;
     return rc;
 }
 
@@ -380,7 +380,7 @@ int kvb_basic_prefill(kvs_client *c, const char *prefix, uint64_t keys, size_t s
         for (size_t i = 0; i < n; i++) {
             snprintf(names[i], strlen(prefix) + 24, "%s.%llu", prefix,
                      (unsigned long long)base + i);
-            kvb_fill_value(buf + i * size, size, names[i]);
+            kvval_fill(buf + i * size, size, names[i], 0);
             vals[i] = buf + i * size;
             lens[i] = size;
         }

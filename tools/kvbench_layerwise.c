@@ -212,8 +212,8 @@ static void produce_layer(struct lw_request *rq, int layer)
     const struct lw_config *cfg = rq->cfg;
     char *buf = layer_buf(rq, layer);
     for (int b = 0; b < cfg->blocks; b++)
-        kvb_stamp_value(buf + (size_t)b * cfg->slice, cfg->slice,
-                        rq->keys[(size_t)layer * (size_t)cfg->blocks + (size_t)b]);
+        kvval_stamp_ends(buf + (size_t)b * cfg->slice, cfg->slice,
+                         rq->keys[(size_t)layer * (size_t)cfg->blocks + (size_t)b], 0);
 }
 
 /* Counts slices whose ends are not what the save phase wrote. */
@@ -225,7 +225,7 @@ static int check_layer(struct lw_request *rq, int layer)
     const uint8_t *got = rq->got + (size_t)(layer % LAYER_RING) * (size_t)cfg->blocks;
     for (int b = 0; b < cfg->blocks; b++) {
         const char *key = rq->keys[(size_t)layer * (size_t)cfg->blocks + (size_t)b];
-        if (got[b] && !kvb_check_value(buf + (size_t)b * cfg->slice, cfg->slice, key)) bad++;
+        if (got[b] && !kvval_check_ends(buf + (size_t)b * cfg->slice, cfg->slice, key, 0)) bad++;
     }
     return bad;
 }

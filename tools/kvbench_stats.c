@@ -1,6 +1,6 @@
 /*
  * kvbench_stats.c - latency histograms, result lines, CSV/JSON output,
- * progress line, value patterns and the client + output session shared by
+ * progress line and the client + output session shared by
  * every kvbench workload.
  */
 #include "kvbench.h"
@@ -84,51 +84,6 @@ int kvb_shim_preloaded(void)
 {
     const char *p = getenv("LD_PRELOAD");
     return p && strstr(p, "libkvbatch") != NULL;
-}
-
-/* FNV-1a of the key: the seed of its value pattern. */
-static uint64_t key_seed(const char *key)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
-    return h;
-}
-
-void kvb_fill_value(void *buf, size_t len, const char *key)
-{
-    uint64_t seed = key_seed(key);
-    unsigned char *b = buf;
-    for (size_t i = 0; i < len; i++)
-        b[i] = (unsigned char)(seed >> ((i % 8) * 8)) ^ (unsigned char)(i >> 8);
-}
-
-void kvb_stamp_value(void *buf, size_t len, const char *key)
-{
-    if (len < 128) {
-        kvb_fill_value(buf, len, key);
-        return;
-    }
-    uint64_t seed = key_seed(key);
-    unsigned char *b = buf;
-    for (size_t k = 0; k < 64; k++) {
-        size_t i = k, j = len - 1 - k;
-        b[i] = (unsigned char)(seed >> ((i % 8) * 8)) ^ (unsigned char)(i >> 8);
-        b[j] = (unsigned char)(seed >> ((j % 8) * 8)) ^ (unsigned char)(j >> 8);
-    }
-}
-
-int kvb_check_value(const void *buf, size_t len, const char *key)
-{
-    uint64_t seed = key_seed(key);
-    const unsigned char *b = buf;
-    size_t ends = len < 64 ? len : 64;
-    for (size_t k = 0; k < ends; k++) {
-        size_t i = k, j = len - 1 - k;
-        if (b[i] != ((unsigned char)(seed >> ((i % 8) * 8)) ^ (unsigned char)(i >> 8))) return 0;
-        if (b[j] != ((unsigned char)(seed >> ((j % 8) * 8)) ^ (unsigned char)(j >> 8))) return 0;
-    }
-    return 1;
 }
 
 const char *kvb_op_name(enum kvb_op op)

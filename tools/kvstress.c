@@ -1,14 +1,14 @@
 /*
  * kvstress - fault-injection stress for kvbatch.
  *
- * Many threads put and get self-verifying values (tests/lib/kvtest.h: each
+ * Many threads put and get self-verifying values (values.h: each
  * value encodes its key, a version and a checksum) through libkvstore - or
  * through the shim when run under LD_PRELOAD=libkvbatch.so - with a bounded
  * op count and time, while kvstored (which kvstress starts itself, on
  * 127.0.0.1:0 or inside a network namespace) is killed with SIGKILL and
  * restarted. Every key-op gets an id; its completions are counted, so an op
  * that never ends or ends twice is seen. Gets are checked: a value that is
- * not one kvt_fill_value wrote for that key (torn, mixed, another key's) is a
+ * not one kvval_fill wrote for that key (torn, mixed, another key's) is a
  * wrong value; an older version than one already acknowledged is stale.
  * RSS of kvstored and of kvstress itself are sampled. Under the shim the
  * stats file must agree with the ops issued. docs/stress.md has the details.
@@ -34,8 +34,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "kvstore.h"
-#include "kvtest.h"
+#include "values.h"
 
 #define BATCH_KEYS   8
 #define SHARED_KEYS  16
@@ -353,7 +354,7 @@ static void check_get(struct worker *w, const char *key, struct keystate *ks, ss
     unsigned v = 0;
     int damaged = 0;
     if (opt.corrupt_one && r >= 8 && atomic_exchange(&corrupt_pending, 0)) damaged = 1;
-    if (damaged || !kvt_check_value(buf, (size_t)r, key, &v) || (size_t)r < 4) {
+    if (damaged || !kvval_check(buf, (size_t)r, key, &v) || (size_t)r < 4) {
         atomic_fetch_add(&fig.wrong_values, 1);
         if (!opt.quiet)
             fprintf(stderr, "kvstress: WRONG value for %s (%zd bytes)%s\n", key, r,
@@ -389,7 +390,7 @@ static void single_op(struct worker *w, const char *key, struct keystate *ks, in
     if (do_put) {
         unsigned v = ks ? ++ks->max_issued : atomic_fetch_add(&shared_version, 1) + 1;
         size_t len = value_len(key, v);
-        kvt_fill_value(w->val, len, key, v);
+        kvval_fill(w->val, len, key, v);
         if (async) {
             kvs_op *op = NULL;
             r = kvs_put_async(client, key, w->val, len, &op);
@@ -483,7 +484,7 @@ static void batch_op(struct worker *w, struct batch_slot *slot, int do_put)
             unsigned v = ++w->ks[ki].max_issued;
             b->ver[i] = v;
             b->lens[i] = value_len(b->keys[i], v);
-            kvt_fill_value(p, b->lens[i], b->keys[i], v);
+            kvval_fill(p, b->lens[i], b->keys[i], v);
             b->vals[i] = p;
         } else {
             b->bufs[i] = p;
@@ -741,7 +742,7 @@ static void writeback_check(struct wb_result *wr)
         snprintf(keys[i], sizeof(keys[i]), "wb.%d.%d", (int)getpid(), i);
         kp[i] = keys[i];
         size_t len = value_len(keys[i], 1);
-        kvt_fill_value(val, len, keys[i], 1);
+        kvval_fill(val, len, keys[i], 1);
         atomic_fetch_add(&fig.single_issued[OP_PUT], 1); /* interposed: the shim counts it */
         if (kvs_put(c, keys[i], val, len) == 0) wr->puts++;
     }
@@ -754,7 +755,7 @@ static void writeback_check(struct wb_result *wr)
     /* A later successful put of the even keys (direct batch call); the odd ones must be absent. */
     for (int i = 0; i < N; i += 2) {
         size_t len = value_len(keys[i], 2);
-        kvt_fill_value(val, len, keys[i], 2);
+        kvval_fill(val, len, keys[i], 2);
         const void *vp[1] = {val};
         size_t lp[1] = {len};
         int st[1] = {-EIO};
@@ -780,7 +781,7 @@ static void writeback_check(struct wb_result *wr)
         if (res[i] == -ENOENT) {
             wr->absent++;
             if (i % 2 == 0) wr->wrong++; /* its later put was acknowledged */
-        } else if (res[i] >= 0 && kvt_check_value(bufs[i], (size_t)res[i], keys[i], &v) && v == 1) {
+        } else if (res[i] >= 0 && kvval_check(bufs[i], (size_t)res[i], keys[i], &v) && v == 1) {
             wr->revived++;
         } else if (res[i] < 0 || v != 2 || i % 2) {
             wr->wrong++; /* an error, a damaged value, or a version no put wrote */

@@ -132,7 +132,7 @@ static void vanish_child(const char *addr, int ready_fd)
         keys[i] = names[i];
         vals[i] = data + (size_t)i * VANISH_LEN;
         lens[i] = VANISH_LEN;
-        kvt_fill_value(data + (size_t)i * VANISH_LEN, VANISH_LEN, names[i], 1);
+        kvval_fill(data + (size_t)i * VANISH_LEN, VANISH_LEN, names[i], 1);
     }
     kvs_exists(c, "vanish.warmup"); /* connected before the batch starts */
     if (write(ready_fd, "r", 1) != 1) _exit(1);
@@ -190,7 +190,7 @@ static void test_client_vanishing_mid_batch(void **state)
         ssize_t n = kvs_get(c, key, buf, VANISH_LEN);
         if (n == -ENOENT) continue;
         assert_int_equal(n, VANISH_LEN);
-        assert_true(kvt_check_value(buf, (size_t)n, key, NULL));
+        assert_true(kvval_check(buf, (size_t)n, key, NULL));
     }
     char small[16];
     assert_int_equal(kvs_get(c, "bystander", small, sizeof(small)), 10);

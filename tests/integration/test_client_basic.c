@@ -43,7 +43,7 @@ static void put_get_size(kvs_client *c, size_t len)
     unsigned char *val = malloc(len + 1), *buf = malloc(len + 16);
     assert_non_null(val);
     assert_non_null(buf);
-    kvt_fill_value(val, len, key, 7);
+    kvval_fill(val, len, key, 7);
     assert_int_equal(kvs_put(c, key, val, len), 0);
     memset(buf, 0xee, len + 16);
     assert_int_equal(kvs_get(c, key, buf, len + 16), (ssize_t)len);
@@ -157,12 +157,12 @@ static void test_eviction_under_pressure(void **state)
     char key[32];
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof(key), "evict-%d", i);
-        kvt_fill_value(val, LEN, key, (unsigned)i);
+        kvval_fill(val, LEN, key, (unsigned)i);
         assert_int_equal(kvs_put(c, key, val, LEN), 0); /* a cache: old keys make room */
     }
     /* The newest key is there and whole; the oldest was evicted. */
     assert_int_equal(kvs_get(c, "evict-63", buf, LEN), LEN);
-    assert_true(kvt_check_value(buf, LEN, "evict-63", NULL));
+    assert_true(kvval_check(buf, LEN, "evict-63", NULL));
     assert_int_equal(kvs_get(c, "evict-0", buf, LEN), -ENOENT);
     assert_true(kvt_server_counter(c, "evictions") > 0);
     int present = 0;
@@ -170,7 +170,7 @@ static void test_eviction_under_pressure(void **state)
         snprintf(key, sizeof(key), "evict-%d", i);
         ssize_t n = kvs_get(c, key, buf, LEN);
         if (n == LEN) {
-            assert_true(kvt_check_value(buf, LEN, key, NULL));
+            assert_true(kvval_check(buf, LEN, key, NULL));
             present++;
         } else {
             assert_int_equal(n, -ENOENT);

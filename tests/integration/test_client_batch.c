@@ -138,14 +138,14 @@ static void test_batch_split_into_frames(void **state)
         vals[i] = data + (size_t)i * LEN;
         bufs[i] = out + (size_t)i * LEN;
         lens[i] = LEN;
-        kvt_fill_value(data + (size_t)i * LEN, LEN, names[i], 1);
+        kvval_fill(data + (size_t)i * LEN, LEN, names[i], 1);
     }
     assert_int_equal(kvs_batch_put(f->c, N, keys, vals, lens, st), N);
     memset(out, 0, (size_t)N * LEN);
     assert_int_equal(kvs_batch_get(f->c, N, keys, bufs, lens, res), N);
     for (int i = 0; i < N; i++) {
         assert_int_equal(res[i], LEN);
-        assert_true(kvt_check_value(bufs[i], LEN, names[i], NULL));
+        assert_true(kvval_check(bufs[i], LEN, names[i], NULL));
     }
     free(keys);
     free(vals);
@@ -234,7 +234,7 @@ static void test_async_batches(void **state)
         for (int k = 0; k < K; k++) {
             snprintf(names[b][k], sizeof(names[b][k]), "ab-%d-%d", b, k);
             keys[b][k] = names[b][k];
-            kvt_fill_value(vals[b][k], LEN, names[b][k], 3);
+            kvval_fill(vals[b][k], LEN, names[b][k], 3);
             vptr[b][k] = vals[b][k];
             bptr[b][k] = outs[b][k];
             lens[b][k] = LEN;
@@ -264,7 +264,7 @@ static void test_async_batches(void **state)
     for (int b = 0; b < B; b++) {
         for (int k = 0; k < K; k++) {
             assert_int_equal(res[b][k], LEN);
-            assert_true(kvt_check_value(outs[b][k], LEN, names[b][k], NULL));
+            assert_true(kvval_check(outs[b][k], LEN, names[b][k], NULL));
         }
     }
 

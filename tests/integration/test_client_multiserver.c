@@ -33,7 +33,7 @@ static void fill_keys(void)
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof(names[i]), "multi-%d", i);
         keys[i] = names[i];
-        kvt_fill_value(vals[i], LEN, names[i], 9);
+        kvval_fill(vals[i], LEN, names[i], 9);
         vptr[i] = vals[i];
         bptr[i] = outs[i];
         lens[i] = LEN;
@@ -75,7 +75,7 @@ static void test_split_and_one_dead(void **state)
     ssize_t res[N];
     assert_int_equal(kvs_batch_get(r, N, keys, bptr, lens, res), N);
     for (int i = 0; i < N; i++)
-        assert_true(kvt_check_value(outs[i], LEN, names[i], NULL));
+        assert_true(kvval_check(outs[i], LEN, names[i], NULL));
     kvs_close(r);
 
     /* Stats come from both, one block each. */
@@ -98,7 +98,7 @@ static void test_split_and_one_dead(void **state)
                 fail_msg("key on the dead node: %zd (%s)", res[i], kvs_strerror((int)res[i]));
         } else {
             assert_int_equal(res[i], LEN);
-            assert_true(kvt_check_value(outs[i], LEN, names[i], NULL));
+            assert_true(kvval_check(outs[i], LEN, names[i], NULL));
         }
     }
     /* Stats still answer for the live node and name the dead one's error. */

@@ -64,7 +64,7 @@ static void *worker_main(void *arg)
     for (int r = 0; r < ROUNDS; r++) {
         char key[32];
         snprintf(key, sizeof(key), "t%d-single", w->id);
-        kvt_fill_value(val, LEN, key, (unsigned)r);
+        kvval_fill(val, LEN, key, (unsigned)r);
         int rc = kvs_put(w->c, key, val, LEN);
         if (rc != 0) bad(w, "put", rc);
         ssize_t n = kvs_get(w->c, key, buf, LEN);
@@ -73,7 +73,7 @@ static void *worker_main(void *arg)
         for (int k = 0; k < BATCH; k++) {
             snprintf(names[k], sizeof(names[k]), "t%d-b%d", w->id, k);
             keys[k] = names[k];
-            kvt_fill_value(bvals[k], LEN, names[k], (unsigned)r);
+            kvval_fill(bvals[k], LEN, names[k], (unsigned)r);
             vptr[k] = bvals[k];
             bptr[k] = bouts[k];
             lens[k] = LEN;
@@ -88,7 +88,7 @@ static void *worker_main(void *arg)
             bad(w, "batch_get_async wait", (long)n);
         for (int k = 0; k < BATCH; k++) {
             unsigned version;
-            if (res[k] != LEN || !kvt_check_value(bouts[k], LEN, names[k], &version) ||
+            if (res[k] != LEN || !kvval_check(bouts[k], LEN, names[k], &version) ||
                 version != (unsigned)r)
                 bad(w, "batch value", (long)res[k]);
         }
@@ -131,7 +131,7 @@ static void *writer_main(void *arg)
     for (int r = 0; r < SHARED_ROUNDS; r++) {
         /* Lengths vary too, so a mix of two puts cannot pass for one. */
         size_t len = SHARED_LEN - (size_t)((s->id * 7919 + r * 104729) % 4096);
-        kvt_fill_value(val, len, "shared", (unsigned)(s->id * 1000 + r + 1));
+        kvval_fill(val, len, "shared", (unsigned)(s->id * 1000 + r + 1));
         int rc = kvs_put(s->c, "shared", val, len);
         if (rc != 0) atomic_fetch_add(s->errors, 1);
     }
@@ -151,7 +151,7 @@ static void *reader_main(void *arg)
             atomic_fetch_add(s->errors, 1);
             continue;
         }
-        if (!kvt_check_value(buf, (size_t)n, "shared", NULL))
+        if (!kvval_check(buf, (size_t)n, "shared", NULL))
             atomic_fetch_add(s->torn, 1);
         else
             atomic_fetch_add(s->reads_ok, 1);

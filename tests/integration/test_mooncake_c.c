@@ -155,7 +155,7 @@ static void test_put_get_present_missing_too_small(void **state)
     (void)state;
     mooncake_store_t s = open_store();
     char val[3000], buf[4096];
-    kvt_fill_value(val, sizeof(val), "pg-key", 1);
+    kvval_fill(val, sizeof(val), "pg-key", 1);
     assert_int_equal(mooncake_store_put(s, "pg-key", val, sizeof(val), NULL), 0);
     memset(buf, 0xee, sizeof(buf));
     assert_int_equal(mooncake_store_get_into(s, "pg-key", buf, sizeof(buf)), (int64_t)sizeof(val));
@@ -177,11 +177,11 @@ static void test_put_get_present_missing_too_small(void **state)
     assert_int_equal(mooncake_store_is_exist(s, "pg-missing"), 0);
 
     /* put_from is the same put, from the caller's (registered) buffer; a new value replaces. */
-    kvt_fill_value(val, 100, "pg-key", 2);
+    kvval_fill(val, 100, "pg-key", 2);
     assert_int_equal(mooncake_store_put_from(s, "pg-key", val, 100, NULL), 0);
     assert_int_equal(mooncake_store_get_into(s, "pg-key", buf, sizeof(buf)), 100);
     unsigned version = 0;
-    assert_true(kvt_check_value(buf, 100, "pg-key", &version));
+    assert_true(kvval_check(buf, 100, "pg-key", &version));
     assert_int_equal(version, 2);
     mooncake_store_destroy(s);
 }
@@ -279,7 +279,7 @@ static void test_batches_mixed(void **state)
     void *vptr[N], *bptr[N];
     for (int i = 0; i < N; i++) {
         sizes[i] = 100u + 50u * (unsigned)i;
-        kvt_fill_value(vals[i], sizes[i], keys[i], 3);
+        kvval_fill(vals[i], sizes[i], keys[i], 3);
         vptr[i] = vals[i];
         bptr[i] = bufs[i];
     }
@@ -373,7 +373,7 @@ static void test_register_buffer(void **state)
     mooncake_store_t s = open_store();
     static char region[1 << 16];
     assert_int_equal(mooncake_store_register_buffer(s, region, sizeof(region)), 0);
-    kvt_fill_value(region, 4096, "reg-key", 1);
+    kvval_fill(region, 4096, "reg-key", 1);
     assert_int_equal(mooncake_store_put_from(s, "reg-key", region, 4096, NULL), 0);
     assert_int_equal(mooncake_store_get_into(s, "reg-key", region + 8192, 4096), 4096);
     assert_memory_equal(region, region + 8192, 4096);
@@ -438,10 +438,10 @@ static void *worker_main(void *arg)
         snprintf(key, sizeof(key), "thr-%d-%d", w->id, r);
         snprintf(missing, sizeof(missing), "thr-missing-%d-%d", w->id, r);
         size_t len = VLEN - (size_t)(r % 7) * 100;
-        kvt_fill_value(val, len, key, (unsigned)r);
+        kvval_fill(val, len, key, (unsigned)r);
         CHECK(w, mooncake_store_put_from(w->s, key, val, len, NULL) == 0);
         CHECK(w, mooncake_store_get_into(w->s, key, buf, VLEN) == (int64_t)len);
-        CHECK(w, kvt_check_value(buf, len, key, NULL));
+        CHECK(w, kvval_check(buf, len, key, NULL));
         CHECK(w, mooncake_store_is_exist(w->s, key) == 1);
         CHECK(w, mooncake_store_is_exist(w->s, missing) == 0);
         CHECK(w, mooncake_store_get_size(w->s, key) == (int64_t)len);

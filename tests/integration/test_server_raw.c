@@ -135,7 +135,7 @@ static void test_put_get_roundtrip(void **state)
     struct kvt_server *s = *state;
     int fd = kvt_raw_connect(s->port, 10);
     static uint8_t val[8 * MIB]; /* bigger than any socket buffer: partial reads and writes */
-    kvt_fill_value(val, sizeof(val), "big", 1);
+    kvval_fill(val, sizeof(val), "big", 1);
     struct kvt_reqbuf b = {0};
     kvt_req_put(&b, 1, "big", val, sizeof(val));
     kvt_req_put(&b, 2, "small", "abc", 3);
@@ -156,7 +156,7 @@ static void test_put_get_roundtrip(void **state)
     assert_int_equal(read_reply(fd, &r), 0);
     assert_int_equal(status0(&r, &data, &len), 0);
     assert_int_equal(len, sizeof(val));
-    assert_true(kvt_check_value(data, len, "big", NULL));
+    assert_true(kvval_check(data, len, "big", NULL));
     free(r.body);
     assert_int_equal(read_reply(fd, &r), 0);
     assert_int_equal(status0(&r, NULL, &len), -ERANGE);
@@ -182,7 +182,7 @@ static unsigned get_version(int fd, const char *key, uint32_t cap)
     unsigned version = 0;
     assert_int_equal(read_reply(fd, &r), 0);
     assert_int_equal(status0(&r, &data, &len), 0);
-    assert_true(kvt_check_value(data, len, key, &version));
+    assert_true(kvval_check(data, len, key, &version));
     free(r.body);
     return version;
 }
@@ -198,8 +198,8 @@ static void test_put_visible_only_when_complete(void **state)
     int writer = kvt_raw_connect(s->port, 10);
     int reader = kvt_raw_connect(s->port, 10);
     static uint8_t v1[2 * MIB], v2[2 * MIB];
-    kvt_fill_value(v1, sizeof(v1), "torn", 1);
-    kvt_fill_value(v2, sizeof(v2), "torn", 2);
+    kvval_fill(v1, sizeof(v1), "torn", 1);
+    kvval_fill(v2, sizeof(v2), "torn", 2);
     struct kvt_reqbuf b = {0};
     kvt_req_put(&b, 1, "torn", v1, sizeof(v1));
     kvt_raw_send_all(writer, b.p, b.len);
@@ -533,7 +533,7 @@ static void test_slow_reader_back_pressure(void **state)
     struct kvt_server *s = *state;
     int fd = kvt_raw_connect(s->port, 10);
     static uint8_t val[64 * 1024];
-    kvt_fill_value(val, sizeof(val), "bp", 3);
+    kvval_fill(val, sizeof(val), "bp", 3);
     struct kvt_reqbuf b = {0};
     kvt_req_put(&b, 0, "bp", val, sizeof(val));
     const int n = 400; /* 25 MiB of replies, about 13 KB of requests */
@@ -553,7 +553,7 @@ static void test_slow_reader_back_pressure(void **state)
         assert_int_equal(r.hdr.id, (uint64_t)i);
         assert_int_equal(status0(&r, &data, &len), 0);
         assert_int_equal(len, sizeof(val));
-        assert_true(kvt_check_value(data, len, "bp", NULL));
+        assert_true(kvval_check(data, len, "bp", NULL));
         free(r.body);
     }
     assert_true(closed_by_peer(fd));

@@ -107,7 +107,7 @@ static void test_valgrind_clean_shutdown(void **state)
     assert_non_null(strstr(exe, "memcheck"));
 
     static uint8_t val[200000], buf[300000];
-    kvt_fill_value(val, sizeof(val), "v", 1);
+    kvval_fill(val, sizeof(val), "v", 1);
     int a = kvt_raw_connect(port, 30), b = kvt_raw_connect(port, 30), c = kvt_raw_connect(port, 30),
         d = kvt_raw_connect(port, 30);
     for (int i = 0; i < 20; i++) {

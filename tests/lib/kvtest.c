@@ -199,54 +199,6 @@ void kvt_client_teardown(struct kvt_client_fixture *f)
     kvt_server_stop(&f->srv);
 }
 
-/* FNV-1a, enough to catch torn or foreign bytes. */
-static uint64_t fnv(const void *p, size_t n, uint64_t h)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-/*
- * Layout: [u32 version][u64 hash(key, version, len)] then bytes derived from
- * (key hash, version, offset). Values shorter than 12 bytes hold a prefix.
- */
-static unsigned char fill_byte(uint64_t seed, size_t i)
-{
-    uint64_t x = seed + i * 0x9E3779B97F4A7C15ull;
-    x ^= x >> 29;
-    return (unsigned char)(x * 0xBF58476D1CE4E5B9ull >> 56);
-}
-
-void kvt_fill_value(void *buf, size_t len, const char *key, unsigned version)
-{
-    unsigned char hdr[12];
-    uint64_t seed = fnv(key, strlen(key), 1469598103934665603ull);
-    seed = fnv(&version, sizeof(version), seed);
-    uint64_t lenv = len;
-    uint64_t tag = fnv(&lenv, sizeof(lenv), seed);
-    memcpy(hdr, &version, 4);
-    memcpy(hdr + 4, &tag, 8);
-    unsigned char *b = buf;
-    for (size_t i = 0; i < len; i++)
-        b[i] = i < 12 ? hdr[i] : fill_byte(seed, i);
-}
-
-int kvt_check_value(const void *buf, size_t len, const char *key, unsigned *version)
-{
-    if (len < 4) return 1; /* too short to carry a version: nothing to check */
-    unsigned v;
-    memcpy(&v, buf, 4);
-    unsigned char *expect = malloc(len);
-    if (!expect) return 0;
-    kvt_fill_value(expect, len, key, v);
-    int ok = memcmp(expect, buf, len) == 0;
-    free(expect);
-    if (ok && version) *version = v;
-    return ok;
-}
-
 long long kvt_server_counter(kvs_client *c, const char *name)
 {
     enum { CAP = 65536 };

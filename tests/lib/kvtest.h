@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "kvstore.h"
+#include "values.h" /* self-checking values: kvval_fill, kvval_check */
 
 struct kvt_server {
     pid_t pid;
@@ -90,10 +91,5 @@ int kvt_capture_begin(struct kvt_capture *cap, const char *dir);
  * log still shows it), or NULL.
  */
 char *kvt_capture_end(struct kvt_capture *cap);
-
-/* Fills buf with a self-checking value for (key, version); kvt_check_value tells if buf is one. */
-void kvt_fill_value(void *buf, size_t len, const char *key, unsigned version);
-/* 1 if buf[0..len) is a whole value written by kvt_fill_value for key (any version), else 0. */
-int kvt_check_value(const void *buf, size_t len, const char *key, unsigned *version);
 
 #endif

@@ -88,12 +88,12 @@ static void *worker_main(void *arg)
     char key[64], val[4096], buf[4096];
     for (int i = 0; i < w->ops; i++) {
         snprintf(key, sizeof(key), "thr-%d-%d", w->id, i % 64);
-        kvt_fill_value(val, sizeof(val), key, (unsigned)i);
+        kvval_fill(val, sizeof(val), key, (unsigned)i);
         if (kvs_put(client, key, val, sizeof(val)) != 0) w->failures++;
         if (i % 4 == 0) {
             unsigned version;
             ssize_t n = kvs_get(client, key, buf, sizeof(buf));
-            if (n != (ssize_t)sizeof(buf) || !kvt_check_value(buf, sizeof(buf), key, &version) ||
+            if (n != (ssize_t)sizeof(buf) || !kvval_check(buf, sizeof(buf), key, &version) ||
                 version != (unsigned)i)
                 w->failures++;
         }
@@ -125,7 +125,7 @@ static int write_keys(const char *prefix, int n)
     int bad = 0;
     for (int i = 0; i < n; i++) {
         snprintf(key, sizeof(key), "%s-%d", prefix, i);
-        kvt_fill_value(val, sizeof(val), key, 7);
+        kvval_fill(val, sizeof(val), key, 7);
         bad += kvs_put(client, key, val, sizeof(val)) != 0;
     }
     printf("wrote %d, %d failed\n", n, bad);
@@ -140,7 +140,7 @@ static int read_keys(const char *prefix, int n)
         unsigned version = 0;
         snprintf(key, sizeof(key), "%s-%d", prefix, i);
         ssize_t r = kvs_get(client, key, buf, sizeof(buf));
-        bad += r != (ssize_t)sizeof(buf) || !kvt_check_value(buf, sizeof(buf), key, &version) ||
+        bad += r != (ssize_t)sizeof(buf) || !kvval_check(buf, sizeof(buf), key, &version) ||
                version != 7;
     }
     printf("read %d, %d bad\n", n, bad);

@@ -79,7 +79,7 @@ static void test_round_trip_sizes(void **state)
         uint8_t *v = malloc(sizes[i] + 1), *back = malloc(sizes[i] + 1);
         assert_non_null(v);
         assert_non_null(back);
-        kvt_fill_value(v, sizes[i], key, 1);
+        kvval_fill(v, sizes[i], key, 1);
         assert_int_equal(kvs_put(c, key, v, sizes[i]), 0);
         assert_int_equal(kvs_get(c, key, back, sizes[i]), (ssize_t)sizes[i]);
         assert_memory_equal(v, back, sizes[i]);
@@ -119,7 +119,7 @@ static void test_mixed_batch(void **state)
         snprintf(names[i], sizeof(names[i]), "mixed-%d", i);
         keys[i] = names[i];
         lens[i] = (size_t)(i * 120);
-        kvt_fill_value(data[i], lens[i], names[i], 7);
+        kvval_fill(data[i], lens[i], names[i], 7);
         vals[i] = data[i];
     }
     keys[5] = ""; /* invalid key */
@@ -145,7 +145,7 @@ static void test_mixed_batch(void **state)
         if (i == 5 || i == 7) continue;
         assert_int_equal(res[i], (ssize_t)lens[i]);
         unsigned ver = 7; /* values under 4 bytes carry no version */
-        assert_true(kvt_check_value(out[i], lens[i], names[i], &ver));
+        assert_true(kvval_check(out[i], lens[i], names[i], &ver));
         assert_int_equal(ver, 7);
     }
     kvs_close(c);
@@ -158,7 +158,7 @@ static void test_server_killed(void **state)
     kvs_client *c = kvs_open(rdma_url);
     assert_non_null(c);
     uint8_t v[2048];
-    kvt_fill_value(v, sizeof(v), "killed", 1);
+    kvval_fill(v, sizeof(v), "killed", 1);
     assert_int_equal(kvs_put(c, "killed", v, sizeof(v)), 0);
     kvt_server_kill(&srv);
     const char *keys[4] = {"k0", "k1", "k2", "k3"};
@@ -264,7 +264,7 @@ static uint8_t *carve(uint8_t *bufs[], uint32_t n, size_t len, size_t stride, co
         char key[40];
         snprintf(key, sizeof(key), "%s-%u", prefix, i);
         bufs[i] = region + (size_t)i * stride;
-        kvt_fill_value(bufs[i], len, key, ver);
+        kvval_fill(bufs[i], len, key, ver);
     }
     return region;
 }
@@ -276,7 +276,7 @@ static void check_values(uint8_t *const bufs[], uint32_t n, size_t len, const ch
         char key[40];
         unsigned got = 0;
         snprintf(key, sizeof(key), "%s-%u", prefix, i);
-        assert_true(kvt_check_value(bufs[i], len, key, &got));
+        assert_true(kvval_check(bufs[i], len, key, &got));
         assert_int_equal(got, ver);
     }
 }
@@ -342,7 +342,7 @@ static void test_doorbells_per_batch(void **state)
     assert_int_equal(d.wrs - b.wrs, 1);
     assert_int_equal(d.round_trips - b.round_trips, 1);
 
-    kvt_fill_value(bufs[0], len, "bell-0", 4); /* the reserve path writes what a get then sees */
+    kvval_fill(bufs[0], len, "bell-0", 4); /* the reserve path writes what a get then sees */
     struct counters ra = read_counters(rconn);
     run_batch(rconn, KVS_OP_PUT, "bell", N, bufs, len, st);
     for (int i = 0; i < N; i++)
@@ -442,7 +442,7 @@ static void test_bounce_vs_registered(void **state)
     for (int i = 0; i < N; i++) {
         char key[40];
         snprintf(key, sizeof(key), "reg-%d", i);
-        kvt_fill_value(bufs[i], len, key, 10);
+        kvval_fill(bufs[i], len, key, 10);
     }
     run_batch(conn, KVS_OP_PUT, "reg", N, bufs, len, st);
     struct counters e = read_counters(conn);
@@ -651,8 +651,8 @@ static void test_push_mixed_statuses(void **state)
     kvs_client *c = kvs_open(rdma_url);
     assert_non_null(c);
     static uint8_t v4k[4096], v5k[5000];
-    kvt_fill_value(v4k, sizeof(v4k), "pm-found", 6);
-    kvt_fill_value(v5k, sizeof(v5k), "pm-big", 6);
+    kvval_fill(v4k, sizeof(v4k), "pm-found", 6);
+    kvval_fill(v5k, sizeof(v5k), "pm-big", 6);
     assert_int_equal(kvs_put(c, "pm-found", v4k, sizeof(v4k)), 0);
     assert_int_equal(kvs_put(c, "pm-big", v5k, sizeof(v5k)), 0);
     assert_int_equal(kvs_put(c, "pm-empty", "", 0), 0);
@@ -902,7 +902,7 @@ static void test_push_never_torn(void **state)
     kvs_client *c = kvs_open(rdma_url);
     assert_non_null(c);
     static uint8_t v[LEN], back[LEN];
-    kvt_fill_value(v, LEN, "torn", 1);
+    kvval_fill(v, LEN, "torn", 1);
     assert_int_equal(kvs_put(c, "torn", v, LEN), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -915,7 +915,7 @@ static void test_push_never_torn(void **state)
         ssize_t n = kvs_get(c, "torn", back, LEN);
         assert_int_equal(n, LEN);
         unsigned ver = 0;
-        if (!kvt_check_value(back, LEN, "torn", &ver)) fail_msg("round %d: a torn value", i);
+        if (!kvval_check(back, LEN, "torn", &ver)) fail_msg("round %d: a torn value", i);
         if (ver < seen_min) seen_min = ver;
         if (ver > seen_max) seen_max = ver;
     }
@@ -937,7 +937,7 @@ static int writer(const char *host, const char *port)
     if (!c) return 1;
     static uint8_t v[65536];
     for (unsigned ver = 2; ver < 100000; ver++) {
-        kvt_fill_value(v, sizeof(v), "torn", ver);
+        kvval_fill(v, sizeof(v), "torn", ver);
         if (kvs_put(c, "torn", v, sizeof(v)) != 0) break;
     }
     kvs_close(c);

@@ -154,14 +154,14 @@ static void batch_round_trip(kvs_client *c, const char *prefix, int n, size_t le
         vals[i] = data + (size_t)i * len;
         bufs[i] = out + (size_t)i * len;
         lens[i] = caps[i] = len;
-        kvt_fill_value(data + (size_t)i * len, len, names[i], 5);
+        kvval_fill(data + (size_t)i * len, len, names[i], 5);
     }
     assert_int_equal(kvs_batch_put(c, (size_t)n, keys, vals, lens, st), n);
     assert_int_equal(kvs_batch_get(c, (size_t)n, keys, bufs, caps, res), n);
     for (int i = 0; i < n; i++) {
         unsigned ver = 0;
         assert_int_equal(res[i], (ssize_t)len);
-        assert_true(kvt_check_value(bufs[i], len, names[i], &ver));
+        assert_true(kvval_check(bufs[i], len, names[i], &ver));
         assert_int_equal(ver, 5);
     }
     free(data);
@@ -613,7 +613,7 @@ static void test_raw_unauthenticated_qp_has_no_remote_access(void **state)
     kvs_client *c = open_with(rdma_url, good_file);
     assert_non_null(c);
     uint8_t val[4096], back[4096];
-    kvt_fill_value(val, sizeof(val), "victim", 9);
+    kvval_fill(val, sizeof(val), "victim", 9);
     assert_int_equal(kvs_put(c, "victim", val, sizeof(val)), 0);
 
     struct raw *authed = raw_connect();
@@ -668,7 +668,7 @@ static void test_raw_bad_tokens(void **state)
     assert_int_equal(raw_slot(a, KVS_OP_RDMA_RESERVE, "tok-a", 512, &slot),
                      KVS_OP_RDMA_RESERVE | KVS_OP_REPLY);
     assert_int_equal(slot.status, 0);
-    kvt_fill_value(raw_data(a), 512, "tok-a", 1);
+    kvval_fill(raw_data(a), 512, "tok-a", 1);
     assert_int_equal(raw_rdma(a, IBV_WR_RDMA_WRITE, slot.addr, slot.rkey, 512), IBV_WC_SUCCESS);
 
     /* b names a's token: b holds nothing under it. */
@@ -686,7 +686,7 @@ static void test_raw_bad_tokens(void **state)
     assert_int_equal(lease.status, 0);
     assert_int_equal(raw_rdma(b, IBV_WR_RDMA_READ, lease.addr, lease.rkey, 512), IBV_WC_SUCCESS);
     unsigned ver = 0;
-    assert_true(kvt_check_value(raw_data(b), 512, "tok-a", &ver));
+    assert_true(kvval_check(raw_data(b), 512, "tok-a", &ver));
     assert_int_equal(raw_token(b, KVS_OP_RDMA_RELEASE, lease.token), 0);
     assert_int_equal(raw_token(b, KVS_OP_RDMA_RELEASE, lease.token), -EINVAL);
     assert_int_equal(raw_slot(a, KVS_OP_RDMA_RESERVE, "tok-a2", 64, &slot),
@@ -766,7 +766,7 @@ static void test_raw_authenticated_peer_reaches_the_whole_pool(void **state)
     kvs_client *c = open_with(rdma_url, good_file);
     assert_non_null(c);
     uint8_t val[4096];
-    kvt_fill_value(val, sizeof(val), "neighbour", 4);
+    kvval_fill(val, sizeof(val), "neighbour", 4);
     assert_int_equal(kvs_put(c, "neighbour", val, sizeof(val)), 0);
     struct raw *r = raw_connect();
     raw_hello(r, SECRET);
@@ -842,7 +842,7 @@ static void test_raw_push_destinations(void **state)
     kvs_client *c = open_with(rdma_url, good_file);
     assert_non_null(c);
     uint8_t val[4096];
-    kvt_fill_value(val, sizeof(val), "pushed", 3);
+    kvval_fill(val, sizeof(val), "pushed", 3);
     assert_int_equal(kvs_put(c, "pushed", val, sizeof(val)), 0);
 
     struct raw *r = raw_connect();
@@ -897,7 +897,7 @@ static void test_raw_push_peer_leaves_mid_push(void **state)
     kvs_client *c = open_with(rdma_url, good_file);
     assert_non_null(c);
     uint8_t val[4096];
-    kvt_fill_value(val, sizeof(val), "leaver", 1);
+    kvval_fill(val, sizeof(val), "leaver", 1);
     assert_int_equal(kvs_put(c, "leaver", val, sizeof(val)), 0);
     long long pinned_before = server_stat("pinned_items");
 
