@@ -14,7 +14,7 @@
 
 #include "auth.h"
 #include "ops.h"
-#include "stats.h"
+#include "stats_reply.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /*
- * stats.c - renders kvstored's STATS body (stats.h) into one growing
+ * stats_reply.c - renders kvstored's STATS body (stats_reply.h) into one growing
  * buffer. An allocation failure is remembered and reported once, at the end.
  */
-#include "stats.h"
+#include "stats_reply.h"
 
 #include <errno.h>
 #include <stdarg.h>
