@@ -17,7 +17,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
@@ -36,6 +35,7 @@
 
 #include "clock.h"
 #include "kvstore.h"
+#include "opts.h"
 #include "values.h"
 
 #define BATCH_KEYS   8
@@ -47,7 +47,7 @@
 enum opkind { OP_PUT, OP_GET, OP_KINDS };
 static const char *const opname[OP_KINDS] = {"put", "get"};
 
-/* Settings from the command line. */
+/* Settings from the command line (the defaults are its --help's). */
 static struct {
     int threads;
     uint64_t max_ops; /* key-ops, all threads */
@@ -60,9 +60,9 @@ static struct {
     const char *kvstored;
     const char *listen;
     const char *netns;
-    const char *memory;
+    uint64_t memory; /* kvstored --memory, bytes */
     const char *json_path;
-    uint64_t client_growth_bound; /* bytes */
+    int client_growth_mb;
     int writeback_check;
     int corrupt_one; /* self-test: damage one get result; the run must fail */
     int quiet;
@@ -74,8 +74,8 @@ static struct {
          .min_len = 16,
          .max_len = 16384,
          .listen = "127.0.0.1:0",
-         .memory = "64M",
-         .client_growth_bound = 64ull << 20};
+         .memory = 64ull << 20,
+         .client_growth_mb = 64};
 
 /* ---- the server kvstress runs ---- */
 
@@ -85,7 +85,6 @@ static struct {
     char host[64];
     int port;
     char addr[96];
-    uint64_t memory_bytes;
 } srv = {.out_fd = -1};
 
 /* Splits "HOST:PORT" ("[v6]:PORT" too) into host and port. */
@@ -119,10 +118,11 @@ static void exec_server(int out_fd)
     /* kvstored must not run with the shim or the stress run's settings. */
     unsetenv("LD_PRELOAD");
     unsetenv("KVBATCH_STATS_FILE");
-    char listen[128];
+    char listen[128], memory[32];
     snprintf(listen, sizeof(listen), "%s:%d", srv.host, srv.port);
+    snprintf(memory, sizeof(memory), "%llu", (unsigned long long)opt.memory);
     if (dup2(out_fd, STDOUT_FILENO) < 0) _exit(127);
-    char *argv[] = {(char *)opt.kvstored, "--listen", listen, "--memory", (char *)opt.memory, NULL};
+    char *argv[] = {(char *)opt.kvstored, "--listen", listen, "--memory", memory, NULL};
     execv(argv[0], argv);
     fprintf(stderr, "kvstress: exec %s: %s\n", opt.kvstored, strerror(errno));
     _exit(127);
@@ -794,132 +794,369 @@ out:
     free(val);
 }
 
-/* ---- main ---- */
+/* ---- command line ---- */
 
-static void usage(FILE *out)
+/* Parses argv into opt; 0, KVOPT_HELP or -EINVAL with a message. */
+static int parse_options(int argc, char **argv)
 {
-    fprintf(out,
-            "usage: kvstress [options]\n"
-            "  --threads N         worker threads (default 8)\n"
-            "  --ops N             key-ops in all, all threads (default 200000)\n"
-            "  --seconds S         time bound (default 10)\n"
-            "  --kills N           SIGKILL + restart kvstored N times, evenly spaced (default 0)\n"
-            "  --down-ms MS        how long the killed server stays down (default 200)\n"
-            "  --keys N            own keys per thread (default 64)\n"
-            "  --min-len B --max-len B  value sizes (default 16..16384)\n"
-            "  --kvstored PATH     server binary (default: kvstored next to kvstress)\n"
-            "  --listen HOST:PORT  where kvstored listens (default 127.0.0.1:0)\n"
-            "  --netns NAME        run kvstored inside network namespace NAME\n"
-            "  --memory SIZE       kvstored --memory (default 64M)\n"
-            "  --servers LIST      use running servers instead (no kills)\n"
-            "  --client-growth-mb N  bound on kvstress RSS growth after warm-up (default 64)\n"
-            "  --writeback-check   with the shim in writeback mode: pending puts at a crash\n"
-            "  --corrupt-one       self-test: damage one get result (the run must fail)\n"
-            "  --json FILE         also write the JSON figures to FILE\n"
-            "  --quiet             no per-problem lines\n");
-}
-
-static int parse_args(int argc, char **argv)
-{
-    static const struct option longopts[] = {{"threads", 1, 0, 't'},
-                                             {"ops", 1, 0, 'o'},
-                                             {"seconds", 1, 0, 's'},
-                                             {"kills", 1, 0, 'k'},
-                                             {"down-ms", 1, 0, 'd'},
-                                             {"keys", 1, 0, 'K'},
-                                             {"min-len", 1, 0, 'm'},
-                                             {"max-len", 1, 0, 'M'},
-                                             {"kvstored", 1, 0, 'x'},
-                                             {"listen", 1, 0, 'l'},
-                                             {"netns", 1, 0, 'n'},
-                                             {"memory", 1, 0, 'y'},
-                                             {"servers", 1, 0, 'S'},
-                                             {"json", 1, 0, 'j'},
-                                             {"client-growth-mb", 1, 0, 'g'},
-                                             {"writeback-check", 0, 0, 'w'},
-                                             {"corrupt-one", 0, 0, 'c'},
-                                             {"quiet", 0, 0, 'q'},
-                                             {"help", 0, 0, 'h'},
-                                             {0, 0, 0, 0}};
-    int ch;
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        char *end = NULL;
-        switch (ch) {
-        case 't':
-            opt.threads = (int)strtol(optarg, &end, 10);
-            break;
-        case 'o':
-            opt.max_ops = strtoull(optarg, &end, 10);
-            break;
-        case 's':
-            opt.seconds = strtod(optarg, &end);
-            break;
-        case 'k':
-            opt.kills = (int)strtol(optarg, &end, 10);
-            break;
-        case 'd':
-            opt.down_ms = (int)strtol(optarg, &end, 10);
-            break;
-        case 'K':
-            opt.keys = (int)strtol(optarg, &end, 10);
-            break;
-        case 'm':
-            opt.min_len = strtoul(optarg, &end, 10);
-            break;
-        case 'M':
-            opt.max_len = strtoul(optarg, &end, 10);
-            break;
-        case 'g':
-            opt.client_growth_bound = strtoull(optarg, &end, 10) << 20;
-            break;
-        case 'x':
-            opt.kvstored = optarg;
-            break;
-        case 'l':
-            opt.listen = optarg;
-            break;
-        case 'n':
-            opt.netns = optarg;
-            break;
-        case 'y':
-            opt.memory = optarg;
-            break;
-        case 'S':
-            opt.servers = optarg;
-            break;
-        case 'j':
-            opt.json_path = optarg;
-            break;
-        case 'w':
-            opt.writeback_check = 1;
-            break;
-        case 'c':
-            opt.corrupt_one = 1;
-            break;
-        case 'q':
-            opt.quiet = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            exit(0);
-        default:
-            usage(stderr);
-            return -1;
-        }
-        if (end && *end) {
-            fprintf(stderr, "kvstress: bad number '%s'\n", optarg);
-            return -1;
-        }
-    }
-    if (optind != argc || opt.threads < 1 || opt.threads > MAX_THREADS || opt.keys < 1 ||
-        opt.keys > 100000 || opt.seconds <= 0 || opt.seconds > 86400 || opt.kills < 0 ||
-        opt.kills >= MAX_RESTARTS - 1 || opt.down_ms < 0 || opt.max_ops < 1 ||
-        opt.max_ops > (1ull << 32) || opt.min_len < 12 || opt.max_len < opt.min_len ||
-        opt.max_len > (64u << 20) || (opt.servers && (opt.kills || opt.writeback_check))) {
-        fprintf(stderr, "kvstress: bad or conflicting options (see --help)\n");
-        return -1;
+    const struct kvopt opts[] = {
+        {"threads", 0, KVOPT_COUNT, KVOPT_TO(opt.threads), "N", "worker threads", .lo = 1,
+         .hi = MAX_THREADS},
+        {"ops", 0, KVOPT_COUNT, KVOPT_TO(opt.max_ops), "N", "key-ops in all, all threads", .lo = 1,
+         .hi = 1ll << 32, .accepted = "1..2^32"},
+        {"seconds", 0, KVOPT_SECONDS, KVOPT_TO(opt.seconds), "S", "time bound", .lo = 0,
+         .hi = 86400},
+        {"kills", 0, KVOPT_COUNT, KVOPT_TO(opt.kills), "N",
+         "SIGKILL + restart kvstored N times, evenly spaced", .lo = 0, .hi = MAX_RESTARTS - 2},
+        {"down-ms", 0, KVOPT_COUNT, KVOPT_TO(opt.down_ms), "MS",
+         "how long the killed server stays down", .lo = 0, .hi = 600000},
+        {"keys", 0, KVOPT_COUNT, KVOPT_TO(opt.keys), "N", "own keys per thread", .lo = 1,
+         .hi = 100000},
+        {"min-len", 0, KVOPT_SIZE, KVOPT_TO(opt.min_len), "SIZE", "smallest value", .lo = 12,
+         .hi = 64 << 20},
+        {"max-len", 0, KVOPT_SIZE, KVOPT_TO(opt.max_len), "SIZE",
+         "largest value, at least --min-len", .lo = 12, .hi = 64 << 20},
+        {"kvstored", 0, KVOPT_STRING, KVOPT_TO(opt.kvstored), "PATH", "server binary",
+         .dflt = "kvstored next to kvstress"},
+        {"listen", 0, KVOPT_STRING, KVOPT_TO(opt.listen), "HOST:PORT",
+         "where kvstored listens; port 0 picks a free one"},
+        {"netns", 0, KVOPT_STRING, KVOPT_TO(opt.netns), "NAME",
+         "run kvstored inside network namespace NAME"},
+        {"memory", 0, KVOPT_SIZE, KVOPT_TO(opt.memory), "SIZE", "kvstored --memory", .lo = 1 << 20,
+         .hi = 1ll << 40},
+        {"servers", 0, KVOPT_STRING, KVOPT_TO(opt.servers), "LIST",
+         "use running servers instead (no --kills, no --writeback-check)"},
+        {"client-growth-mb", 0, KVOPT_COUNT, KVOPT_TO(opt.client_growth_mb), "N",
+         "bound on kvstress's RSS growth after warm-up, MiB", .lo = 0, .hi = 1 << 20},
+        {"writeback-check", 0, KVOPT_FLAG, KVOPT_TO(opt.writeback_check), NULL,
+         "with the shim in writeback mode: pending puts at a crash"},
+        {"corrupt-one", 0, KVOPT_FLAG, KVOPT_TO(opt.corrupt_one), NULL,
+         "self-test: damage one get result (the run must fail)"},
+        {"json", 0, KVOPT_STRING, KVOPT_TO(opt.json_path), "FILE",
+         "also write the JSON figures to FILE"},
+        {"quiet", 0, KVOPT_FLAG, KVOPT_TO(opt.quiet), NULL, "no per-problem lines"},
+        {0}};
+    const struct kvopt_cmd cmd = {
+        .name = "kvstress",
+        .usage = "usage: kvstress [options]\n",
+        .footer = "exit status: 0 all checks passed, 1 a check failed, 2 bad usage or set-up\n",
+        .opts = opts};
+    int rc = kvopt_parse(&cmd, argc, argv);
+    if (rc != 0) return rc;
+    if (opt.max_len < opt.min_len)
+        return kvopt_bad("kvstress", "--max-len", "(below --min-len)", "at least --min-len");
+    if (opt.servers && (opt.kills || opt.writeback_check)) {
+        fprintf(stderr, "kvstress: --servers uses running servers: no --kills, no "
+                        "--writeback-check\n");
+        return -EINVAL;
     }
     return 0;
+}
+
+/* What the environment must give a mode: --writeback-check needs the shim in writeback mode. */
+static int check_environment(void)
+{
+    const char *pm = getenv("KVBATCH_PUT_MODE");
+    const char *pre = getenv("LD_PRELOAD");
+    wb_mode = pm && !strcmp(pm, "writeback") && pre && strstr(pre, "libkvbatch");
+    if (opt.writeback_check && !wb_mode) {
+        fprintf(stderr, "kvstress: --writeback-check needs LD_PRELOAD=libkvbatch.so and "
+                        "KVBATCH_PUT_MODE=writeback\n");
+        return -EINVAL;
+    }
+    const char *pol = getenv("KVBATCH_POLICY");
+    if (opt.writeback_check && (!pol || strcmp(pol, "fixed") != 0)) {
+        /* Adaptive sends an idle put at once: nothing would be pending at the kill. */
+        fprintf(stderr, "kvstress: --writeback-check needs KVBATCH_POLICY=fixed and a window "
+                        "(KVBATCH_WINDOW_US) well above a millisecond\n");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Path of kvstored next to this binary. */
+static const char *default_kvstored(const char *argv0)
+{
+    static char path[PATH_MAX];
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return argv0;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(path, sizeof(path), "%.*s/kvstored", (int)(sizeof(path) - 10), self);
+    return path;
+}
+
+/* ---- the run ---- */
+
+/* Where the client connects: --servers, or a kvstored started here. NULL if it cannot start. */
+static const char *servers_under_test(void)
+{
+    if (opt.servers) return opt.servers;
+    if (split_hostport(opt.listen, srv.host, sizeof(srv.host), &srv.port) < 0) {
+        kvopt_bad("kvstress", "--listen", opt.listen, "HOST:PORT");
+        return NULL;
+    }
+    return spawn_server() < 0 ? NULL : srv.addr;
+}
+
+/* All bookkeeping allocated and touched before the run, so later RSS growth is the library's. */
+static int prepare_bookkeeping(void)
+{
+    uint64_t max_ids = opt.max_ops + (uint64_t)opt.threads * BATCH_KEYS;
+    completions = calloc(max_ids, 1);
+    if (!completions) return -ENOMEM;
+    memset((void *)completions, 0, max_ids);
+    for (int s = 0; s < SHARED_KEYS; s++)
+        snprintf(shared_names[s], sizeof(shared_names[s]), "stress.%d.shared.%d", (int)getpid(), s);
+    return 0;
+}
+
+/* Sets up worker i (its keys, buffers, quota) and starts it; 0 or -1. */
+static int start_worker(int i)
+{
+    struct worker *w = &workers[i];
+    w->index = i;
+    w->quota = opt.max_ops / (uint64_t)opt.threads;
+    w->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) ^ (uint64_t)getpid();
+    w->ks = calloc((size_t)opt.keys, sizeof(*w->ks));
+    w->names = calloc((size_t)opt.keys, sizeof(*w->names));
+    w->val = malloc(opt.max_len);
+    w->buf = malloc(opt.max_len);
+    if (!w->ks || !w->names || !w->val || !w->buf) return -1;
+    memset(w->val, 0, opt.max_len);
+    memset(w->buf, 0, opt.max_len);
+    for (int k = 0; k < opt.keys; k++)
+        snprintf(w->names[k], sizeof(w->names[k]), "stress.%d.t%d.k%d", (int)getpid(), i, k);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    return pthread_create(&w->tid, NULL, worker_main, w) == 0 ? 0 : -1;
+}
+
+struct memfig {
+    uint64_t server_max, client_warm, client_max, server_bound;
+};
+
+/* Kills kvstored, keeps it down --down-ms, restarts it and opens the next epoch; 0 or -1. */
+static int kill_and_restart(void)
+{
+    kill_server(SIGKILL);
+    usleep((useconds_t)opt.down_ms * 1000);
+    if (restart_server() < 0) {
+        fprintf(stderr, "kvstress: kvstored did not restart\n");
+        return -1;
+    }
+    int e = rs.n++;
+    rs.up_ns[e] = kvs_now_ns();
+    atomic_store(&current_epoch, e);
+    atomic_fetch_add(&kills_done, 1);
+    return 0;
+}
+
+/*
+ * The controller, every 20 ms until the started workers finish (at most two
+ * minutes past the end): the kill schedule and the memory samples. 0, or -1
+ * when kvstored did not restart.
+ */
+static int control(int started, struct memfig *mem)
+{
+    unsigned long long interval = (t_end - t_start) / (unsigned long long)(opt.kills + 1);
+    unsigned long long next_kill = t_start + interval, warm_at = t_start + 1000000000ull;
+    int running = started;
+    while (running > 0) {
+        unsigned long long now = kvs_now_ns();
+        if (now > t_end + 120000000000ull) break; /* two minutes over: stop waiting */
+        if (opt.kills && atomic_load(&kills_done) < opt.kills && now >= next_kill && now < t_end) {
+            if (kill_and_restart() < 0) return -1;
+            next_kill += interval;
+        }
+        uint64_t s = srv.pid > 0 ? rss_of(srv.pid) : 0, c = rss_of(getpid());
+        if (s > mem->server_max) mem->server_max = s;
+        if (c > mem->client_max) mem->client_max = c;
+        if (!mem->client_warm && now >= warm_at) mem->client_warm = c;
+        usleep(20000);
+        running = 0;
+        for (int i = 0; i < started; i++)
+            if (!atomic_load(&workers[i].finished)) running++;
+    }
+    return 0;
+}
+
+/*
+ * Joins the workers. One still in a call two minutes after the end never
+ * returns: that is reported and the process leaves at once, without
+ * touching the client.
+ */
+static void join_workers(int started)
+{
+    int stuck = 0;
+    for (int i = 0; i < started; i++) {
+        if (atomic_load(&workers[i].finished))
+            pthread_join(workers[i].tid, NULL);
+        else
+            stuck++;
+    }
+    if (!stuck) return;
+    fprintf(stderr, "kvstress: %d threads stuck in a call 2 minutes after the end\n", stuck);
+    printf("{\"pass\":0,\"stuck_threads\":%d}\n", stuck);
+    fflush(stdout);
+    kill_server(SIGKILL);
+    _exit(1);
+}
+
+/* ---- the verdict ---- */
+
+/* Everything a run is judged and reported on. */
+struct outcome {
+    double secs;
+    uint64_t never, twice; /* key-ops completed 0 times, or more than once */
+    uint64_t total_issued, total_ok;
+    int restarts_without_ok;
+    double worst_recovery_ms;
+    struct memfig mem;
+    uint64_t client_growth;
+    struct shim_check sc;
+    struct wb_result wr;
+    int fail;
+    const char *why[16];
+    int nwhy;
+};
+
+/* Completions per key-op id, and the batches whose status or callback went wrong. */
+static void count_completions(struct outcome *o)
+{
+    uint64_t issued_ids = atomic_load(&next_id);
+    for (uint64_t i = 0; i < issued_ids; i++) {
+        if (completions[i] == 0) o->never++;
+        if (completions[i] > 1) o->twice++;
+    }
+    o->twice += atomic_load(&fig.double_callbacks);
+    o->never += atomic_load(&fig.status_unset);
+}
+
+/*
+ * kvstored's memory bound: pool + item metadata (~200 B + key per item) +
+ * per-conn buffers (64 KiB read, 4 MiB reply back-pressure cap) for up to 4
+ * connections (stress client, write-behind check, slack), + 32 MiB for
+ * code, heap, stacks. And how much kvstress itself grew after warm-up.
+ */
+static void memory_bounds(struct outcome *o)
+{
+    struct memfig *mem = &o->mem;
+    uint64_t items = (uint64_t)opt.threads * (uint64_t)opt.keys + SHARED_KEYS + 64;
+    mem->server_bound =
+        opt.memory + items * (200 + 64) + 4 * ((4u << 20) + (64u << 10)) + (32ull << 20);
+    if (!mem->client_warm) mem->client_warm = mem->client_max;
+    o->client_growth = mem->client_max - mem->client_warm;
+}
+
+/* For each restart, the time from its start to the first op it answered. */
+static void recovery(struct outcome *o)
+{
+    for (int e = 0; e < rs.n; e++) {
+        unsigned long long f = atomic_load(&rs.first_ok_ns[e]);
+        double ms = (double)(f - rs.up_ns[e]) / 1e6;
+        if (!f)
+            o->restarts_without_ok++;
+        else if (ms > o->worst_recovery_ms)
+            o->worst_recovery_ms = ms;
+    }
+}
+
+static void check(struct outcome *o, int ok, const char *what)
+{
+    if (ok) return;
+    o->fail = 1;
+    if (o->nwhy < (int)(sizeof(o->why) / sizeof(o->why[0]))) o->why[o->nwhy++] = what;
+}
+
+/* The rules of docs/stress.md, each one a reason to fail. */
+static void judge(struct outcome *o)
+{
+    const struct memfig *mem = &o->mem;
+    check(o, fig.wrong_values == 0, "wrong values");
+    check(o, wb_mode || fig.stale_values == 0, "stale values");
+    check(o, o->never == 0, "ops never completed");
+    check(o, o->twice == 0, "ops completed twice");
+    check(o, fig.abandoned_batches == 0, "batches abandoned");
+    check(o, fig.unexpected_status == 0, "unexpected statuses");
+    /* Only a store kvstress sized itself is known not to evict. */
+    check(o, opt.kills > 0 || wb_mode || opt.servers || fig.missing_after_ok == 0,
+          "acknowledged puts missing");
+    check(o, o->restarts_without_ok == 0, "a restart never saw a successful op");
+    check(o, atomic_load(&kills_done) == opt.kills, "fewer kills than asked");
+    check(o, o->total_ok > 0, "no op succeeded");
+    check(o, opt.servers || mem->server_max <= mem->server_bound, "kvstored RSS over bound");
+    check(o, o->client_growth <= (uint64_t)opt.client_growth_mb << 20,
+          "kvstress RSS grew over bound");
+    check(o, !o->sc.used || (o->sc.file_read && o->sc.ok), "shim stats disagree");
+    check(o, !opt.writeback_check || o->wr.ok, "write-behind crash check");
+}
+
+/* The table of ops: issued, ok, errors by status. */
+static void print_ops(void)
+{
+    printf("  %-6s %10s %10s %10s\n", "op", "issued", "ok", "errors");
+    for (int k = 0; k < OP_KINDS; k++) {
+        uint64_t is = atomic_load(&fig.issued[k]), ok = atomic_load(&fig.ok[k]);
+        printf("  %-6s %10" PRIu64 " %10" PRIu64 " %10" PRIu64 "  ", opname[k], is, ok, is - ok);
+        for (int e = 1; e < NSTATUS; e++)
+            if (fig.err[k][e])
+                printf(" %s=%" PRIu64, e == NSTATUS - 1 ? "other" : errno_label(e),
+                       (uint64_t)atomic_load(&fig.err[k][e]));
+        printf("\n");
+    }
+}
+
+/* What the memory, shim-stats and write-behind checks saw. */
+static void print_checks(const struct outcome *o)
+{
+    const struct memfig *mem = &o->mem;
+    const struct shim_check *sc = &o->sc;
+    const struct wb_result *wr = &o->wr;
+    if (opt.servers)
+        printf("  RSS max: kvstored not measured (--servers)");
+    else
+        printf("  RSS max: kvstored %.1f MiB (bound %.1f)", (double)mem->server_max / 1048576,
+               (double)mem->server_bound / 1048576);
+    printf(", kvstress %.1f MiB (grew %.1f after warm-up, bound %d)\n",
+           (double)mem->client_max / 1048576, (double)o->client_growth / 1048576,
+           opt.client_growth_mb);
+    if (sc->used)
+        printf("  shim stats: ops put %.0f get %.0f, errors put %.0f get %.0f, writeback "
+               "errors %.0f: %s\n",
+               sc->ops[OP_PUT], sc->ops[OP_GET], sc->errors[OP_PUT], sc->errors[OP_GET],
+               sc->wb_errors, sc->ok ? "agree" : "DISAGREE");
+    if (wr->ran)
+        printf("  write-behind crash: %d puts pending, kvs_flush %d (%s), absent %d, "
+               "rewritten %d, revived %d, wrong %d: %s\n",
+               wr->puts, wr->flush_rc, kvs_strerror(wr->flush_rc), wr->absent, wr->rewritten_ok,
+               wr->revived, wr->wrong, wr->ok ? "ok" : "FAILED");
+}
+
+/* The human summary on stdout. */
+static void print_summary(const struct outcome *o)
+{
+    printf("kvstress: %d threads, %.1f s, %s%s, %d kills\n", opt.threads, o->secs,
+           o->sc.used || wb_mode ? "through the shim" : "direct", wb_mode ? " (writeback)" : "",
+           atomic_load(&kills_done));
+    print_ops();
+    printf("  throughput %.0f key-ops/s, %" PRIu64 " async batches\n",
+           (double)o->total_issued / o->secs, (uint64_t)fig.batches);
+    printf("  wrong values %" PRIu64 ", stale %" PRIu64 ", missing after ok %" PRIu64
+           ", never completed %" PRIu64 ", completed twice %" PRIu64 ", unexpected %" PRIu64 "\n",
+           (uint64_t)fig.wrong_values, (uint64_t)fig.stale_values, (uint64_t)fig.missing_after_ok,
+           o->never, o->twice, (uint64_t)fig.unexpected_status);
+    for (int e = 0; e < rs.n; e++) {
+        unsigned long long f = atomic_load(&rs.first_ok_ns[e]);
+        printf("  restart %d: first op answered after %.1f ms\n", e + 1,
+               f ? (double)(f - rs.up_ns[e]) / 1e6 : -1.0);
+    }
+    print_checks(o);
+    for (int i = 0; i < o->nwhy; i++)
+        printf("  FAILED: %s\n", o->why[i]);
+    printf("  result: %s\n", o->fail ? "FAIL" : "PASS");
 }
 
 /*
@@ -950,289 +1187,12 @@ static int append_error_counts(char *json, size_t cap, int len)
     return at < cap ? (int)at : (int)cap - 1;
 }
 
-/* --memory SIZE in bytes (K/M/G suffixes, powers of 1024), for the RSS bound. */
-static uint64_t parse_size(const char *s)
+/* The JSON line on stdout (and in --json FILE): the figures tests and scripts read. */
+static void print_json(const struct outcome *o)
 {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    switch (*end) {
-    case 'K':
-    case 'k':
-        return v << 10;
-    case 'M':
-    case 'm':
-        return v << 20;
-    case 'G':
-    case 'g':
-        return v << 30;
-    default:
-        return v;
-    }
-}
-
-/* Path of kvstored next to this binary. */
-static const char *default_kvstored(const char *argv0)
-{
-    static char path[PATH_MAX];
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) return argv0;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash) *slash = '\0';
-    snprintf(path, sizeof(path), "%.*s/kvstored", (int)(sizeof(path) - 10), self);
-    return path;
-}
-
-struct memfig {
-    uint64_t server_max, client_warm, client_max, server_bound;
-};
-
-int main(int argc, char **argv)
-{
-    if (parse_args(argc, argv) < 0) return 2;
-    if (!opt.kvstored) opt.kvstored = default_kvstored(argv[0]);
-    signal(SIGPIPE, SIG_IGN);
-    const char *pm = getenv("KVBATCH_PUT_MODE");
-    const char *pre = getenv("LD_PRELOAD");
-    wb_mode = pm && !strcmp(pm, "writeback") && pre && strstr(pre, "libkvbatch");
-    if (opt.writeback_check && !wb_mode) {
-        fprintf(stderr, "kvstress: --writeback-check needs LD_PRELOAD=libkvbatch.so and "
-                        "KVBATCH_PUT_MODE=writeback\n");
-        return 2;
-    }
-    const char *pol = getenv("KVBATCH_POLICY");
-    if (opt.writeback_check && (!pol || strcmp(pol, "fixed") != 0)) {
-        /* Adaptive sends an idle put at once: nothing would be pending at the kill. */
-        fprintf(stderr, "kvstress: --writeback-check needs KVBATCH_POLICY=fixed and a window "
-                        "(KVBATCH_WINDOW_US) well above a millisecond\n");
-        return 2;
-    }
-    atomic_store(&corrupt_pending, opt.corrupt_one);
-
-    const char *addr;
-    if (opt.servers) {
-        addr = opt.servers;
-    } else {
-        if (split_hostport(opt.listen, srv.host, sizeof(srv.host), &srv.port) < 0) {
-            fprintf(stderr, "kvstress: bad --listen '%s'\n", opt.listen);
-            return 2;
-        }
-        srv.memory_bytes = parse_size(opt.memory);
-        if (spawn_server() < 0) return 2;
-        addr = srv.addr;
-    }
-
-    /* All bookkeeping allocated and touched now, so later RSS growth is the library's. */
-    uint64_t max_ids = opt.max_ops + (uint64_t)opt.threads * BATCH_KEYS;
-    completions = calloc(max_ids, 1);
-    if (!completions) return 2;
-    memset((void *)completions, 0, max_ids);
-    for (int s = 0; s < SHARED_KEYS; s++)
-        snprintf(shared_names[s], sizeof(shared_names[s]), "stress.%d.shared.%d", (int)getpid(), s);
-
-    client = kvs_open(addr);
-    if (!client) {
-        fprintf(stderr, "kvstress: kvs_open(%s): %s\n", addr, strerror(errno));
-        kill_server(SIGKILL);
-        return 2;
-    }
-
-    int rc = 0;
-    t_start = kvs_now_ns();
-    t_end = t_start + (unsigned long long)(opt.seconds * 1e9);
-    int started = 0;
-    for (int i = 0; i < opt.threads; i++) {
-        struct worker *w = &workers[i];
-        w->index = i;
-        w->quota = opt.max_ops / (uint64_t)opt.threads;
-        w->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) ^ (uint64_t)getpid();
-        w->ks = calloc((size_t)opt.keys, sizeof(*w->ks));
-        w->names = calloc((size_t)opt.keys, sizeof(*w->names));
-        w->val = malloc(opt.max_len);
-        w->buf = malloc(opt.max_len);
-        if (!w->ks || !w->names || !w->val || !w->buf) {
-            rc = 2;
-            break;
-        }
-        memset(w->val, 0, opt.max_len);
-        memset(w->buf, 0, opt.max_len);
-        for (int k = 0; k < opt.keys; k++)
-            snprintf(w->names[k], sizeof(w->names[k]), "stress.%d.t%d.k%d", (int)getpid(), i, k);
-        pthread_mutex_init(&w->lock, NULL);
-        pthread_cond_init(&w->cv, NULL);
-        if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
-            rc = 2;
-            break;
-        }
-        started++;
-    }
-
-    /* The controller: kill schedule and memory samples, every 20 ms. */
-    struct memfig mem = {0};
-    unsigned long long interval = (t_end - t_start) / (unsigned long long)(opt.kills + 1);
-    unsigned long long next_kill = t_start + interval, warm_at = t_start + 1000000000ull;
-    int threads_running = started;
-    while (threads_running > 0) {
-        unsigned long long now = kvs_now_ns();
-        if (now > t_end + 120000000000ull) break; /* two minutes over: stop waiting */
-        if (opt.kills && atomic_load(&kills_done) < opt.kills && now >= next_kill && now < t_end) {
-            kill_server(SIGKILL);
-            usleep((useconds_t)opt.down_ms * 1000);
-            if (restart_server() < 0) {
-                fprintf(stderr, "kvstress: kvstored did not restart\n");
-                rc = 1;
-                break;
-            }
-            int e = rs.n++;
-            rs.up_ns[e] = kvs_now_ns();
-            atomic_store(&current_epoch, e);
-            atomic_fetch_add(&kills_done, 1);
-            next_kill += interval;
-        }
-        uint64_t s = srv.pid > 0 ? rss_of(srv.pid) : 0, c = rss_of(getpid());
-        if (s > mem.server_max) mem.server_max = s;
-        if (c > mem.client_max) mem.client_max = c;
-        if (!mem.client_warm && now >= warm_at) mem.client_warm = c;
-        usleep(20000);
-        threads_running = 0;
-        for (int i = 0; i < started; i++)
-            if (!atomic_load(&workers[i].finished)) threads_running++;
-    }
-    unsigned long long t_stop = kvs_now_ns();
-    int stuck = 0;
-    for (int i = 0; i < started; i++) {
-        if (atomic_load(&workers[i].finished))
-            pthread_join(workers[i].tid, NULL);
-        else
-            stuck++;
-    }
-    if (stuck) {
-        /* An op that never returns: report and leave without touching the client. */
-        fprintf(stderr, "kvstress: %d threads stuck in a call 2 minutes after the end\n", stuck);
-        printf("{\"pass\":0,\"stuck_threads\":%d}\n", stuck);
-        fflush(stdout);
-        kill_server(SIGKILL);
-        _exit(1);
-    }
-
-    struct wb_result wr = {0};
-    if (opt.writeback_check && rc == 0) writeback_check(&wr);
-
-    kvs_close(client);
-    double closed_at = wall_now();
-    struct shim_check sc = {0};
-    check_shim_stats(&sc, closed_at);
-    if (!opt.servers) kill_server(SIGTERM);
-
-    /* Completions per id. */
-    uint64_t issued_ids = atomic_load(&next_id), never = 0, twice = 0;
-    for (uint64_t i = 0; i < issued_ids; i++) {
-        if (completions[i] == 0) never++;
-        if (completions[i] > 1) twice++;
-    }
-    twice += atomic_load(&fig.double_callbacks);
-    never += atomic_load(&fig.status_unset);
-
-    /* kvstored: pool + item metadata (~200 B + key per item) + per-conn buffers (64 KiB read,
-     * 4 MiB reply back-pressure cap) for up to 4 connections (stress client, write-behind
-     * check, slack), + 32 MiB for code, heap, stacks. */
-    uint64_t items = (uint64_t)opt.threads * (uint64_t)opt.keys + SHARED_KEYS + 64;
-    mem.server_bound =
-        srv.memory_bytes + items * (200 + 64) + 4 * ((4u << 20) + (64u << 10)) + (32ull << 20);
-    if (!mem.client_warm) mem.client_warm = mem.client_max;
-    uint64_t client_growth = mem.client_max - mem.client_warm;
-
-    double secs = (double)(t_stop - t_start) / 1e9;
-    uint64_t total_issued = atomic_load(&fig.issued[OP_PUT]) + atomic_load(&fig.issued[OP_GET]);
-    uint64_t total_ok = atomic_load(&fig.ok[OP_PUT]) + atomic_load(&fig.ok[OP_GET]);
-    int restarts_without_ok = 0;
-    double worst_recovery_ms = 0;
-    for (int e = 0; e < rs.n; e++) {
-        unsigned long long f = atomic_load(&rs.first_ok_ns[e]);
-        if (!f)
-            restarts_without_ok++;
-        else if ((double)(f - rs.up_ns[e]) / 1e6 > worst_recovery_ms)
-            worst_recovery_ms = (double)(f - rs.up_ns[e]) / 1e6;
-    }
-
-    int fail = rc != 0;
-    const char *why[16];
-    int nwhy = 0;
-#define CHECK(cond, msg)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fail = 1;                                                                              \
-            if (nwhy < 16) why[nwhy++] = msg;                                                      \
-        }                                                                                          \
-    } while (0)
-    CHECK(fig.wrong_values == 0, "wrong values");
-    CHECK(wb_mode || fig.stale_values == 0, "stale values");
-    CHECK(never == 0, "ops never completed");
-    CHECK(twice == 0, "ops completed twice");
-    CHECK(fig.abandoned_batches == 0, "batches abandoned");
-    CHECK(fig.unexpected_status == 0, "unexpected statuses");
-    /* Only a store kvstress sized itself is known not to evict. */
-    CHECK(opt.kills > 0 || wb_mode || opt.servers || fig.missing_after_ok == 0,
-          "acknowledged puts missing");
-    CHECK(restarts_without_ok == 0, "a restart never saw a successful op");
-    CHECK(atomic_load(&kills_done) == opt.kills, "fewer kills than asked");
-    CHECK(total_ok > 0, "no op succeeded");
-    CHECK(opt.servers || mem.server_max <= mem.server_bound, "kvstored RSS over bound");
-    CHECK(client_growth <= opt.client_growth_bound, "kvstress RSS grew over bound");
-    CHECK(!sc.used || (sc.file_read && sc.ok), "shim stats disagree");
-    CHECK(!opt.writeback_check || wr.ok, "write-behind crash check");
-
-    if (!opt.quiet) {
-        printf("kvstress: %d threads, %.1f s, %s%s, %d kills\n", opt.threads, secs,
-               sc.used || wb_mode ? "through the shim" : "direct", wb_mode ? " (writeback)" : "",
-               atomic_load(&kills_done));
-        printf("  %-6s %10s %10s %10s\n", "op", "issued", "ok", "errors");
-        for (int k = 0; k < OP_KINDS; k++) {
-            uint64_t is = atomic_load(&fig.issued[k]), ok = atomic_load(&fig.ok[k]);
-            printf("  %-6s %10" PRIu64 " %10" PRIu64 " %10" PRIu64 "  ", opname[k], is, ok,
-                   is - ok);
-            for (int e = 1; e < NSTATUS; e++)
-                if (fig.err[k][e])
-                    printf(" %s=%" PRIu64, e == NSTATUS - 1 ? "other" : errno_label(e),
-                           (uint64_t)atomic_load(&fig.err[k][e]));
-            printf("\n");
-        }
-        printf("  throughput %.0f key-ops/s, %" PRIu64 " async batches\n",
-               (double)total_issued / secs, (uint64_t)fig.batches);
-        printf("  wrong values %" PRIu64 ", stale %" PRIu64 ", missing after ok %" PRIu64
-               ", never completed %" PRIu64 ", completed twice %" PRIu64 ", unexpected %" PRIu64
-               "\n",
-               (uint64_t)fig.wrong_values, (uint64_t)fig.stale_values,
-               (uint64_t)fig.missing_after_ok, never, twice, (uint64_t)fig.unexpected_status);
-        for (int e = 0; e < rs.n; e++) {
-            unsigned long long f = atomic_load(&rs.first_ok_ns[e]);
-            printf("  restart %d: first op answered after %.1f ms\n", e + 1,
-                   f ? (double)(f - rs.up_ns[e]) / 1e6 : -1.0);
-        }
-        if (opt.servers)
-            printf("  RSS max: kvstored not measured (--servers)");
-        else
-            printf("  RSS max: kvstored %.1f MiB (bound %.1f)", (double)mem.server_max / 1048576,
-                   (double)mem.server_bound / 1048576);
-        printf(", kvstress %.1f MiB (grew %.1f after warm-up, bound %.1f)\n",
-               (double)mem.client_max / 1048576, (double)client_growth / 1048576,
-               (double)opt.client_growth_bound / 1048576);
-        if (sc.used)
-            printf("  shim stats: ops put %.0f get %.0f, errors put %.0f get %.0f, writeback "
-                   "errors %.0f: %s\n",
-                   sc.ops[OP_PUT], sc.ops[OP_GET], sc.errors[OP_PUT], sc.errors[OP_GET],
-                   sc.wb_errors, sc.ok ? "agree" : "DISAGREE");
-        if (wr.ran)
-            printf("  write-behind crash: %d puts pending, kvs_flush %d (%s), absent %d, "
-                   "rewritten %d, revived %d, wrong %d: %s\n",
-                   wr.puts, wr.flush_rc, kvs_strerror(wr.flush_rc), wr.absent, wr.rewritten_ok,
-                   wr.revived, wr.wrong, wr.ok ? "ok" : "FAILED");
-        for (int i = 0; i < nwhy; i++)
-            printf("  FAILED: %s\n", why[i]);
-        printf("  result: %s\n", fail ? "FAIL" : "PASS");
-    }
-
+    const struct memfig *mem = &o->mem;
+    const struct shim_check *sc = &o->sc;
+    const struct wb_result *wr = &o->wr;
     char json[4096];
     int jn = snprintf(
         json, sizeof(json),
@@ -1246,13 +1206,14 @@ int main(int argc, char **argv)
         ",\"server_rss_max\":%" PRIu64 ",\"server_rss_bound\":%" PRIu64
         ",\"client_rss_max\":%" PRIu64 ",\"client_rss_growth\":%" PRIu64
         ",\"shim_stats_ok\":%d,\"writeback_flush_rc\":%d,\"writeback_ok\":%d,\"pass\":%d}",
-        opt.threads, secs, sc.used, wb_mode, atomic_load(&kills_done), (uint64_t)fig.issued[OP_PUT],
-        (uint64_t)fig.ok[OP_PUT], (uint64_t)fig.issued[OP_GET], (uint64_t)fig.ok[OP_GET],
-        (uint64_t)fig.batches, (uint64_t)fig.wrong_values, (uint64_t)fig.stale_values,
-        (uint64_t)fig.missing_after_ok, never, twice, (uint64_t)fig.unexpected_status, rs.n,
-        restarts_without_ok, worst_recovery_ms, mem.server_max, mem.server_bound, mem.client_max,
-        client_growth, sc.used ? sc.ok && sc.file_read : -1, wr.ran ? wr.flush_rc : 0,
-        wr.ran ? wr.ok : -1, !fail);
+        opt.threads, o->secs, sc->used, wb_mode, atomic_load(&kills_done),
+        (uint64_t)fig.issued[OP_PUT], (uint64_t)fig.ok[OP_PUT], (uint64_t)fig.issued[OP_GET],
+        (uint64_t)fig.ok[OP_GET], (uint64_t)fig.batches, (uint64_t)fig.wrong_values,
+        (uint64_t)fig.stale_values, (uint64_t)fig.missing_after_ok, o->never, o->twice,
+        (uint64_t)fig.unexpected_status, rs.n, o->restarts_without_ok, o->worst_recovery_ms,
+        mem->server_max, mem->server_bound, mem->client_max, o->client_growth,
+        sc->used ? sc->ok && sc->file_read : -1, wr->ran ? wr->flush_rc : 0, wr->ran ? wr->ok : -1,
+        !o->fail);
     jn = append_error_counts(json, sizeof(json), jn);
     printf("%s\n", json);
     if (opt.json_path) {
@@ -1262,5 +1223,49 @@ int main(int argc, char **argv)
             fclose(f);
         }
     }
-    return fail ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = parse_options(argc, argv);
+    if (rc == KVOPT_HELP) return 0;
+    if (rc < 0 || check_environment() < 0) return KVOPT_EXIT_USAGE;
+    if (!opt.kvstored) opt.kvstored = default_kvstored(argv[0]);
+    signal(SIGPIPE, SIG_IGN);
+    atomic_store(&corrupt_pending, opt.corrupt_one);
+    const char *addr = servers_under_test();
+    if (!addr || prepare_bookkeeping() < 0) return KVOPT_EXIT_USAGE;
+    client = kvs_open(addr);
+    if (!client) {
+        fprintf(stderr, "kvstress: kvs_open(%s): %s\n", addr, strerror(errno));
+        kill_server(SIGKILL);
+        return KVOPT_EXIT_USAGE;
+    }
+
+    struct outcome o = {0};
+    t_start = kvs_now_ns();
+    t_end = t_start + (unsigned long long)(opt.seconds * 1e9);
+    int started = 0;
+    while (started < opt.threads && start_worker(started) == 0)
+        started++;
+    o.fail = started < opt.threads;
+    if (control(started, &o.mem) < 0) o.fail = 1;
+    unsigned long long t_stop = kvs_now_ns();
+    join_workers(started);
+
+    if (opt.writeback_check && !o.fail) writeback_check(&o.wr);
+    kvs_close(client);
+    check_shim_stats(&o.sc, wall_now());
+    if (!opt.servers) kill_server(SIGTERM);
+
+    o.secs = (double)(t_stop - t_start) / 1e9;
+    o.total_issued = atomic_load(&fig.issued[OP_PUT]) + atomic_load(&fig.issued[OP_GET]);
+    o.total_ok = atomic_load(&fig.ok[OP_PUT]) + atomic_load(&fig.ok[OP_GET]);
+    count_completions(&o);
+    memory_bounds(&o);
+    recovery(&o);
+    judge(&o);
+    if (!opt.quiet) print_summary(&o);
+    print_json(&o);
+    return o.fail ? 1 : 0;
 }

@@ -187,9 +187,9 @@ static int parse_one(const struct kvopt *o, const char *s, void *dest)
 
 static void put_size(char *buf, size_t cap, long long v)
 {
-    static const char unit[] = "KMG";
+    static const char unit[] = "KMGT";
     int u = -1;
-    while (u < 2 && v >= 1024 && v % 1024 == 0) {
+    while (u < 3 && v >= 1024 && v % 1024 == 0) {
         v /= 1024;
         u++;
     }

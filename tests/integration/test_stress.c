@@ -36,7 +36,8 @@ static void abs_build(const char *rel, char *out, size_t cap)
 
 /*
  * Runs kvstress with args and env (NULL-ended "NAME=value" lists); its
- * stdout goes to out (cap bytes, NUL-terminated). Returns the exit status.
+ * stdout and stderr go to out (cap bytes, NUL-terminated). Returns the exit
+ * status.
  */
 static int run_kvstress(const char *const env[], const char *const args[], char *out, size_t cap)
 {
@@ -45,14 +46,14 @@ static int run_kvstress(const char *const env[], const char *const args[], char 
     int argc = 0;
     abs_build("bin/kvstress", prog, sizeof(prog));
     argv[argc++] = prog;
-    for (int i = 0; args[i] && argc < 30; i++)
-        argv[argc++] = args[i];
     /* Sanitizer builds hold freed memory in quarantine: the client RSS bound does not apply. */
     const char *san = getenv("SAN");
     if (san && *san) {
         argv[argc++] = "--client-growth-mb";
         argv[argc++] = "4096";
     }
+    for (int i = 0; args[i] && argc < 31; i++)
+        argv[argc++] = args[i];
     argv[argc] = NULL;
     snprintf(path, sizeof(path), "%s/out", tmpdir);
     pid_t pid = fork();
@@ -64,6 +65,7 @@ static int run_kvstress(const char *const env[], const char *const args[], char 
         int o = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (o < 0) _exit(127);
         dup2(o, 1);
+        dup2(o, 2);
         execv(prog, (char *const *)argv);
         _exit(127);
     }
@@ -216,6 +218,34 @@ static void test_checker_catches_a_wrong_value(void **state)
     assert_int_equal(field(out, "pass"), 0);
 }
 
+/* A bad command line exits 2 with one line naming the option, its value and what is accepted. */
+static void test_bad_options_exit_2(void **state)
+{
+    (void)state;
+    static char out[8192];
+    const struct {
+        const char *args[6];
+        const char *says;
+    } cases[] = {
+        {{"--memory", "4X"}, "kvstress: bad --memory '4X' (accepted: 1M..1T"},
+        {{"--threads", "0"}, "kvstress: bad --threads '0' (accepted: 1..256)"},
+        {{"--seconds", "1x"}, "kvstress: bad --seconds '1x' (accepted: seconds in (0, 86400])"},
+        {{"--min-len", "64", "--max-len", "32"}, "kvstress: bad --max-len"},
+        {{"--listen", "nohost"}, "kvstress: bad --listen 'nohost' (accepted: HOST:PORT)"},
+        {{"--servers", "127.0.0.1:1", "--kills", "1"}, "--servers uses running servers"},
+        {{"--frobnicate"}, "kvstress: unknown option '--frobnicate'"},
+        {{"--threads"}, "kvstress: --threads needs a value (N: 1..256)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(run_kvstress(NULL, cases[i].args, out, sizeof(out)), 2);
+        if (!strstr(out, cases[i].says)) fail_msg("'%s' not in: %s", cases[i].says, out);
+    }
+    const char *const help[] = {"--help", NULL};
+    assert_int_equal(run_kvstress(NULL, help, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "--writeback-check"));
+    assert_non_null(strstr(out, "(1..256; default 8)"));
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -239,6 +269,7 @@ int main(void)
         cmocka_unit_test(test_kills_through_shim_writeback),
         cmocka_unit_test(test_writeback_crash_flush_fails),
         cmocka_unit_test(test_checker_catches_a_wrong_value),
+        cmocka_unit_test(test_bad_options_exit_2),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
