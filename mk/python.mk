@@ -21,7 +21,43 @@ $(PYMOD): $(call obj,python/kvstoremodule.c) $(LIBKVSTORE)
 	$(CC) -shared -o $@ $(call obj,python/kvstoremodule.c) $(LDFLAGS) -L$(BUILD)/lib \
 	    -Wl,--no-as-needed -lkvstore -Wl,--as-needed -Wl,-rpath,'$$ORIGIN/../lib'
 
+# mooncake.store (python/mooncake_store.c): Mooncake's Python API over the C drop-in
+# (libkvs_mooncake.a from mk/mooncake.mk, linked privately), as the package
+# $(BUILD)/python/mooncake/. Installed by make install into PYTHON_SITEDIR.
+MC_PYDIR := $(BUILD)/python/mooncake
+MC_PYMOD := $(MC_PYDIR)/store$(PY_EXT)
+all: $(MC_PYMOD) $(MC_PYDIR)/__init__.py
+
+$(BUILD)/obj/python/mooncake_store.o: CPPFLAGS += -I$(PY_INCLUDE) -Iinclude/mooncake -Imooncake
+
+# One link line for the build tree's copy (rpath: the tree's lib/) and the installed
+# one (rpath: PREFIX/lib), so that either finds libkvstore.so.1 beside it.
+MC_PYLINK = $(CC) -shared $(call obj,python/mooncake_store.c) $(AR_MOONCAKE) $(LDFLAGS) \
+    -Wl,--version-script=python/mooncake_store.map -L$(BUILD)/lib \
+    -Wl,--no-as-needed -lkvstore -Wl,--as-needed
+
+$(MC_PYMOD): $(call obj,python/mooncake_store.c) $(AR_MOONCAKE) python/mooncake_store.map $(LIBKVSTORE)
+	@mkdir -p $(dir $@)
+	$(MC_PYLINK) -o $@ -Wl,-rpath,'$$ORIGIN/../../lib'
+
+$(MC_PYDIR)/__init__.py: python/mooncake/__init__.py
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+# Debian's interpreter looks in /usr/local/lib/python3.X/dist-packages (its default
+# scheme) for PREFIX=/usr/local; any other PREFIX gets PREFIX/lib/python3.X/site-packages.
+PYTHON_SITEDIR ?= $(shell $(PYTHON) -c 'import sysconfig; d = sysconfig.get_path("platlib"); \
+    p = "$(PREFIX)".rstrip("/"); print(d if d.startswith(p + "/") else \
+    sysconfig.get_paths(scheme="posix_prefix", vars={"base": p, "platbase": p})["platlib"])')
+
+.PHONY: install-python
+install: install-python
+install-python: $(MC_PYMOD) $(MC_PYDIR)/__init__.py
+	install -d $(DESTDIR)$(PYTHON_SITEDIR)/mooncake
+	install -m 644 $(MC_PYDIR)/__init__.py $(DESTDIR)$(PYTHON_SITEDIR)/mooncake/
+	$(MC_PYLINK) -o $(DESTDIR)$(PYTHON_SITEDIR)/mooncake/store$(PY_EXT) -Wl,-rpath,$(PREFIX)/lib
+
 .PHONY: python
-python: $(PYMOD)
+python: $(PYMOD) $(MC_PYMOD)
 endif
 endif

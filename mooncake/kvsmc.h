@@ -46,6 +46,14 @@ int64_t kvsmc_get_into_len(mooncake_store_t store, const char *key, void *buffer
                            size_t *needed);
 
 /*
+ * The lengths of count values (or a negative code per key) in one batch
+ * round trip, transferring no value: mooncake_store_get_size for a batch.
+ * 0, or a code when the call could not run.
+ */
+int kvsmc_batch_get_size(mooncake_store_t store, size_t count, const char *const keys[],
+                         int64_t results_out[]);
+
+/*
  * One key's value gathered from / scattered into several buffers, for
  * Mooncake's multi_buffers calls and put_parts. results_out as the batch
  * calls: per key 0 (put) or the value's length (get), or a negative code;

@@ -425,6 +425,26 @@ MC_API int mooncake_store_batch_get_into(mooncake_store_t store, const char **ke
     return batch_get(c, count, (const char *const *)keys, buffers, sizes, results_out);
 }
 
+int kvsmc_batch_get_size(mooncake_store_t store, size_t count, const char *const keys[],
+                         int64_t results_out[])
+{
+    if (!store || !keys || !results_out) return KVSMC_INTERNAL_ERROR;
+    for (size_t i = 0; i < count; i++)
+        if (!keys[i]) return KVSMC_INTERNAL_ERROR;
+    kvs_client *c = client_of(store);
+    if (!c) return KVSMC_INVALID_PARAMS;
+    void **bufs = calloc(count + 1, sizeof(*bufs)); /* NULL buffers, 0 capacities: probes */
+    size_t *caps = calloc(count + 1, sizeof(*caps));
+    ssize_t *res = malloc((count + 1) * sizeof(*res));
+    int rc = bufs && caps && res ? kvs_batch_get(c, count, keys, bufs, caps, res) : -ENOMEM;
+    for (size_t i = 0; rc >= 0 && i < count; i++)
+        results_out[i] = kvsmc_code(res[i]);
+    free(res);
+    free(caps);
+    free(bufs);
+    return rc < 0 ? (int)kvsmc_code(rc) : 0;
+}
+
 /* ---- existence, size, hostname ---- */
 
 MC_API int mooncake_store_is_exist(mooncake_store_t store, const char *key)
