@@ -126,7 +126,7 @@ $(KVBENCH): $(call obj,$(KVBENCH_SRCS)) $(AR_COMMON) $(LIBKVSTORE)
 	$(CC) -o $@ $(call obj,$(KVBENCH_SRCS)) $(AR_COMMON) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
 	    -Wl,-rpath,'$$ORIGIN/../lib' -lm
 
-$(KVSTAT): $(call obj,tools/kvbatch-stat.c) $(AR_COMMON)
+$(KVSTAT): $(call obj,tools/kvbatch-stat.c $(TOOLS_SRCS)) $(AR_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS) -lm
 

@@ -24,8 +24,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "opts.h"
+
 #define MAX_SAMPLES 512
 #define NAME_LEN    160
+
+/* The command line. */
+struct options {
+    const char *path; /* the stats file */
+    double every;     /* -w: seconds between lines; 0: one summary */
+    long long count;  /* -n: lines to print; -1: until interrupted */
+    int as_json;
+    int since_start;
+};
 
 static const char *const ops[] = {"put", "get", "exists"};
 static const char *const reasons[] = {"window", "max_ops", "max_bytes", "idle", "explicit", "exit"};
@@ -434,87 +446,86 @@ static void interval_line(const struct snap *cur, const struct snap *prev, doubl
     fflush(stdout);
 }
 
-static void usage(FILE *f)
+/* The command line: 0, KVOPT_HELP or -EINVAL (said on stderr). */
+static int parse_options(int argc, char **argv, struct options *o)
 {
-    fprintf(f, "usage: kvbatch-stat [-s] [-w SECONDS [-n COUNT]] [--json] FILE\n"
-               "  FILE          the shim's stats file (KVBATCH_STATS_FILE)\n"
-               "                (alone: rates since your last look at FILE, or since start)\n"
-               "  -s            rates since the shim started, not since the last look\n"
-               "  -w SECONDS    print one line per interval (rates over the interval)\n"
-               "  -n COUNT      with -w: stop after COUNT lines (default: until interrupted)\n"
-               "  --json        one JSON object (totals, rates since start, percentiles)\n");
+    int nargs = 0;
+    const struct kvopt opts[] = {
+        {"since-start", 's', KVOPT_FLAG, KVOPT_TO(o->since_start), NULL,
+         "rates since the shim started, not since the last look"},
+        {NULL, 'w', KVOPT_SECONDS, KVOPT_TO(o->every), "SECONDS",
+         "print one line per interval (rates over the interval)", .lo = 0, .hi = 86400},
+        {NULL, 'n', KVOPT_COUNT, KVOPT_TO(o->count), "COUNT", "with -w: stop after COUNT lines",
+         .lo = 1, .hi = 1000000000, .dflt = "until interrupted"},
+        {"json", 0, KVOPT_FLAG, KVOPT_TO(o->as_json), NULL,
+         "one JSON object (totals, rates since start, percentiles)"},
+        {0}};
+    const struct kvopt_cmd cmd = {
+        .name = "kvbatch-stat",
+        .usage = "usage: kvbatch-stat [-s] [-w SECONDS [-n COUNT]] [--json] FILE\n"
+                 "  FILE is the shim's stats file (KVBATCH_STATS_FILE); alone, the rates are\n"
+                 "  since your last look at FILE, or since the shim started\n",
+        .opts = opts,
+        .args = &o->path,
+        .max_args = 1,
+        .nargs = &nargs};
+    int rc = kvopt_parse(&cmd, argc, argv);
+    if (rc != 0) return rc;
+    if (!nargs) {
+        fprintf(stderr, "kvbatch-stat: no FILE given\n");
+        kvopt_help(&cmd, stderr);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* One look: the JSON totals, or the summary since the last look (or since start). */
+static void look_once(const struct options *o, struct snap *cur, struct snap *prev)
+{
+    char state[PATH_MAX];
+    if (o->as_json) {
+        json(cur);
+    } else if (last_look_path(o->path, state, sizeof(state)) < 0) {
+        summary(o->path, cur, NULL);
+    } else {
+        summary(o->path, cur, o->since_start ? NULL : last_look(state, cur, prev));
+        save_look(state, cur);
+    }
+}
+
+/* -w: a line per interval, -n lines or until interrupted; 0, or 1 if FILE cannot be read. */
+static int watch(const struct options *o, struct snap *cur, struct snap *prev)
+{
+    for (long long line = 0; o->count < 0 || line < o->count; line++) {
+        struct timespec ts = kvs_ns_to_timespec((uint64_t)(o->every * 1e9));
+        *prev = *cur;
+        nanosleep(&ts, NULL);
+        int rc = load(o->path, cur);
+        if (rc < 0) {
+            fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", o->path, strerror(-rc));
+            return 1;
+        }
+        double secs =
+            get(cur, "kvbatch_write_time_seconds") - get(prev, "kvbatch_write_time_seconds");
+        if (secs <= 0) secs = o->every; /* file not rewritten: rates are 0 over the wait */
+        interval_line(cur, prev, secs, line % 20 == 0);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     static struct snap cur, prev;
-    double every = 0;
-    long count = -1;
-    int as_json = 0, since_start = 0;
-    const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-w") == 0 && i + 1 < argc) {
-            char *end;
-            every = strtod(argv[++i], &end);
-            if (*end || !(every > 0) || every > 86400) {
-                fprintf(stderr, "kvbatch-stat: -w wants seconds in (0, 86400], got '%s'\n",
-                        argv[i]);
-                return 2;
-            }
-        } else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
-            char *end;
-            count = strtol(argv[++i], &end, 10);
-            if (*end || end == argv[i] || count < 1) {
-                fprintf(stderr, "kvbatch-stat: -n wants a line count >= 1, got '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--json") == 0) {
-            as_json = 1;
-        } else if (strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--since-start") == 0) {
-            since_start = 1;
-        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (argv[i][0] != '-' && !path) {
-            path = argv[i];
-        } else {
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!path) {
-        usage(stderr);
-        return 2;
-    }
-    int rc = load(path, &cur);
+    struct options o = {.count = -1};
+    int rc = parse_options(argc, argv, &o);
+    if (rc == KVOPT_HELP) return 0;
+    if (rc < 0) return KVOPT_EXIT_USAGE;
+    rc = load(o.path, &cur);
     if (rc < 0) {
-        fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", path, strerror(-rc));
+        fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", o.path, strerror(-rc));
         return 1;
     }
-    if (every <= 0) {
-        char state[PATH_MAX];
-        if (as_json) {
-            json(&cur);
-        } else if (last_look_path(path, state, sizeof(state)) < 0) {
-            summary(path, &cur, NULL);
-        } else {
-            summary(path, &cur, since_start ? NULL : last_look(state, &cur, &prev));
-            save_look(state, &cur);
-        }
-        return 0;
-    }
-    for (long line = 0; count < 0 || line < count; line++) {
-        struct timespec ts = {(time_t)every, (long)((every - (double)(time_t)every) * 1e9)};
-        prev = cur;
-        nanosleep(&ts, NULL);
-        if ((rc = load(path, &cur)) < 0) {
-            fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", path, strerror(-rc));
-            return 1;
-        }
-        double secs =
-            get(&cur, "kvbatch_write_time_seconds") - get(&prev, "kvbatch_write_time_seconds");
-        if (secs <= 0) secs = every; /* file not rewritten: rates are 0 over the wait */
-        interval_line(&cur, &prev, secs, line % 20 == 0);
-    }
+    if (o.every > 0) return watch(&o, &cur, &prev);
+    look_once(&o, &cur, &prev);
     return 0;
 }

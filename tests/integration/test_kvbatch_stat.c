@@ -179,14 +179,22 @@ static void test_bad_inputs(void **state)
     free(out);
     snprintf(args, sizeof(args), "-w soon %s", stats_path);
     assert_int_equal(stat_run(args, &out), 2);
-    assert_non_null(strstr(out, "-w wants seconds"));
+    assert_non_null(strstr(out, "kvbatch-stat: bad -w 'soon' (accepted: seconds in (0, 86400])"));
     free(out);
     snprintf(args, sizeof(args), "-w 1 -n 0 %s", stats_path);
     assert_int_equal(stat_run(args, &out), 2);
-    assert_non_null(strstr(out, "-n wants a line count"));
+    assert_non_null(strstr(out, "kvbatch-stat: bad -n '0' (accepted: 1..1000000000)"));
     free(out);
     assert_int_equal(stat_run("", &out), 2);
+    assert_non_null(strstr(out, "kvbatch-stat: no FILE given"));
     assert_non_null(strstr(out, "usage:"));
+    free(out);
+    snprintf(args, sizeof(args), "%s %s", stats_path, stats_path);
+    assert_int_equal(stat_run(args, &out), 2);
+    assert_non_null(strstr(out, "kvbatch-stat: unexpected argument"));
+    free(out);
+    assert_int_equal(stat_run("-x", &out), 2);
+    assert_non_null(strstr(out, "kvbatch-stat: unknown option '-x'"));
     free(out);
 }
 
