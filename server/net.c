@@ -195,6 +195,38 @@ static int refuse_without_fds(struct kvsd_net *n)
     return fd >= 0;
 }
 
+/*
+ * Serves the accepted socket fd as a new connection, or refuses it (over
+ * --max-conns, or out of memory): closed at once and counted.
+ */
+static void conn_add(struct kvsd_net *n, int fd)
+{
+    int one = 1;
+    struct conn *c = NULL;
+    if (n->srv->counters.conns_current >= (uint64_t)n->max_conns) goto refuse;
+    c = calloc(1, sizeof(*c));
+    if (!c || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
+        !(c->proto = kvsd_proto_conn_new(n->srv)))
+        goto refuse;
+    c->fd = fd;
+    c->events = EPOLLIN;
+    c->last_progress_ms = kvs_now_ms();
+    struct epoll_event ev = {.events = c->events, .data.ptr = c};
+    if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) goto refuse;
+    c->next = n->conns;
+    if (n->conns) n->conns->prev = c;
+    n->conns = c;
+    n->srv->counters.conns_current++;
+    n->srv->counters.conns_total++;
+    if (n->verbose) fprintf(stderr, "kvstored: connection %d accepted\n", fd);
+    return;
+refuse:
+    if (c) kvsd_proto_conn_free(c->proto);
+    free(c);
+    close(fd);
+    n->srv->counters.conns_refused++;
+}
+
 static void accept_all(struct kvsd_net *n)
 {
     for (;;) {
@@ -206,37 +238,7 @@ static void accept_all(struct kvsd_net *n)
                 fprintf(stderr, "kvstored: accept: %s\n", strerror(errno));
             return;
         }
-        if (n->srv->counters.conns_current >= (uint64_t)n->max_conns) {
-            n->srv->counters.conns_refused++;
-            close(fd);
-            continue;
-        }
-        int one = 1;
-        struct conn *c = calloc(1, sizeof(*c));
-        if (!c || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
-            !(c->proto = kvsd_proto_conn_new(n->srv))) {
-            free(c);
-            close(fd);
-            n->srv->counters.conns_refused++;
-            continue;
-        }
-        c->fd = fd;
-        c->events = EPOLLIN;
-        c->last_progress_ms = kvs_now_ms();
-        struct epoll_event ev = {.events = c->events, .data.ptr = c};
-        if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            kvsd_proto_conn_free(c->proto);
-            free(c);
-            close(fd);
-            n->srv->counters.conns_refused++;
-            continue;
-        }
-        c->next = n->conns;
-        if (n->conns) n->conns->prev = c;
-        n->conns = c;
-        n->srv->counters.conns_current++;
-        n->srv->counters.conns_total++;
-        if (n->verbose) fprintf(stderr, "kvstored: connection %d accepted\n", fd);
+        conn_add(n, fd);
     }
 }
 

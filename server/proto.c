@@ -491,62 +491,49 @@ static void refuse_and_skip(struct kvsd_proto_conn *c, const char *why)
     c->st = RS_SKIP;
 }
 
-/* Parses a frame header at p (KVS_WIRE_HDR_LEN bytes, already consumed). */
-static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
+/*
+ * Decodes the frame header at p and says whether its frame may be served
+ * (1). A bad header, a reply sent as a request or a request before AUTH
+ * ends the connection; an unknown opcode is refused and its body skipped
+ * (0 for both: nothing more to do with this header).
+ */
+static int admit_header(struct kvsd_proto_conn *c, const uint8_t *p)
 {
-    struct kvsd_server_counters *k = &c->srv->counters;
     int rc = kvs_wire_hdr_decode(p, &c->hdr, c->srv->limits.max_frame);
     if (rc == -ENOTSUP && !kvsd_proto_authenticated(c)) {
         fail_conn(c, c->hdr.id, -EACCES, "not authenticated: HELLO, then AUTH");
-        return;
+        return 0;
     }
     if (rc == -ENOTSUP) {
         refuse_and_skip(c, "unknown opcode");
-        return;
+        return 0;
     }
     if (rc == -EPROTO) {
         fail_conn(c, 0, rc, "bad magic or version");
-        return;
+        return 0;
     }
     if (rc < 0) {
         fail_conn(c, c->hdr.id, rc, rc == -EMSGSIZE ? "frame too large" : "malformed header");
-        return;
+        return 0;
     }
     if (c->hdr.opcode & KVS_OP_REPLY) {
         fail_conn(c, c->hdr.id, -EBADMSG, "a reply sent as a request");
-        return;
+        return 0;
     }
     if (!kvsd_proto_authenticated(c) && c->hdr.opcode != KVS_OP_HELLO &&
         c->hdr.opcode != KVS_OP_AUTH) {
         fail_conn(c, c->hdr.id, -EACCES, "not authenticated: HELLO, then AUTH");
-        return;
+        return 0;
     }
-    if (c->hdr.opcode == KVS_OP_AUTH && c->srv->auth_secret) {
-        c->st = RS_AUTH; /* its body may not be buffered yet */
-        return;
-    }
-    switch (c->hdr.opcode) {
-    case KVS_OP_HELLO:
-        k->requests[KVS_OP_HELLO]++;
-        reply_hello(c);
-        return;
-    case KVS_OP_STATS:
-        k->requests[KVS_OP_STATS]++;
-        reply_stats(c);
-        return;
-    case KVS_OP_PUT:
-    case KVS_OP_GET:
-    case KVS_OP_EXISTS:
-    case KVS_OP_REMOVE:
-        k->requests[c->hdr.opcode]++;
-        /* GET, EXISTS and REMOVE entries carry no value: a buffer per read again. */
-        if (c->hdr.opcode != KVS_OP_PUT) c->big_puts = 0;
-        break;
-    default:
-        /* Known to the codec but not served over this transport (e.g. RDMA control). */
-        refuse_and_skip(c, "opcode not served here");
-        return;
-    }
+    return 1;
+}
+
+/* A PUT/GET/EXISTS/REMOVE header: counts the frame, starts its reply, reads its entries next. */
+static void begin_entries(struct kvsd_proto_conn *c)
+{
+    c->srv->counters.requests[c->hdr.opcode]++;
+    /* GET, EXISTS and REMOVE entries carry no value: a buffer per read again. */
+    if (c->hdr.opcode != KVS_OP_PUT) c->big_puts = 0;
     if (begin_frame(c) < 0) {
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
         return;
@@ -560,6 +547,36 @@ static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
         return;
     }
     c->st = RS_ENTRY;
+}
+
+/* Parses a frame header at p (KVS_WIRE_HDR_LEN bytes, already consumed) and starts its frame. */
+static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
+{
+    if (!admit_header(c, p)) return;
+    if (c->hdr.opcode == KVS_OP_AUTH && c->srv->auth_secret) {
+        c->st = RS_AUTH; /* its body may not be buffered yet */
+        return;
+    }
+    switch (c->hdr.opcode) {
+    case KVS_OP_HELLO:
+        c->srv->counters.requests[KVS_OP_HELLO]++;
+        reply_hello(c);
+        return;
+    case KVS_OP_STATS:
+        c->srv->counters.requests[KVS_OP_STATS]++;
+        reply_stats(c);
+        return;
+    case KVS_OP_PUT:
+    case KVS_OP_GET:
+    case KVS_OP_EXISTS:
+    case KVS_OP_REMOVE:
+        begin_entries(c);
+        return;
+    default:
+        /* Known to the codec but not served over this transport (e.g. RDMA control). */
+        refuse_and_skip(c, "opcode not served here");
+        return;
+    }
 }
 
 /*
@@ -607,6 +624,41 @@ static int on_entry(struct kvsd_proto_conn *c)
     return 1;
 }
 
+/*
+ * Moves the buffered bytes of the PUT value being read into its slot (or
+ * past them, for a refused value) and commits it once it is all in.
+ * Returns 1 if the value is done, 0 if it needs more input.
+ */
+static int on_value(struct kvsd_proto_conn *c)
+{
+    size_t avail = c->rend - c->rpos;
+    size_t n = avail < c->value_left ? avail : (size_t)c->value_left;
+    if (n > 0) {
+        if (c->put_dst) {
+            memcpy(c->put_dst, c->rbuf + c->rpos, n);
+            c->put_dst += n;
+        }
+        c->rpos += n;
+        c->value_left -= n;
+        c->body_left -= n;
+    }
+    if (c->value_left > 0) return 0;
+    end_put(c);
+    return 1;
+}
+
+/* Drops the buffered bytes of a skipped body. Returns 1 once it is all gone, 0 if it needs more. */
+static int on_skip(struct kvsd_proto_conn *c)
+{
+    size_t avail = c->rend - c->rpos;
+    size_t n = avail < c->skip_left ? avail : (size_t)c->skip_left;
+    c->rpos += n;
+    c->skip_left -= n;
+    if (c->skip_left > 0) return 0;
+    c->st = RS_HDR;
+    return 1;
+}
+
 void kvsd_proto_process(struct kvsd_proto_conn *c)
 {
     for (;;) {
@@ -621,29 +673,12 @@ void kvsd_proto_process(struct kvsd_proto_conn *c)
         case RS_ENTRY:
             if (!on_entry(c)) return;
             break;
-        case RS_VALUE: {
-            size_t n = avail < c->value_left ? avail : (size_t)c->value_left;
-            if (n > 0) {
-                if (c->put_dst) {
-                    memcpy(c->put_dst, c->rbuf + c->rpos, n);
-                    c->put_dst += n;
-                }
-                c->rpos += n;
-                c->value_left -= n;
-                c->body_left -= n;
-            }
-            if (c->value_left > 0) return;
-            end_put(c);
+        case RS_VALUE:
+            if (!on_value(c)) return;
             break;
-        }
-        case RS_SKIP: {
-            size_t n = avail < c->skip_left ? avail : (size_t)c->skip_left;
-            c->rpos += n;
-            c->skip_left -= n;
-            if (c->skip_left > 0) return;
-            c->st = RS_HDR;
+        case RS_SKIP:
+            if (!on_skip(c)) return;
             break;
-        }
         case RS_AUTH:
             if (avail < KVS_WIRE_AUTH_LEN) return;
             c->rpos += KVS_WIRE_AUTH_LEN;
