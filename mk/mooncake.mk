@@ -33,6 +33,10 @@ $(patsubst %,$(BUILD)/tests/integration/%,$(MC_TESTS)): $(LIBMOONCAKE)
 $(patsubst %,$(BUILD)/tests/integration/%,$(MC_TESTS)): private LDFLAGS += -L$(BUILD)/lib \
     -lkvstore_mooncake
 
+# tests/integration/test_kvsmc.c: the drop-in's internal calls (kvsmc.h), from the archive.
+$(BUILD)/tests/integration/test_kvsmc: $(AR_MOONCAKE)
+$(BUILD)/tests/integration/test_kvsmc: private LDFLAGS += $(AR_MOONCAKE)
+
 .PHONY: install-mooncake
 install: install-mooncake
 install-mooncake: $(LIBMOONCAKE)
