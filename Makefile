@@ -1,11 +1,13 @@
 # kvbatch - build, test, demo.
 #
-#   make                 libkvstore.so, libkvbatch.so, kvstored, kvbench, kvbatch-stat
+#   make                 libkvstore.so, libkvbatch.so, kvstored, kvbench, kvbatch-stat; and
+#                        from mk/: kvstress, libkvstore_mooncake.so, the Python module
 #   make test            unit + integration + preload tests (installs missing packages)
 #   make test SAN=asan   the same under AddressSanitizer + UBSan (build-asan/)
 #   make test SAN=tsan   the threaded tests under ThreadSanitizer (build-tsan/)
 #   make demo            the shim batching a real workload against a local kvstored
-#   make fuzz            libFuzzer on the wire decoder, bounded in time (clang)
+#   make fuzz            libFuzzer on the wire decoder, the server, its auth gate and the
+#                        env parser (tests/fuzz/fuzz_*.c), bounded in time (clang)
 #   make install PREFIX=/usr/local
 #
 # BUILD=dir puts every output under dir (default build/, build-$(SAN)/ with SAN).
@@ -50,7 +52,7 @@ LIB_SRCS    := $(wildcard client/*.c) $(wildcard transport/*.c)
 SERVER_SRCS := $(filter-out server/main.c,$(wildcard server/*.c))
 BATCH_SRCS  := $(wildcard batcher/*.c)
 SHIM_SRCS   := $(wildcard shim/*.c)
-TOOLS_SRCS  := tools/opts.c tools/values.c
+TOOLS_SRCS  := tools/opts.c tools/values.c # what every tool links: options, self-checking values
 KVBENCH_SRCS := $(wildcard tools/kvbench*.c) $(TOOLS_SRCS)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -70,13 +72,7 @@ AR_BATCH   := $(BUILD)/lib/libkvs_batcher.a
 AR_SHIM    := $(BUILD)/lib/libkvs_shim.a
 AR_TOOLS   := $(BUILD)/lib/libkvs_tools.a
 
-TARGETS := $(LIBKVSTORE) $(KVSTORED) $(KVBENCH)
-ifneq ($(SHIM_SRCS),)
-TARGETS += $(LIBKVBATCH)
-endif
-ifneq ($(wildcard tools/kvbatch-stat.c),)
-TARGETS += $(KVSTAT)
-endif
+TARGETS := $(LIBKVSTORE) $(LIBKVBATCH) $(KVSTORED) $(KVBENCH) $(KVSTAT)
 
 .PHONY: all
 # Keep objects make would see as intermediate (test objects), so rebuilds stay incremental.
@@ -199,7 +195,8 @@ FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize=alignmen
 # What each target links: FUZZ_DEPS_<name> (a new target adds its own line).
 FUZZ_DEPS_fuzz_wire   := $(WIRE_SRCS) $(COMMON_SRCS)
 FUZZ_DEPS_fuzz_server := $(WIRE_SRCS) $(SERVER_SRCS) $(COMMON_SRCS)
-FUZZ_DEPS_fuzz_env    := $(filter shim/config.c,$(SHIM_SRCS)) $(COMMON_SRCS)
+FUZZ_DEPS_fuzz_auth   := $(WIRE_SRCS) $(SERVER_SRCS) $(COMMON_SRCS)
+FUZZ_DEPS_fuzz_env    := shim/config.c $(COMMON_SRCS)
 # Targets that build a server per input keep one pool mapping (tests/fuzz/pool_reuse.c).
 FUZZ_POOL_REUSE := tests/fuzz/pool_reuse.c
 FUZZ_WRAP_MMAP  := -Wl,--wrap=mmap -Wl,--wrap=munmap
@@ -248,7 +245,7 @@ install: all
 	install -m 644 include/kvstore.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(BUILD)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvstore.so
-	$(if $(SHIM_SRCS),install -m 755 $(LIBKVBATCH) $(DESTDIR)$(PREFIX)/lib/)
+	install -m 755 $(LIBKVBATCH) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(filter $(BUILD)/bin/%,$(TARGETS)) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' kvstore.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc
 
@@ -256,7 +253,8 @@ install: all
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
-# Optional pieces (python binding, rdma VM, benchmarks) keep their rules in mk/.
+# Pieces with a room of their own keep their rules in mk/: kvstress and make stress, the
+# Mooncake drop-in, the Python module, the RDMA VM, benchmarks, lint.
 -include $(wildcard mk/*.mk)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -10,9 +10,9 @@ tests: $(KVSTRESS)
 
 KVSTRESS_SRCS := tools/kvstress.c $(TOOLS_SRCS)
 
-$(KVSTRESS): $(call obj,$(KVSTRESS_SRCS)) $(LIBKVSTORE)
+$(KVSTRESS): $(call obj,$(KVSTRESS_SRCS)) $(AR_COMMON) $(LIBKVSTORE)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(call obj,$(KVSTRESS_SRCS)) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
+	$(CC) -o $@ $(call obj,$(KVSTRESS_SRCS)) $(AR_COMMON) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
 	    -Wl,-rpath,'$$ORIGIN/../lib' -lm
 
 .PHONY: stress
