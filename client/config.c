@@ -24,12 +24,10 @@ static int env_ms(const char *name, int def, int max)
 {
     const char *v = getenv(name);
     if (!v || !*v) return def;
-    char *end;
-    errno = 0;
-    long ms = strtol(v, &end, 10);
-    if (errno || *end || ms < 1 || ms > max) {
-        kvs_log(KVS_LOG_WARN, "%s=%s is not a number of milliseconds in 1..%d; using %d", name, v,
-                max, def);
+    uint64_t ms;
+    if (kvs_parse_duration_units(v, KVS_NS_PER_MS, &ms) < 0 || ms < 1 || ms > (uint64_t)max) {
+        kvs_log(KVS_LOG_WARN, "%s=%s is not a duration of 1..%dms (bare number: ms); using %d",
+                name, v, max, def);
         return def;
     }
     return (int)ms;
@@ -42,24 +40,13 @@ static int env_ms(const char *name, int def, int max)
 static int parse_endpoint(const char *s, size_t len, struct kvs_endpoint *ep,
                           const struct kvs_transport_ops **ops)
 {
-    memset(ep, 0, sizeof(*ep));
+    int rc = kvs_parse_endpoint(s, len, KVS_EP_SCHEME, ep);
+    if (rc < 0) return rc;
     *ops = &kvs_tcp_transport;
-    snprintf(ep->scheme, sizeof(ep->scheme), "tcp");
-    const char *sep = memmem(s, len, "://", 3);
-    if (sep) {
-        size_t slen = (size_t)(sep - s);
-        if (slen == 3 && strncmp(s, "tcp", 3) == 0) {
-            *ops = &kvs_tcp_transport;
-        } else if (slen == 4 && strncmp(s, "rdma", 4) == 0) {
-            if (&kvs_rdma_transport == NULL) return -ENOTSUP;
-            *ops = &kvs_rdma_transport;
-            snprintf(ep->scheme, sizeof(ep->scheme), "rdma");
-        } else {
-            return -EINVAL;
-        }
-        len -= slen + 3;
-        s = sep + 3;
-    } else if (&kvs_rdma_transport != NULL) {
+    if (strcmp(ep->scheme, "rdma") == 0) {
+        if (&kvs_rdma_transport == NULL) return -ENOTSUP;
+        *ops = &kvs_rdma_transport;
+    } else if (!ep->scheme[0] && &kvs_rdma_transport != NULL) {
         /* A bare host:port follows KVSTORE_TRANSPORT=tcp|rdma|auto (default tcp). */
         const char *t = getenv("KVSTORE_TRANSPORT");
         if (t && (strcmp(t, "rdma") == 0 || strcmp(t, "auto") == 0)) {
@@ -67,30 +54,7 @@ static int parse_endpoint(const char *s, size_t len, struct kvs_endpoint *ep,
             snprintf(ep->scheme, sizeof(ep->scheme), "%s", t);
         }
     }
-    const char *colon = NULL;
-    for (size_t i = 0; i < len; i++)
-        if (s[i] == ':') colon = s + i;
-    if (!colon) return -EINVAL;
-    size_t hlen = (size_t)(colon - s), plen = len - hlen - 1;
-    const char *host = s;
-    if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {
-        host++;
-        hlen -= 2;
-    } else if (memchr(host, ':', hlen) || memchr(host, '[', hlen)) {
-        return -EINVAL;
-    }
-    if (hlen == 0 || hlen >= sizeof(ep->host) || plen == 0 || plen > 5) return -EINVAL;
-    long port = 0;
-    for (size_t i = 0; i < plen; i++) {
-        if (colon[1 + i] < '0' || colon[1 + i] > '9') return -EINVAL;
-        port = port * 10 + (colon[1 + i] - '0');
-    }
-    if (port < 1 || port > 65535) return -EINVAL;
-    for (size_t i = 0; i < hlen; i++)
-        if (host[i] == ' ' || host[i] == '/' || host[i] == ',') return -EINVAL;
-    memcpy(ep->host, host, hlen);
-    snprintf(ep->port, sizeof(ep->port), "%ld", port);
-    snprintf(ep->name, sizeof(ep->name), "%.*s:%ld", (int)(colon - s), s, port);
+    if (!ep->scheme[0]) snprintf(ep->scheme, sizeof(ep->scheme), "tcp");
     return 0;
 }
 

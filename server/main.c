@@ -15,6 +15,8 @@
 
 #include "auth.h"
 #include "net.h"
+#include "clock.h"
+#include "parse.h"
 #include "proto.h"
 #include "rdma.h"
 
@@ -59,66 +61,19 @@ static void usage(FILE *out)
             "                      (mode 600; clients: KVSTORE_AUTH_FILE), on TCP and RDMA\n"
             "  --verbose           log connections and protocol errors on stderr\n"
             "\n"
-            "SIZE is bytes, or a number with K, M, G (or KiB, MiB, GiB): powers of 1024.\n"
+            "SIZE is bytes, or a number with B, K, KB, KiB, M, MB, MiB, G, GB, GiB (any\n"
+            "case): powers of 1024. A duration (S, N) is a number, optionally with a\n"
+            "fraction and a unit ns, us, ms or s; a bare number is in the option's unit.\n"
             "Prints \"listening on HOST:PORT\" once ready; SIGTERM or SIGINT stop it cleanly.\n");
 }
 
-/* "64M", "1GiB", "4096": bytes; 0 on success, -1 on anything else. */
-static int parse_size(const char *s, uint64_t *out)
+/* HOST:PORT or [V6]:PORT (port 0: a free one) into host / port. */
+static int parse_listen(const char *s, char host[256], char port[8])
 {
-    if (!*s || *s == '-' || *s == '+') return -1;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) return -1;
-    unsigned shift = 0;
-    if (*end) {
-        switch (*end) {
-        case 'k':
-        case 'K':
-            shift = 10;
-            break;
-        case 'm':
-        case 'M':
-            shift = 20;
-            break;
-        case 'g':
-        case 'G':
-            shift = 30;
-            break;
-        default:
-            return -1;
-        }
-        end++;
-        if (*end && strcasecmp(end, "iB") != 0 && strcasecmp(end, "B") != 0) return -1;
-    }
-    if (shift && v > (UINT64_MAX >> shift)) return -1;
-    *out = (uint64_t)v << shift;
-    return 0;
-}
-
-/* HOST:PORT or [V6]:PORT into opt->host / opt->port. */
-static int parse_listen(const char *s, struct options *opt)
-{
-    const char *colon = strrchr(s, ':');
-    if (!colon || colon == s || !colon[1]) return -1;
-    const char *host = s;
-    size_t hlen = (size_t)(colon - s);
-    if (s[0] == '[') {
-        if (hlen < 3 || s[hlen - 1] != ']') return -1;
-        host++;
-        hlen -= 2;
-    } else if (memchr(s, ':', hlen)) {
-        return -1; /* a bare IPv6 address needs brackets */
-    }
-    if (hlen >= sizeof(opt->host)) return -1;
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    if (errno || *end || port < 0 || port > 65535 || colon[1] == '-' || colon[1] == '+') return -1;
-    memcpy(opt->host, host, hlen);
-    opt->host[hlen] = '\0';
-    snprintf(opt->port, sizeof(opt->port), "%ld", port);
+    struct kvs_endpoint ep;
+    if (kvs_parse_endpoint(s, strlen(s), KVS_EP_PORT0, &ep) < 0) return -1;
+    memcpy(host, ep.host, sizeof(ep.host));
+    memcpy(port, ep.port, sizeof(ep.port));
     return 0;
 }
 
@@ -155,56 +110,49 @@ static int parse_options(int argc, char **argv, struct options *opt)
     opterr = 0;
     int ch, max_object_set = 0;
     while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-        char *end;
+        uint64_t v;
         switch (ch) {
         case 'l':
-            if (parse_listen(optarg, opt) < 0)
+            if (parse_listen(optarg, opt->host, opt->port) < 0)
                 return bad_option("--listen", optarg, "expected HOST:PORT, port 0..65535");
             break;
         case 'm':
-            if (parse_size(optarg, &opt->memory) < 0 || opt->memory < (1u << 20) ||
+            if (kvs_parse_size(optarg, &opt->memory) < 0 || opt->memory < (1u << 20) ||
                 opt->memory > (1ull << 44))
                 return bad_option("--memory", optarg, "a size from 1MiB to 16TiB (e.g. 512M, 4G)");
             break;
         case 'o':
-            if (parse_size(optarg, &opt->max_object) < 0 || opt->max_object == 0 ||
+            if (kvs_parse_size(optarg, &opt->max_object) < 0 || opt->max_object == 0 ||
                 opt->max_object > UINT32_MAX)
                 return bad_option("--max-object", optarg, "a size from 1 byte to 4GiB-1");
             max_object_set = 1;
             break;
         case 'f':
-            if (parse_size(optarg, &opt->max_frame) < 0 || opt->max_frame < 1024 ||
+            if (kvs_parse_size(optarg, &opt->max_frame) < 0 || opt->max_frame < 1024 ||
                 opt->max_frame > UINT32_MAX)
                 return bad_option("--max-frame", optarg, "a size from 1KiB to 4GiB-1");
             break;
         case 'c':
-            errno = 0;
-            opt->max_conns = strtol(optarg, &end, 10);
-            if (errno || *end || end == optarg || opt->max_conns < 1 || opt->max_conns > 1000000)
+            if (kvs_parse_uint(optarg, &v) < 0 || v < 1 || v > 1000000)
                 return bad_option("--max-conns", optarg, "a number from 1 to 1000000");
+            opt->max_conns = (long)v;
             break;
-        case 'r': {
-            struct options where;
-            if (parse_listen(optarg, &where) < 0)
+        case 'r':
+            if (parse_listen(optarg, opt->rdma_host, opt->rdma_port) < 0)
                 return bad_option("--rdma-listen", optarg, "expected HOST:PORT, port 0..65535");
-            memcpy(opt->rdma_host, where.host, sizeof(opt->rdma_host));
-            memcpy(opt->rdma_port, where.port, sizeof(opt->rdma_port));
             opt->rdma = 1;
             break;
-        }
         case 'L':
-            errno = 0;
-            opt->rdma_lease_ms = strtol(optarg, &end, 10);
-            if (errno || *end || end == optarg || opt->rdma_lease_ms < 10 ||
-                opt->rdma_lease_ms > 3600000)
-                return bad_option("--rdma-lease-ms", optarg, "a number from 10 to 3600000");
+            if (kvs_parse_duration_units(optarg, KVS_NS_PER_MS, &v) < 0 || v < 10 || v > 3600000)
+                return bad_option("--rdma-lease-ms", optarg,
+                                  "a duration from 10ms to 3600s (bare number: ms)");
+            opt->rdma_lease_ms = (long)v;
             break;
         case 's':
-            errno = 0;
-            opt->stall_timeout_s = strtol(optarg, &end, 10);
-            if (errno || *end || end == optarg || opt->stall_timeout_s < 0 ||
-                opt->stall_timeout_s > 86400)
-                return bad_option("--stall-timeout", optarg, "seconds from 0 (never) to 86400");
+            if (kvs_parse_duration_units(optarg, KVS_NS_PER_S, &v) < 0 || v > 86400)
+                return bad_option("--stall-timeout", optarg,
+                                  "whole seconds from 0 (never) to 86400 (bare number: s)");
+            opt->stall_timeout_s = (long)v;
             break;
         case 'v':
             opt->verbose = 1;

@@ -3,100 +3,28 @@
  */
 #include "config.h"
 
+#include "clock.h"
+#include "parse.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-#define NS_PER_US 1000ull
-#define NS_PER_MS 1000000ull
-#define NS_PER_S  1000000000ull
-
 void kvb_config_defaults(struct kvb_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->policy = KVB_POLICY_ADAPTIVE;
-    cfg->window_ns = 50 * NS_PER_US;
+    cfg->window_ns = 50 * KVS_NS_PER_US;
     cfg->max_ops = 128;
     cfg->max_bytes = 1ull << 20;
     cfg->max_inflight = 4;
     cfg->put_mode = KVB_PUT_SYNC;
     cfg->writeback_bytes = 64ull << 20;
     cfg->stats_file[0] = '\0';
-    cfg->stats_interval_ns = 1000 * NS_PER_MS;
-    cfg->exit_timeout_ns = 2000 * NS_PER_MS;
+    cfg->stats_interval_ns = 1000 * KVS_NS_PER_MS;
+    cfg->exit_timeout_ns = 2000 * KVS_NS_PER_MS;
     cfg->log_level = KVB_LOG_WARN;
-}
-
-/* Reads the leading decimal digits of s into *v; returns the rest, or NULL on none/overflow. */
-static const char *parse_digits(const char *s, uint64_t *v)
-{
-    uint64_t acc = 0;
-    const char *p = s;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        uint64_t d = (uint64_t)(*p - '0');
-        if (acc > (UINT64_MAX - d) / 10) return NULL;
-        acc = acc * 10 + d;
-    }
-    if (p == s) return NULL;
-    *v = acc;
-    return p;
-}
-
-/* Multiplies with an overflow check. */
-static int mul_checked(uint64_t a, uint64_t b, uint64_t *out)
-{
-    if (b != 0 && a > UINT64_MAX / b) return -EINVAL;
-    *out = a * b;
-    return 0;
-}
-
-int kvb_parse_size(const char *s, uint64_t *bytes)
-{
-    static const struct {
-        const char *suffix;
-        uint64_t mult;
-    } units[] = {
-        {"", 1},
-        {"b", 1},
-        {"k", 1ull << 10},
-        {"kb", 1ull << 10},
-        {"kib", 1ull << 10},
-        {"m", 1ull << 20},
-        {"mb", 1ull << 20},
-        {"mib", 1ull << 20},
-        {"g", 1ull << 30},
-        {"gb", 1ull << 30},
-        {"gib", 1ull << 30},
-    };
-    uint64_t n;
-    if (!s) return -EINVAL;
-    const char *rest = parse_digits(s, &n);
-    if (!rest) return -EINVAL;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-        if (strcasecmp(rest, units[i].suffix) == 0) return mul_checked(n, units[i].mult, bytes);
-    return -EINVAL;
-}
-
-int kvb_parse_duration(const char *s, uint64_t bare_unit_ns, uint64_t *ns)
-{
-    static const struct {
-        const char *suffix;
-        uint64_t mult;
-    } units[] = {
-        {"ns", 1},
-        {"us", NS_PER_US},
-        {"ms", NS_PER_MS},
-        {"s", NS_PER_S},
-    };
-    uint64_t n;
-    if (!s) return -EINVAL;
-    const char *rest = parse_digits(s, &n);
-    if (!rest) return -EINVAL;
-    if (*rest == '\0') return mul_checked(n, bare_unit_ns, ns);
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-        if (strcasecmp(rest, units[i].suffix) == 0) return mul_checked(n, units[i].mult, ns);
-    return -EINVAL;
 }
 
 int kvb_expand_path(const char *pattern, long pid, char *out, size_t cap)
@@ -149,7 +77,7 @@ static void load_duration(kvb_getenv_fn get, const char *name, uint64_t unit_ns,
     const char *v = get(name);
     uint64_t ns;
     if (!v) return;
-    if (kvb_parse_duration(v, unit_ns, &ns) < 0 || ns < lo || ns > hi) {
+    if (kvs_parse_duration(v, unit_ns, &ns) < 0 || ns < lo || ns > hi) {
         report(err, errcap, failed, name, v, accepted);
         return;
     }
@@ -163,7 +91,7 @@ static void load_size(kvb_getenv_fn get, const char *name, uint64_t lo, uint64_t
     const char *v = get(name);
     uint64_t bytes;
     if (!v) return;
-    if (kvb_parse_size(v, &bytes) < 0 || bytes < lo || bytes > hi) {
+    if (kvs_parse_size(v, &bytes) < 0 || bytes < lo || bytes > hi) {
         report(err, errcap, failed, name, v, accepted);
         return;
     }
@@ -177,8 +105,7 @@ static void load_count(kvb_getenv_fn get, const char *name, uint32_t lo, uint32_
     const char *v = get(name);
     uint64_t n;
     if (!v) return;
-    const char *rest = parse_digits(v, &n);
-    if (!rest || *rest || n < lo || n > hi) {
+    if (kvs_parse_uint(v, &n) < 0 || n < lo || n > hi) {
         report(err, errcap, failed, name, v, accepted);
         return;
     }
@@ -228,7 +155,7 @@ int kvb_config_load(struct kvb_config *cfg, kvb_getenv_fn get, long pid, char *e
     load_enum(get, "KVBATCH_POLICY", policy_names, 3, "adaptive, fixed or off", &e, err, errcap,
               &failed);
     cfg->policy = (enum kvb_policy)e;
-    load_duration(get, "KVBATCH_WINDOW_US", NS_PER_US, 0, NS_PER_S,
+    load_duration(get, "KVBATCH_WINDOW_US", KVS_NS_PER_US, 0, KVS_NS_PER_S,
                   "a duration from 0 to 1s (bare number = microseconds; units ns, us, ms, s)",
                   &cfg->window_ns, err, errcap, &failed);
     load_count(get, "KVBATCH_MAX_OPS", 1, 65536, "an integer from 1 to 65536", &cfg->max_ops, err,
@@ -245,10 +172,11 @@ int kvb_config_load(struct kvb_config *cfg, kvb_getenv_fn get, long pid, char *e
     load_size(get, "KVBATCH_WRITEBACK_BYTES", 64ull << 10, 64ull << 30,
               "a size from 64K to 64GiB (bare number = bytes; units K, M, G, KiB, MiB, GiB)",
               &cfg->writeback_bytes, err, errcap, &failed);
-    load_duration(get, "KVBATCH_STATS_INTERVAL_MS", NS_PER_MS, 10 * NS_PER_MS, 3600 * NS_PER_S,
+    load_duration(get, "KVBATCH_STATS_INTERVAL_MS", KVS_NS_PER_MS, 10 * KVS_NS_PER_MS,
+                  3600 * KVS_NS_PER_S,
                   "a duration from 10ms to 3600s (bare number = milliseconds; units ms, s)",
                   &cfg->stats_interval_ns, err, errcap, &failed);
-    load_duration(get, "KVBATCH_EXIT_TIMEOUT_MS", NS_PER_MS, 0, 60 * NS_PER_S,
+    load_duration(get, "KVBATCH_EXIT_TIMEOUT_MS", KVS_NS_PER_MS, 0, 60 * KVS_NS_PER_S,
                   "a duration from 0 to 60s (bare number = milliseconds; units ms, s)",
                   &cfg->exit_timeout_ns, err, errcap, &failed);
 
@@ -270,19 +198,19 @@ int kvb_config_load(struct kvb_config *cfg, kvb_getenv_fn get, long pid, char *e
 
 size_t kvb_config_describe(const struct kvb_config *cfg, char *out, size_t cap)
 {
-    int n =
-        snprintf(out, cap,
-                 "KVBATCH_POLICY=%s\nKVBATCH_WINDOW_US=%lluus\nKVBATCH_MAX_OPS=%u\n"
-                 "KVBATCH_MAX_BYTES=%llu\nKVBATCH_MAX_INFLIGHT=%u\nKVBATCH_PUT_MODE=%s\n"
-                 "KVBATCH_WRITEBACK_BYTES=%llu\nKVBATCH_STATS_FILE=%s\n"
-                 "KVBATCH_STATS_INTERVAL_MS=%llums\nKVBATCH_EXIT_TIMEOUT_MS=%llums\n"
-                 "KVBATCH_LOG=%s\n",
-                 kvb_policy_name(cfg->policy), (unsigned long long)(cfg->window_ns / NS_PER_US),
-                 cfg->max_ops, (unsigned long long)cfg->max_bytes, cfg->max_inflight,
-                 kvb_put_mode_name(cfg->put_mode), (unsigned long long)cfg->writeback_bytes,
-                 cfg->stats_file[0] ? cfg->stats_file : "(none)",
-                 (unsigned long long)(cfg->stats_interval_ns / NS_PER_MS),
-                 (unsigned long long)(cfg->exit_timeout_ns / NS_PER_MS), log_names[cfg->log_level]);
+    int n = snprintf(
+        out, cap,
+        "KVBATCH_POLICY=%s\nKVBATCH_WINDOW_US=%lluus\nKVBATCH_MAX_OPS=%u\n"
+        "KVBATCH_MAX_BYTES=%llu\nKVBATCH_MAX_INFLIGHT=%u\nKVBATCH_PUT_MODE=%s\n"
+        "KVBATCH_WRITEBACK_BYTES=%llu\nKVBATCH_STATS_FILE=%s\n"
+        "KVBATCH_STATS_INTERVAL_MS=%llums\nKVBATCH_EXIT_TIMEOUT_MS=%llums\n"
+        "KVBATCH_LOG=%s\n",
+        kvb_policy_name(cfg->policy), (unsigned long long)(cfg->window_ns / KVS_NS_PER_US),
+        cfg->max_ops, (unsigned long long)cfg->max_bytes, cfg->max_inflight,
+        kvb_put_mode_name(cfg->put_mode), (unsigned long long)cfg->writeback_bytes,
+        cfg->stats_file[0] ? cfg->stats_file : "(none)",
+        (unsigned long long)(cfg->stats_interval_ns / KVS_NS_PER_MS),
+        (unsigned long long)(cfg->exit_timeout_ns / KVS_NS_PER_MS), log_names[cfg->log_level]);
     if (n < 0) return 0;
     return (size_t)n < cap ? (size_t)n : (cap ? cap - 1 : 0);
 }

@@ -37,19 +37,6 @@ typedef const char *(*kvb_getenv_fn)(const char *name);
 void kvb_config_defaults(struct kvb_config *cfg);
 
 /*
- * Parses a byte size: digits with an optional unit K/KB/KiB, M/MB/MiB,
- * G/GB/GiB (all binary, case-insensitive) or B. 0 or -EINVAL (empty, junk,
- * overflow). Surrounding blanks are refused.
- */
-int kvb_parse_size(const char *s, uint64_t *bytes);
-
-/*
- * Parses a duration: digits with an optional unit ns, us, ms, s; a bare
- * number is in bare_unit_ns (the variable's natural unit). 0 or -EINVAL.
- */
-int kvb_parse_duration(const char *s, uint64_t bare_unit_ns, uint64_t *ns);
-
-/*
  * Expands %p in pattern to pid (and %% to %) into out. 0, or -ENAMETOOLONG
  * when out is too small, or -EINVAL for any other %-sequence.
  */

@@ -36,6 +36,7 @@
 #include "clock.h"
 #include "kvstore.h"
 #include "opts.h"
+#include "parse.h"
 #include "values.h"
 
 #define BATCH_KEYS   8
@@ -87,16 +88,17 @@ static struct {
     char addr[96];
 } srv = {.out_fd = -1};
 
-/* Splits "HOST:PORT" ("[v6]:PORT" too) into host and port. */
+/* Splits "HOST:PORT" ("[v6]:PORT" too, brackets kept in host) into host and port. */
 static int split_hostport(const char *s, char *host, size_t cap, int *port)
 {
-    const char *colon = strrchr(s, ':');
-    if (!colon || colon == s || (size_t)(colon - s) >= cap) return -EINVAL;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 0 || p > 65535) return -EINVAL;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = '\0';
+    struct kvs_endpoint ep;
+    if (!s || kvs_parse_endpoint(s, strlen(s), KVS_EP_PORT0, &ep) < 0) return -EINVAL;
+    size_t hlen = (size_t)(strrchr(ep.name, ':') - ep.name);
+    if (hlen >= cap) return -EINVAL;
+    memcpy(host, ep.name, hlen);
+    host[hlen] = '\0';
+    uint64_t p;
+    if (kvs_parse_uint(ep.port, &p) < 0) return -EINVAL;
     *port = (int)p;
     return 0;
 }
@@ -121,7 +123,7 @@ static void exec_server(int out_fd)
     char listen[128], memory[32];
     snprintf(listen, sizeof(listen), "%s:%d", srv.host, srv.port);
     snprintf(memory, sizeof(memory), "%llu", (unsigned long long)opt.memory);
-    if (dup2(out_fd, STDOUT_FILENO) < 0) _exit(127);
+    if (!opt.kvstored || dup2(out_fd, STDOUT_FILENO) < 0) _exit(127);
     char *argv[] = {(char *)opt.kvstored, "--listen", listen, "--memory", memory, NULL};
     execv(argv[0], argv);
     fprintf(stderr, "kvstress: exec %s: %s\n", opt.kvstored, strerror(errno));

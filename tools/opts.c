@@ -6,9 +6,13 @@
 #include "opts.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "clock.h"
+#include "parse.h"
 
 #define HELP_WIDTH 100 /* columns of the generated --help */
 #define HELP_LEFT  24  /* widest "--name ARG" column before the text moves to its own line */
@@ -99,52 +103,31 @@ static long long load_int(const void *src, size_t size)
 
 /* ---- one value of each type ---- */
 
+/* An integer: kvs_parse_uint's digits, optionally after a '-'. */
 static int parse_count(const char *s, long long *out)
 {
-    char *end;
-    if (!((s[0] >= '0' && s[0] <= '9') || (s[0] == '-' && s[1] >= '0' && s[1] <= '9')))
-        return -EINVAL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end) return -EINVAL;
-    *out = v;
+    uint64_t v;
+    int neg = s[0] == '-';
+    if (kvs_parse_uint(s + neg, &v) < 0 || v > (uint64_t)LLONG_MAX) return -EINVAL;
+    *out = neg ? -(long long)v : (long long)v;
     return 0;
 }
 
-/* "4096", "4K", "4KiB", "4KB", "1M", "2G" (powers of 1024); at most 1 TiB. */
+/* A size in kvs_parse_size's grammar ("4096", "4K", "64KiB", "1M"). */
 static int parse_size(const char *s, long long *out)
 {
-    char *end;
-    if (!(s[0] >= '0' && s[0] <= '9')) return -EINVAL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) return -EINVAL;
-    unsigned long long mul = 1;
-    if (*end == 'K' || *end == 'k')
-        mul = 1ull << 10;
-    else if (*end == 'M' || *end == 'm')
-        mul = 1ull << 20;
-    else if (*end == 'G' || *end == 'g')
-        mul = 1ull << 30;
-    if (mul != 1) {
-        end++;
-        if (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0 || strcmp(end, "b") == 0)
-            end += strlen(end);
-    } else if (strcmp(end, "B") == 0 || strcmp(end, "b") == 0) {
-        end++;
-    }
-    if (*end != '\0' || v > (1ull << 40) / mul) return -EINVAL;
-    *out = (long long)(v * mul);
+    uint64_t v;
+    if (kvs_parse_size(s, &v) < 0 || v > (uint64_t)LLONG_MAX) return -EINVAL;
+    *out = (long long)v;
     return 0;
 }
 
+/* A duration in kvs_parse_duration's grammar; a bare number is seconds ("0.25", "500ms"). */
 static int parse_seconds(const char *s, double *out)
 {
-    char *end;
-    if (!((s[0] >= '0' && s[0] <= '9') || s[0] == '.')) return -EINVAL;
-    double v = strtod(s, &end);
-    if (end == s || *end) return -EINVAL;
-    *out = v;
+    uint64_t ns;
+    if (kvs_parse_duration(s, KVS_NS_PER_S, &ns) < 0) return -EINVAL;
+    *out = (double)ns / 1e9;
     return 0;
 }
 

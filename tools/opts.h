@@ -30,9 +30,10 @@
 
 enum kvopt_type {
     KVOPT_FLAG,    /* no value; sets the int destination to 1 */
-    KVOPT_COUNT,   /* a decimal integer in [lo, hi] */
-    KVOPT_SIZE,    /* a byte size (4096, 4K, 64KiB, 1M) in [lo, hi] */
-    KVOPT_SECONDS, /* a number of seconds above lo, at most hi (double destination) */
+    KVOPT_COUNT,   /* a decimal integer in [lo, hi] (kvs_parse_uint, or '-' and one) */
+    KVOPT_SIZE,    /* a byte size (kvs_parse_size: 4096, 4K, 64KiB, 1M) in [lo, hi] */
+    KVOPT_SECONDS, /* a duration (kvs_parse_duration, bare number: seconds) in (lo, hi] s;
+                      double destination */
     KVOPT_STRING,  /* any text of lo..hi characters (hi 0: no bound); const char * destination */
     KVOPT_ENUM,    /* one of the names in choices; the destination gets its value */
 };

@@ -514,14 +514,14 @@ static int say_hello(struct kvs_conn *c, uint64_t deadline)
     return 0;
 }
 
-static uint32_t env_u32(const char *name, uint32_t dflt, uint32_t min, uint32_t max)
+/* A count (kvs_parse_uint) or a size (kvs_parse_size) from the environment, in [min, max]. */
+static uint32_t env_u32(const char *name, int (*parse)(const char *, uint64_t *), uint32_t dflt,
+                        uint32_t min, uint32_t max)
 {
     const char *s = getenv(name);
     if (!s || !*s) return dflt;
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || *end || v < min || v > max) {
+    uint64_t v;
+    if (parse(s, &v) < 0 || v < min || v > max) {
         kvs_log(KVS_LOG_WARN, "%s='%s' ignored: expected %u..%u", name, s, min, max);
         return dflt;
     }
@@ -560,10 +560,10 @@ static int open_connection(struct kvs_conn *c)
     struct ibv_device_attr da;
     rc = -EIO;
     if (ibv_query_device(c->id->verbs, &da) != 0) goto out;
-    c->sq_depth = env_u32("KVS_RDMA_MAX_WR", SQ_DEPTH, 4, 1u << 20);
+    c->sq_depth = env_u32("KVS_RDMA_MAX_WR", kvs_parse_uint, SQ_DEPTH, 4, 1u << 20);
     if ((int)c->sq_depth > da.max_qp_wr) c->sq_depth = (uint32_t)da.max_qp_wr;
     c->max_sge = da.max_sge < MAX_SGE ? (uint32_t)da.max_sge : MAX_SGE;
-    c->max_sge = env_u32("KVS_RDMA_MAX_SGE", c->max_sge, 1, c->max_sge);
+    c->max_sge = env_u32("KVS_RDMA_MAX_SGE", kvs_parse_uint, c->max_sge, 1, c->max_sge);
     c->pd = ibv_alloc_pd(c->id->verbs);
     if (!c->pd) goto out;
     c->comp = ibv_create_comp_channel(c->id->verbs);
@@ -1044,10 +1044,10 @@ static int rdma_create(const struct kvs_endpoint *ep, const struct kvs_transport
     c->cfg = *cfg;
     c->autosel = strcmp(ep->scheme, "auto") == 0;
     c->reply_idx = -1;
-    c->stall_ms = env_u32("KVS_RDMA_TEST_STALL_MS", 0, 0, 600000);
-    c->token_xor = env_u32("KVS_RDMA_TEST_TOKEN_XOR", 0, 0, UINT32_MAX);
-    c->pull_max = env_u32("KVSTORE_RDMA_PULL_MAX", PULL_MAX_DEFAULT, 0, UINT32_MAX);
-    c->push_max = env_u32("KVSTORE_RDMA_PUSH_MAX", PUSH_MAX_DEFAULT, 0, UINT32_MAX);
+    c->stall_ms = env_u32("KVS_RDMA_TEST_STALL_MS", kvs_parse_uint, 0, 0, 600000);
+    c->token_xor = env_u32("KVS_RDMA_TEST_TOKEN_XOR", kvs_parse_uint, 0, 0, UINT32_MAX);
+    c->pull_max = env_u32("KVSTORE_RDMA_PULL_MAX", kvs_parse_size, PULL_MAX_DEFAULT, 0, UINT32_MAX);
+    c->push_max = env_u32("KVSTORE_RDMA_PUSH_MAX", kvs_parse_size, PUSH_MAX_DEFAULT, 0, UINT32_MAX);
     pthread_mutex_init(&c->mu, NULL);
     if (c->autosel) {
         int rc = kvs_tcp_transport.create(ep, cfg, &c->tcp);

@@ -30,15 +30,8 @@
 #include "auth.h"
 #include "clock.h"
 #include "log.h"
+#include "parse.h" /* struct kvs_endpoint: one kvstored node, as named in the server list */
 #include "wire.h"
-
-/* One kvstored node, as named in the server list. */
-struct kvs_endpoint {
-    char scheme[8]; /* "tcp" or "rdma" */
-    char host[256];
-    char port[8];
-    char name[272]; /* "host:port": the routing name and the name in stats/logs */
-};
 
 /* Client-wide settings every transport honours (from the environment). */
 struct kvs_transport_config {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "parse.h"
 
 static const char *const names[] = {
     "KVBATCH_POLICY",          "KVBATCH_WINDOW_US",    "KVBATCH_MAX_OPS",
@@ -52,10 +53,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kvb_config_describe(&cfg, text, sizeof(text));
 
     uint64_t a, b;
-    if (kvb_parse_size(buf, &a) == 0 && (kvb_parse_size(buf, &b) != 0 || a != b)) abort();
+    if (kvs_parse_size(buf, &a) == 0 && (kvs_parse_size(buf, &b) != 0 || a != b)) abort();
     /* A bare number is the caller's unit: the same digits as a size, times that unit. */
     if (buf[0] >= '0' && buf[0] <= '9' && strspn(buf, "0123456789") == strlen(buf) &&
-        kvb_parse_duration(buf, 1000, &a) == 0 && (kvb_parse_size(buf, &b) != 0 || a != b * 1000))
+        kvs_parse_duration(buf, 1000, &a) == 0 && (kvs_parse_size(buf, &b) != 0 || a != b * 1000))
         abort();
     char out[64];
     kvb_expand_path(buf, 77, out, sizeof(out));

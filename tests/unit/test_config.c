@@ -1,6 +1,7 @@
 /*
- * test_config.c - the KVBATCH_* parser: sizes, durations, %p, ranges, and
- * the one-line message plus pass-through on a bad value.
+ * test_config.c - the KVBATCH_* loader: %p, ranges, and the one-line
+ * message plus pass-through on a bad value (the size and duration grammar
+ * itself: test_parse.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,61 +21,6 @@ static const char *fake_get(const char *name)
     for (const char *const *p = fake_env; p && *p; p += 2)
         if (strcmp(p[0], name) == 0) return p[1];
     return NULL;
-}
-
-static void test_sizes(void **state)
-{
-    uint64_t v;
-    (void)state;
-    assert_int_equal(kvb_parse_size("4096", &v), 0);
-    assert_int_equal(v, 4096);
-    assert_int_equal(kvb_parse_size("64K", &v), 0);
-    assert_int_equal(v, 65536);
-    assert_int_equal(kvb_parse_size("64kb", &v), 0);
-    assert_int_equal(v, 65536);
-    assert_int_equal(kvb_parse_size("4MiB", &v), 0);
-    assert_int_equal(v, 4u << 20);
-    assert_int_equal(kvb_parse_size("2G", &v), 0);
-    assert_int_equal(v, 2ull << 30);
-    assert_int_equal(kvb_parse_size("10B", &v), 0);
-    assert_int_equal(v, 10);
-    const char *bad[] = {"",
-                         "K",
-                         "-1",
-                         " 4K",
-                         "4K ",
-                         "4 K",
-                         "4KX",
-                         "1.5M",
-                         "0x10",
-                         "99999999999999999999",
-                         "18446744073709551615K",
-                         NULL};
-    for (int i = 0; bad[i]; i++)
-        assert_int_equal(kvb_parse_size(bad[i], &v), -EINVAL);
-    assert_int_equal(kvb_parse_size(NULL, &v), -EINVAL);
-}
-
-static void test_durations(void **state)
-{
-    uint64_t v;
-    (void)state;
-    assert_int_equal(kvb_parse_duration("50", 1000, &v), 0); /* bare = caller's unit */
-    assert_int_equal(v, 50000);
-    assert_int_equal(kvb_parse_duration("50us", 1000000, &v), 0);
-    assert_int_equal(v, 50000);
-    assert_int_equal(kvb_parse_duration("2ms", 1000, &v), 0);
-    assert_int_equal(v, 2000000);
-    assert_int_equal(kvb_parse_duration("1s", 1000, &v), 0);
-    assert_int_equal(v, 1000000000);
-    assert_int_equal(kvb_parse_duration("700ns", 1000, &v), 0);
-    assert_int_equal(v, 700);
-    assert_int_equal(kvb_parse_duration("0", 1000, &v), 0);
-    assert_int_equal(v, 0);
-    const char *bad[] = {"",  "ms", "5m", "5 ms", "-5", "5msx", "1e3", "18446744073709551615s",
-                         NULL};
-    for (int i = 0; bad[i]; i++)
-        assert_int_equal(kvb_parse_duration(bad[i], 1000, &v), -EINVAL);
 }
 
 static void test_expand_pid(void **state)
@@ -196,8 +142,6 @@ static void test_only_first_error_reported(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizes),
-        cmocka_unit_test(test_durations),
         cmocka_unit_test(test_expand_pid),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_all_variables),

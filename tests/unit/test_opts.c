@@ -223,7 +223,16 @@ static void test_counts_and_seconds(void **state)
         snprintf(msg, sizeof(msg), "tool sub: bad --threads '%s' (accepted: 1..1024)", bad[i]);
         assert_refused((struct words){{"tool", "--threads", bad[i], NULL}}, msg);
     }
-    const char *bad_secs[] = {"0", "-1", "86401", "inf", "nan", "1s", ""};
+    /* --seconds is a duration of the one grammar (common/parse.h): a bare number is seconds. */
+    static const struct {
+        const char *s;
+        double v;
+    } secs[] = {{"2", 2}, {"0.25", 0.25}, {"1s", 1}, {"500ms", 0.5}, {"86400", 86400}};
+    for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++) {
+        free(parse_expect(0, (struct words){{"tool", "--seconds", secs[i].s, NULL}}));
+        assert_true(d.seconds == secs[i].v);
+    }
+    const char *bad_secs[] = {"0", "-1", "86401", "inf", "nan", "1e3", ".5", "2 s", "1m", ""};
     for (size_t i = 0; i < sizeof(bad_secs) / sizeof(bad_secs[0]); i++) {
         char msg[96];
         snprintf(msg, sizeof(msg), "bad --seconds '%s' (accepted: seconds in (0, 86400])",
