@@ -230,26 +230,10 @@ static void transport_line(const struct snap *cur, const struct snap *prev, doub
     if (any) printf("\n");
 }
 
-/*
- * The human summary of cur, over the span since prev (a last look of the same
- * shim instance) or, with prev NULL, since the shim started. Gauges ("now")
- * are always cur's.
- */
-static void summary(const char *path, const struct snap *cur, const struct snap *prev)
+/* The per-op table over span seconds; returns the ops of all kinds. */
+static double ops_table(const struct snap *cur, const struct snap *prev, double span)
 {
-    char a[32], b[32], c[32], d[32];
-    double now = (double)time(NULL);
-    double wrote = get(cur, "kvbatch_write_time_seconds");
-    double from =
-        prev ? get(prev, "kvbatch_write_time_seconds") : get(cur, "kvbatch_start_time_seconds");
-    double span = wrote - from > 0 ? wrote - from : 0;
-    printf("kvbatch-stat %s: written %.0fs ago; %.1fs of activity since %s\n", path,
-           now - wrote > 0 ? now - wrote : 0, span, prev ? "the last look" : "the shim started");
-    printf("settings: %s window=%s max_ops=%.0f max_bytes=%s max_inflight=%.0f\n", cur->info,
-           fmt_time(get(cur, "kvbatch_setting_window_seconds"), a, sizeof(a)),
-           get(cur, "kvbatch_setting_max_ops"),
-           fmt_bytes(get(cur, "kvbatch_setting_max_bytes"), b, sizeof(b)),
-           get(cur, "kvbatch_setting_max_inflight"));
+    char c[32];
     printf("\n%-7s %12s %10s %10s %10s %10s %12s %8s %8s\n", "op", "ops", "ops/s", "batches",
            "batches/s", "ops/batch", "bytes", "direct", "errors");
     double tops = 0, tbatches = 0;
@@ -269,7 +253,12 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
     double batched_ops = delta(cur, prev, "kvbatch_batch_ops_sum");
     printf("%-7s %12.0f %10.0f %10.0f %10.0f %10.1f\n", "all", tops, span > 0 ? tops / span : 0,
            tbatches, span > 0 ? tbatches / span : 0, tbatches > 0 ? batched_ops / tbatches : 0);
+    return tops;
+}
 
+/* Flushes by reason, with their share. */
+static void flush_line(const struct snap *cur, const struct snap *prev)
+{
     double total = 0;
     for (int r = 0; r < 6; r++)
         total += diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
@@ -278,6 +267,12 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
         double v = diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
         printf("  %s %.0f (%.0f%%)", reasons[r], v, total > 0 ? 100 * v / total : 0);
     }
+}
+
+/* p50 / p90 / p99 of the queue delay and of the op latency (and its mean). */
+static void latency_lines(const struct snap *cur, const struct snap *prev)
+{
+    char a[32], b[32], c[32], d[32];
     double lat_n = delta(cur, prev, "kvbatch_op_latency_seconds_count");
     double lat_sum = delta(cur, prev, "kvbatch_op_latency_seconds_sum");
     printf("\nqueue delay: p50 %s  p90 %s  p99 %s\n",
@@ -289,7 +284,12 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
            fmt_time(quantile(cur, prev, "kvbatch_op_latency_seconds", 0.9), b, sizeof(b)),
            fmt_time(quantile(cur, prev, "kvbatch_op_latency_seconds", 0.99), c, sizeof(c)),
            fmt_time(lat_n > 0 ? lat_sum / lat_n : NAN, d, sizeof(d)));
-    transport_line(cur, prev, tops);
+}
+
+/* What is pending now, and the errors of the span by status. */
+static void now_and_errors(const struct snap *cur, const struct snap *prev)
+{
+    char a[32];
     printf("now: %.0f ops queued, %.0f batches in flight, %s held for write-behind, %.0f "
            "write-behind failures in all\n",
            get(cur, "kvbatch_queued_ops"), get(cur, "kvbatch_inflight_batches"),
@@ -306,6 +306,33 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
         }
     }
     printf("%s\n", any ? "" : " none");
+}
+
+/*
+ * The human summary of cur, over the span since prev (a last look of the same
+ * shim instance) or, with prev NULL, since the shim started. Gauges ("now")
+ * are always cur's.
+ */
+static void summary(const char *path, const struct snap *cur, const struct snap *prev)
+{
+    char a[32], b[32];
+    double now = (double)time(NULL);
+    double wrote = get(cur, "kvbatch_write_time_seconds");
+    double from =
+        prev ? get(prev, "kvbatch_write_time_seconds") : get(cur, "kvbatch_start_time_seconds");
+    double span = wrote - from > 0 ? wrote - from : 0;
+    printf("kvbatch-stat %s: written %.0fs ago; %.1fs of activity since %s\n", path,
+           now - wrote > 0 ? now - wrote : 0, span, prev ? "the last look" : "the shim started");
+    printf("settings: %s window=%s max_ops=%.0f max_bytes=%s max_inflight=%.0f\n", cur->info,
+           fmt_time(get(cur, "kvbatch_setting_window_seconds"), a, sizeof(a)),
+           get(cur, "kvbatch_setting_max_ops"),
+           fmt_bytes(get(cur, "kvbatch_setting_max_bytes"), b, sizeof(b)),
+           get(cur, "kvbatch_setting_max_inflight"));
+    double tops = ops_table(cur, prev, span);
+    flush_line(cur, prev);
+    latency_lines(cur, prev);
+    transport_line(cur, prev, tops);
+    now_and_errors(cur, prev);
 }
 
 /*

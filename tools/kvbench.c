@@ -29,7 +29,7 @@ static int server_stats(const char *servers)
     }
     size_t cap = 1 << 20;
     char *buf = malloc(cap);
-    int rc = KVB_EXIT_ERRORS;
+    int rc = BENCH_EXIT_ERRORS;
     if (!buf) {
         fprintf(stderr, "kvbench: out of memory\n");
         goto out;
@@ -49,9 +49,9 @@ out:
 
 /* put|get|exists as given on the command line. */
 struct basic_cmd {
-    struct kvb_basic b;
-    struct kvb_common common;
-    enum kvb_mode modes[8];
+    struct bench_basic b;
+    struct bench_common common;
+    enum bench_mode modes[8];
     int nmodes;
     long long ops;  /* 0: not given */
     double seconds; /* 0: not given */
@@ -61,15 +61,15 @@ struct basic_cmd {
 /* Parses put|get|exists's options into bc; 0, KVOPT_HELP or -EINVAL. */
 static int basic_parse(struct basic_cmd *bc, const char *who, int argc, char **argv)
 {
-    struct kvb_basic *b = &bc->b;
+    struct bench_basic *b = &bc->b;
     const struct kvopt opts[] = {
-        KVB_OPT_SERVERS(bc->common),
+        BENCH_OPT_SERVERS(bc->common),
         {"threads", 0, KVOPT_COUNT, KVOPT_TO(b->threads), "N", "client threads", .lo = 1,
          .hi = 1024},
         {"size", 0, KVOPT_SIZE, KVOPT_TO(b->size), "SIZE", "value size", .lo = 0, .hi = 64 << 20},
         {"mode", 0, KVOPT_ENUM, KVOPT_LIST(bc->modes, bc->nmodes), "M[,M...]",
          "the paths to run, one after another, then compared side by side",
-         .choices = kvb_mode_choices},
+         .choices = bench_mode_choices},
         {"batch", 0, KVOPT_COUNT, KVOPT_TO(b->batch), "N",
          "keys per batch call (batch) or ops in flight (async)", .lo = 1, .hi = 65536},
         {"ops", 0, KVOPT_COUNT, KVOPT_TO(bc->ops), "N", "total ops per run over all threads",
@@ -81,7 +81,7 @@ static int basic_parse(struct basic_cmd *bc, const char *who, int argc, char **a
          .accepted = "1..10^8"},
         {"prefix", 0, KVOPT_STRING, KVOPT_TO(b->prefix), "P", "key prefix", .lo = 1, .hi = 40,
          .dflt = "kvb.<pid>"},
-        KVB_OPTS_OUTPUT(bc->common),
+        BENCH_OPTS_OUTPUT(bc->common),
         {0}};
     const struct kvopt_cmd cmd = {.name = who,
                                   .usage = "usage: kvbench put|get|exists [options]\n",
@@ -94,16 +94,16 @@ static int basic_parse(struct basic_cmd *bc, const char *who, int argc, char **a
 /* The checks across options; 0 or -EINVAL with a message. */
 static int basic_check(struct basic_cmd *bc)
 {
-    struct kvb_basic *b = &bc->b;
+    struct bench_basic *b = &bc->b;
     b->ops = bc->ops > 0 ? (uint64_t)bc->ops : bc->seconds > 0 ? 1000000000000ull : 100000;
     b->seconds = bc->seconds > 0 ? bc->seconds : 30;
     for (int i = 0; i < bc->nmodes; i++) {
         b->mode = bc->modes[i];
-        if (b->mode == KVB_ASYNC && b->op == KVB_EXISTS) {
+        if (b->mode == BENCH_ASYNC && b->op == BENCH_EXISTS) {
             fprintf(stderr, "kvbench: exists has no async single-key call; use single or batch\n");
             return -EINVAL;
         }
-        if (!kvb_basic_fits(b)) {
+        if (!bench_basic_fits(b)) {
             fprintf(stderr, "kvbench: --batch x --size x --threads is over 1 GiB of buffers\n");
             return -EINVAL;
         }
@@ -112,12 +112,12 @@ static int basic_check(struct basic_cmd *bc)
 }
 
 /* The medians of every mode run, each against the first. */
-static void print_side_by_side(const struct basic_cmd *bc, const struct kvb_result *meds)
+static void print_side_by_side(const struct basic_cmd *bc, const struct bench_result *meds)
 {
-    const struct kvb_basic *b = &bc->b;
+    const struct bench_basic *b = &bc->b;
     int repeat = bc->common.repeat;
     printf("side by side (median of %d run%s, %s, %d thread%s, %zu B):\n", repeat,
-           repeat > 1 ? "s" : "", kvb_op_name(b->op), b->threads, b->threads > 1 ? "s" : "",
+           repeat > 1 ? "s" : "", bench_op_name(b->op), b->threads, b->threads > 1 ? "s" : "",
            b->size);
     for (int m = 0; m < bc->nmodes; m++)
         printf("  %-7s %12.0f ops/s  p50 %9.1fus  p99 %9.1fus  x%.2f vs %s\n", meds[m].path,
@@ -126,44 +126,44 @@ static void print_side_by_side(const struct basic_cmd *bc, const struct kvb_resu
 }
 
 /* kvbench put|get|exists: runs each mode --repeat times, then compares medians. */
-static int basic_main(enum kvb_op op, int argc, char **argv)
+static int basic_main(enum bench_op op, int argc, char **argv)
 {
     struct basic_cmd bc = {
         .b = {.op = op, .size = 4096, .threads = 1, .batch = 64, .keys = 4096},
         .common = {.repeat = 1},
-        .modes = {KVB_SINGLE},
+        .modes = {BENCH_SINGLE},
         .nmodes = 1,
     };
     snprintf(bc.prefix, sizeof(bc.prefix), "kvb.%d", (int)getpid());
     bc.b.prefix = bc.prefix;
     char who[32];
-    snprintf(who, sizeof(who), "kvbench %s", kvb_op_name(op));
+    snprintf(who, sizeof(who), "kvbench %s", bench_op_name(op));
     int rc = basic_parse(&bc, who, argc, argv);
     if (rc == KVOPT_HELP) return 0;
     if (rc < 0 || basic_check(&bc) < 0) return KVOPT_EXIT_USAGE;
 
-    struct kvb_basic *b = &bc.b;
-    struct kvb_output out;
-    if (kvb_session_open(&bc.common, "kvbench", &b->client, &out) < 0) return KVOPT_EXIT_USAGE;
-    rc = KVB_EXIT_ERRORS;
-    if (op != KVB_PUT) {
-        int prc = kvb_basic_prefill(b->client, b->prefix, b->keys, b->size);
+    struct bench_basic *b = &bc.b;
+    struct bench_output out;
+    if (bench_session_open(&bc.common, "kvbench", &b->client, &out) < 0) return KVOPT_EXIT_USAGE;
+    rc = BENCH_EXIT_ERRORS;
+    if (op != BENCH_PUT) {
+        int prc = bench_basic_prefill(b->client, b->prefix, b->keys, b->size);
         if (prc < 0) {
             fprintf(stderr, "kvbench: prefilling %llu keys of %zu bytes failed: %s\n",
                     (unsigned long long)b->keys, b->size, kvs_strerror(prc));
             goto out;
         }
     }
-    struct kvb_result meds[8];
+    struct bench_result meds[8];
     uint64_t errors = 0;
     for (int m = 0; m < bc.nmodes; m++) {
         b->mode = bc.modes[m];
-        if (kvb_basic_repeat(b, bc.common.repeat, 1, &out, &meds[m], &errors) < 0) goto out;
+        if (bench_basic_repeat(b, bc.common.repeat, 1, &out, &meds[m], &errors) < 0) goto out;
     }
     if (bc.nmodes > 1) print_side_by_side(&bc, meds);
-    rc = errors ? KVB_EXIT_ERRORS : 0;
+    rc = errors ? BENCH_EXIT_ERRORS : 0;
 out:
-    if (kvb_session_close(b->client, &out) < 0 && rc == 0) rc = KVB_EXIT_ERRORS;
+    if (bench_session_close(b->client, &out) < 0 && rc == 0) rc = BENCH_EXIT_ERRORS;
     return rc;
 }
 
@@ -173,10 +173,10 @@ out:
  */
 static int server_stats_main(int argc, char **argv, int asked)
 {
-    struct kvb_common common = {0};
+    struct bench_common common = {0};
     const struct kvopt opts[] = {
         {"server-stats", 0, KVOPT_FLAG, KVOPT_TO(asked), NULL, "print every server's STATS"},
-        KVB_OPT_SERVERS(common),
+        BENCH_OPT_SERVERS(common),
         {0}};
     const struct kvopt_cmd cmd = {
         .name = "kvbench", .usage = "usage: kvbench --server-stats [--servers S]\n", .opts = opts};
@@ -197,10 +197,11 @@ int main(int argc, char **argv)
         return KVOPT_EXIT_USAGE;
     }
     const char *cmd = argv[1];
-    for (const struct kvopt_choice *c = kvb_op_choices; c->name; c++)
-        if (strcmp(cmd, c->name) == 0) return basic_main((enum kvb_op)c->value, argc - 1, argv + 1);
-    if (strcmp(cmd, "layerwise") == 0) return kvb_layerwise_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "micro") == 0) return kvb_micro_main(argc - 1, argv + 1);
+    for (const struct kvopt_choice *c = bench_op_choices; c->name; c++)
+        if (strcmp(cmd, c->name) == 0)
+            return basic_main((enum bench_op)c->value, argc - 1, argv + 1);
+    if (strcmp(cmd, "layerwise") == 0) return bench_layerwise_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "micro") == 0) return bench_micro_main(argc - 1, argv + 1);
     if (strcmp(cmd, "server-stats") == 0) return server_stats_main(argc - 1, argv + 1, 1);
     if (strncmp(cmd, "--server", 8) == 0) return server_stats_main(argc, argv, 0);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

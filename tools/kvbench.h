@@ -8,6 +8,8 @@
  * kvbench_stats.c     histograms, result printing, CSV/JSON, progress line, sessions
  * kvbench_layerwise.c engine-shaped layer-by-layer save/load workload
  * kvbench_micro.c     sweep of sizes x threads x paths
+ *
+ * kvbench's own names take the bench_ prefix (kvb_ is the batcher's).
  */
 #ifndef KVBENCH_H
 #define KVBENCH_H
@@ -23,29 +25,29 @@
 #include "values.h"
 
 /* Exit codes: 0 ok, 1 the run saw errors, KVOPT_EXIT_USAGE (2) bad command line. */
-#define KVB_EXIT_ERRORS 1
+#define BENCH_EXIT_ERRORS 1
 
-enum kvb_op { KVB_PUT, KVB_GET, KVB_EXISTS };
-enum kvb_mode { KVB_SINGLE, KVB_BATCH, KVB_ASYNC };
+enum bench_op { BENCH_PUT, BENCH_GET, BENCH_EXISTS };
+enum bench_mode { BENCH_SINGLE, BENCH_BATCH, BENCH_ASYNC };
 
 /* Log-linear latency histogram in nanoseconds: 64 sub-buckets per power of two (~1.5 %). */
-#define KVB_HIST_SUB     64
-#define KVB_HIST_SUBBITS 6
-#define KVB_HIST_BUCKETS (2 * KVB_HIST_SUB + 48 * KVB_HIST_SUB)
+#define BENCH_HIST_SUB     64
+#define BENCH_HIST_SUBBITS 6
+#define BENCH_HIST_BUCKETS (2 * BENCH_HIST_SUB + 48 * BENCH_HIST_SUB)
 
-struct kvb_hist {
+struct bench_hist {
     uint64_t count;
     uint64_t max_ns;
-    uint64_t bucket[KVB_HIST_BUCKETS];
+    uint64_t bucket[BENCH_HIST_BUCKETS];
 };
 
-void kvb_hist_add(struct kvb_hist *h, uint64_t ns, uint64_t times);
-void kvb_hist_merge(struct kvb_hist *into, const struct kvb_hist *from);
+void bench_hist_add(struct bench_hist *h, uint64_t ns, uint64_t times);
+void bench_hist_merge(struct bench_hist *into, const struct bench_hist *from);
 /* Value (ns) at quantile q in [0,1]; 0 when empty. */
-double kvb_hist_quantile(const struct kvb_hist *h, double q);
+double bench_hist_quantile(const struct bench_hist *h, double q);
 
 /* One measured run, whatever the workload; unused figures stay 0. */
-struct kvb_result {
+struct bench_result {
     char workload[16]; /* put, get, exists, layerwise-save, layerwise-load */
     char path[16];     /* single, batch, async, shim */
     char label[96];    /* free text: preset, policy... */
@@ -69,33 +71,33 @@ struct kvb_result {
 };
 
 /* Output sinks: a CSV and a JSON file, both optional, written as results come. */
-struct kvb_output {
+struct bench_output {
     FILE *csv;
     FILE *json;
     int json_rows;
     int quiet; /* no progress line */
 };
 
-int kvb_output_open(struct kvb_output *out, const char *csv_path, const char *json_path);
-void kvb_output_row(struct kvb_output *out, const struct kvb_result *r);
-int kvb_output_close(struct kvb_output *out);
+int bench_output_open(struct bench_output *out, const char *csv_path, const char *json_path);
+void bench_output_row(struct bench_output *out, const struct bench_result *r);
+int bench_output_close(struct bench_output *out);
 
 /* One human line for a result on stdout. */
-void kvb_print_result(const struct kvb_result *r);
+void bench_print_result(const struct bench_result *r);
 /* The median of each figure over n runs (n >= 1), marked run 0. */
-void kvb_median(const struct kvb_result *runs, int n, struct kvb_result *med);
+void bench_median(const struct bench_result *runs, int n, struct bench_result *med);
 /*
  * Fills r's path ("shim" for single calls with libkvbatch preloaded, else the
  * mode), seconds, and the rates from its ops, errors and bytes.
  */
-void kvb_result_timing(struct kvb_result *r, enum kvb_mode mode, uint64_t start_ns,
-                       uint64_t end_ns);
+void bench_result_timing(struct bench_result *r, enum bench_mode mode, uint64_t start_ns,
+                         uint64_t end_ns);
 
 /*
  * Progress while workers run: a line updated in place on a terminal, a plain
  * line every few seconds otherwise. done_ops is read, never written.
  */
-struct kvb_progress {
+struct bench_progress {
     const char *what;
     _Atomic uint64_t *done_ops;
     uint64_t total_ops; /* 0 when the run is bounded by time only */
@@ -108,24 +110,24 @@ struct kvb_progress {
     int printed;
 };
 
-void kvb_progress_start(struct kvb_progress *p, const char *what, _Atomic uint64_t *done_ops,
-                        uint64_t total_ops, double seconds, int quiet);
-void kvb_progress_tick(struct kvb_progress *p);
-void kvb_progress_end(struct kvb_progress *p);
+void bench_progress_start(struct bench_progress *p, const char *what, _Atomic uint64_t *done_ops,
+                          uint64_t total_ops, double seconds, int quiet);
+void bench_progress_tick(struct bench_progress *p);
+void bench_progress_end(struct bench_progress *p);
 
 /* Sleeps ns nanoseconds (bounded; restarts on EINTR). */
-void kvb_sleep_ns(uint64_t ns);
+void bench_sleep_ns(uint64_t ns);
 /* 1 if an LD_PRELOADed libkvbatch is in this process's environment. */
-int kvb_shim_preloaded(void);
+int bench_shim_preloaded(void);
 
-const char *kvb_op_name(enum kvb_op op);
-const char *kvb_mode_name(enum kvb_mode mode);
+const char *bench_op_name(enum bench_op op);
+const char *bench_mode_name(enum bench_mode mode);
 /* The names of the ops and of the paths, for options and commands ({NULL, 0} ended). */
-extern const struct kvopt_choice kvb_op_choices[];
-extern const struct kvopt_choice kvb_mode_choices[];
+extern const struct kvopt_choice bench_op_choices[];
+extern const struct kvopt_choice bench_mode_choices[];
 
 /* What every workload command takes: where the servers are, how often, where results go. */
-struct kvb_common {
+struct bench_common {
     const char *servers;
     const char *csv, *json;
     int repeat; /* runs of each measurement, 1..64 */
@@ -133,12 +135,12 @@ struct kvb_common {
 };
 
 /* Their option table entries: --servers first, the rest last in a command's table. */
-#define KVB_OPT_SERVERS(c)                                                                         \
+#define BENCH_OPT_SERVERS(c)                                                                       \
     {                                                                                              \
         "servers", 0, KVOPT_STRING, KVOPT_TO((c).servers), "S", "host:port[,host:port]",           \
             .dflt = "$KVSTORE_SERVERS or " KVS_DEFAULT_SERVERS                                     \
     }
-#define KVB_OPTS_OUTPUT(c)                                                                         \
+#define BENCH_OPTS_OUTPUT(c)                                                                       \
     {"repeat",    0,                                                                               \
      KVOPT_COUNT, KVOPT_TO((c).repeat),                                                            \
      "R",         "runs of each measurement; each is printed, then the median",                    \
@@ -153,29 +155,29 @@ struct kvb_common {
  * Opens the client on c->servers and the output files; on failure says why
  * (as who) and returns -1 with nothing open.
  */
-int kvb_session_open(const struct kvb_common *c, const char *who, kvs_client **client,
-                     struct kvb_output *out);
+int bench_session_open(const struct bench_common *c, const char *who, kvs_client **client,
+                       struct bench_output *out);
 /* Closes both; -1 if the output files could not be written out. */
-int kvb_session_close(kvs_client *client, struct kvb_output *out);
+int bench_session_close(kvs_client *client, struct bench_output *out);
 
 /* Prints r and writes it to out. */
-void kvb_emit(struct kvb_output *out, const struct kvb_result *r);
+void bench_emit(struct bench_output *out, const struct bench_result *r);
 /* The median of runs[0..n) into *med; printed and written too when n > 1. */
-void kvb_emit_median(struct kvb_output *out, const struct kvb_result *runs, int n,
-                     struct kvb_result *med);
+void bench_emit_median(struct bench_output *out, const struct bench_result *runs, int n,
+                       struct bench_result *med);
 
 /* Sub-commands beyond the basic put/get/exists (argc/argv start at the sub-command). */
-int kvb_layerwise_main(int argc, char **argv);
-int kvb_micro_main(int argc, char **argv);
+int bench_layerwise_main(int argc, char **argv);
+int bench_micro_main(int argc, char **argv);
 
 /*
  * The basic workload, shared by the put/get/exists command and by micro: the
  * keys prefix.i for i < keys, prefilled by the caller for get/exists.
  */
-struct kvb_basic {
+struct bench_basic {
     kvs_client *client;
-    enum kvb_op op;
-    enum kvb_mode mode;
+    enum bench_op op;
+    enum bench_mode mode;
     size_t size;
     int threads;
     int batch; /* keys per batch (batch) or ops in flight (async) */
@@ -187,19 +189,19 @@ struct kvb_basic {
 };
 
 /* Most memory one basic run may take for buffers: batch x size x threads (not for single). */
-#define KVB_MAX_BUFFER_BYTES (1ull << 30)
-/* 1 if b's buffers are within KVB_MAX_BUFFER_BYTES. */
-int kvb_basic_fits(const struct kvb_basic *b);
+#define BENCH_MAX_BUFFER_BYTES (1ull << 30)
+/* 1 if b's buffers are within BENCH_MAX_BUFFER_BYTES. */
+int bench_basic_fits(const struct bench_basic *b);
 /* Runs one measured pass; fills r. Returns 0, or a negative code if it could not run at all. */
-int kvb_basic_run(const struct kvb_basic *b, struct kvb_result *r);
+int bench_basic_run(const struct bench_basic *b, struct bench_result *r);
 /*
  * Runs b repeat times (1..64); prints each run when print_each, then, when
  * repeat > 1, their median, which goes to *med either way. Adds the errors
  * seen to *errors. Returns 0, or the code of a run that could not run.
  */
-int kvb_basic_repeat(const struct kvb_basic *b, int repeat, int print_each, struct kvb_output *out,
-                     struct kvb_result *med, uint64_t *errors);
+int bench_basic_repeat(const struct bench_basic *b, int repeat, int print_each,
+                       struct bench_output *out, struct bench_result *med, uint64_t *errors);
 /* Puts every key of the key space once (for get/exists); returns 0 or the first error. */
-int kvb_basic_prefill(kvs_client *c, const char *prefix, uint64_t keys, size_t size);
+int bench_basic_prefill(kvs_client *c, const char *prefix, uint64_t keys, size_t size);
 
 #endif /* KVBENCH_H */

@@ -15,14 +15,14 @@
 #include <string.h>
 
 struct worker {
-    const struct kvb_basic *b;
+    const struct bench_basic *b;
     char *const *keys;
     int id;
     uint64_t my_ops;
     uint64_t start_ns, deadline_ns, end_ns;
     _Atomic uint64_t *done;
     _Atomic int *finished;
-    struct kvb_hist op_lat, batch_lat;
+    struct bench_hist op_lat, batch_lat;
     uint64_t ops, errors, bytes;
     int first_error;
 };
@@ -38,7 +38,7 @@ static void note_status(struct worker *w, ssize_t rc, size_t moved)
     }
 }
 
-/* Checks a get's result: right length and the pattern kvb_basic_prefill wrote. */
+/* Checks a get's result: right length and the pattern bench_basic_prefill wrote. */
 static ssize_t check_get(const struct worker *w, const char *key, const void *buf, ssize_t rc)
 {
     if (rc < 0) return rc;
@@ -49,22 +49,22 @@ static ssize_t check_get(const struct worker *w, const char *key, const void *bu
 /* One key per call: the path the shim interposes on. */
 static void run_single(struct worker *w, void *buf)
 {
-    const struct kvb_basic *b = w->b;
+    const struct bench_basic *b = w->b;
     uint64_t idx = (uint64_t)w->id * 7919u;
     for (uint64_t j = 0; j < w->my_ops; j++) {
         uint64_t t0 = kvs_now_ns();
         if (t0 >= w->deadline_ns) break;
         const char *key = w->keys[(idx + j) % b->keys];
         ssize_t rc;
-        if (b->op == KVB_PUT)
+        if (b->op == BENCH_PUT)
             rc = kvs_put(b->client, key, buf, b->size);
-        else if (b->op == KVB_GET)
+        else if (b->op == BENCH_GET)
             rc = check_get(w, key, buf, kvs_get(b->client, key, buf, b->size));
         else
             rc = kvs_exists(b->client, key) == 1 ? 0 : -ENOENT;
         uint64_t t1 = kvs_now_ns();
-        kvb_hist_add(&w->op_lat, t1 - t0, 1);
-        note_status(w, rc, b->op == KVB_EXISTS ? 0 : b->size);
+        bench_hist_add(&w->op_lat, t1 - t0, 1);
+        note_status(w, rc, b->op == BENCH_EXISTS ? 0 : b->size);
         atomic_fetch_add_explicit(w->done, 1, memory_order_relaxed);
     }
 }
@@ -72,7 +72,7 @@ static void run_single(struct worker *w, void *buf)
 /* Explicit batches of up to b->batch keys per call. */
 static int run_batch(struct worker *w, void *bufs)
 {
-    const struct kvb_basic *b = w->b;
+    const struct bench_basic *b = w->b;
     size_t n = (size_t)b->batch;
     const char **keys = calloc(n, sizeof(*keys));
     const void **vals = calloc(n, sizeof(*vals));
@@ -95,26 +95,26 @@ static int run_batch(struct worker *w, void *bufs)
         for (size_t i = 0; i < k; i++)
             keys[i] = w->keys[(idx + j + i) % b->keys];
         int call;
-        if (b->op == KVB_PUT)
+        if (b->op == BENCH_PUT)
             call = kvs_batch_put(b->client, k, keys, vals, lens, status);
-        else if (b->op == KVB_GET)
+        else if (b->op == BENCH_GET)
             call = kvs_batch_get(b->client, k, keys, outs, lens, results);
         else
             call = kvs_batch_exists(b->client, k, keys, status);
         uint64_t t1 = kvs_now_ns();
-        kvb_hist_add(&w->batch_lat, t1 - t0, 1);
-        kvb_hist_add(&w->op_lat, t1 - t0, k); /* each key waited for its whole batch */
+        bench_hist_add(&w->batch_lat, t1 - t0, 1);
+        bench_hist_add(&w->op_lat, t1 - t0, k); /* each key waited for its whole batch */
         for (size_t i = 0; i < k; i++) {
             ssize_t st;
             if (call < 0)
                 st = call;
-            else if (b->op == KVB_PUT)
+            else if (b->op == BENCH_PUT)
                 st = status[i];
-            else if (b->op == KVB_GET)
+            else if (b->op == BENCH_GET)
                 st = check_get(w, keys[i], outs[i], results[i]);
             else
                 st = status[i] == 1 ? 0 : status[i] == 0 ? -ENOENT : status[i];
-            note_status(w, st, b->op == KVB_EXISTS ? 0 : b->size);
+            note_status(w, st, b->op == BENCH_EXISTS ? 0 : b->size);
         }
         atomic_fetch_add_explicit(w->done, k, memory_order_relaxed);
         j += k;
@@ -133,7 +133,7 @@ out:
 /* Up to b->batch single-key async ops in flight, waited in issue order. */
 static int run_async(struct worker *w, void *bufs)
 {
-    const struct kvb_basic *b = w->b;
+    const struct bench_basic *b = w->b;
     size_t depth = (size_t)b->batch;
     kvs_op **ops = calloc(depth, sizeof(kvs_op *));
     uint64_t *issued = calloc(depth, sizeof(*issued));
@@ -152,10 +152,10 @@ static int run_async(struct worker *w, void *bufs)
         if (can_issue) {
             size_t s = (size_t)(next % depth);
             keys[s] = w->keys[(idx + next) % b->keys];
-            char *buf = (char *)bufs + (b->op == KVB_GET ? s * b->size : 0);
+            char *buf = (char *)bufs + (b->op == BENCH_GET ? s * b->size : 0);
             issued[s] = kvs_now_ns();
-            int rc = b->op == KVB_PUT ? kvs_put_async(b->client, keys[s], buf, b->size, &ops[s])
-                                      : kvs_get_async(b->client, keys[s], buf, b->size, &ops[s]);
+            int rc = b->op == BENCH_PUT ? kvs_put_async(b->client, keys[s], buf, b->size, &ops[s])
+                                        : kvs_get_async(b->client, keys[s], buf, b->size, &ops[s]);
             if (rc < 0) {
                 /* counted now; its empty slot is skipped when its turn to be waited comes */
                 ops[s] = NULL;
@@ -170,8 +170,8 @@ static int run_async(struct worker *w, void *bufs)
         if (ops[s]) {
             ssize_t rc = kvs_wait(ops[s]);
             ops[s] = NULL;
-            if (b->op == KVB_GET) rc = check_get(w, keys[s], (char *)bufs + s * b->size, rc);
-            kvb_hist_add(&w->op_lat, kvs_now_ns() - issued[s], 1);
+            if (b->op == BENCH_GET) rc = check_get(w, keys[s], (char *)bufs + s * b->size, rc);
+            bench_hist_add(&w->op_lat, kvs_now_ns() - issued[s], 1);
             note_status(w, rc, b->size);
             atomic_fetch_add_explicit(w->done, 1, memory_order_relaxed);
         }
@@ -186,8 +186,8 @@ static int run_async(struct worker *w, void *bufs)
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
-    const struct kvb_basic *b = w->b;
-    size_t nbufs = b->mode == KVB_SINGLE ? 1 : (size_t)b->batch;
+    const struct bench_basic *b = w->b;
+    size_t nbufs = b->mode == BENCH_SINGLE ? 1 : (size_t)b->batch;
     void *bufs = malloc(nbufs * (b->size ? b->size : 1));
     if (!bufs) {
         w->first_error = -ENOMEM;
@@ -197,9 +197,9 @@ static void *worker_main(void *arg)
     memset(bufs, 0xa5, nbufs * (b->size ? b->size : 1));
     w->start_ns = kvs_now_ns();
     int rc = 0;
-    if (b->mode == KVB_SINGLE)
+    if (b->mode == BENCH_SINGLE)
         run_single(w, bufs);
-    else if (b->mode == KVB_BATCH)
+    else if (b->mode == BENCH_BATCH)
         rc = run_batch(w, bufs);
     else
         rc = run_async(w, bufs);
@@ -211,10 +211,10 @@ done:
     return NULL;
 }
 
-int kvb_basic_fits(const struct kvb_basic *b)
+int bench_basic_fits(const struct bench_basic *b)
 {
-    return b->mode == KVB_SINGLE ||
-           (uint64_t)b->batch * b->size * (uint64_t)b->threads <= KVB_MAX_BUFFER_BYTES;
+    return b->mode == BENCH_SINGLE ||
+           (uint64_t)b->batch * b->size * (uint64_t)b->threads <= BENCH_MAX_BUFFER_BYTES;
 }
 
 /* The key names prefix.0 .. prefix.(n-1), or NULL when out of memory. */
@@ -240,7 +240,7 @@ static void free_keys(char **keys, uint64_t n)
 
 /* What every worker of a run shares: its keys, its deadline and two counters. */
 struct run {
-    const struct kvb_basic *b;
+    const struct bench_basic *b;
     char **keys;
     uint64_t start_ns, deadline_ns;
     _Atomic uint64_t done;
@@ -250,7 +250,7 @@ struct run {
 /* Starts b->threads workers, each with its share of b->ops; returns how many started. */
 static int start_workers(struct run *run, struct worker *ws, pthread_t *tids)
 {
-    const struct kvb_basic *b = run->b;
+    const struct bench_basic *b = run->b;
     uint64_t n = (uint64_t)b->threads;
     for (int t = 0; t < b->threads; t++) {
         struct worker *w = &ws[t];
@@ -273,32 +273,32 @@ static int start_workers(struct run *run, struct worker *ws, pthread_t *tids)
 /* Ticks the progress line until the started workers have finished. */
 static void watch_workers(struct run *run, int started)
 {
-    const struct kvb_basic *b = run->b;
-    struct kvb_progress prog;
+    const struct bench_basic *b = run->b;
+    struct bench_progress prog;
     char what[64];
-    snprintf(what, sizeof(what), "%s %s", kvb_op_name(b->op), kvb_mode_name(b->mode));
-    kvb_progress_start(&prog, what, &run->done, b->ops, b->seconds, b->quiet);
+    snprintf(what, sizeof(what), "%s %s", bench_op_name(b->op), bench_mode_name(b->mode));
+    bench_progress_start(&prog, what, &run->done, b->ops, b->seconds, b->quiet);
     while (atomic_load(&run->finished) < started) {
-        kvb_sleep_ns(50000000);
-        kvb_progress_tick(&prog);
+        bench_sleep_ns(50000000);
+        bench_progress_tick(&prog);
     }
-    kvb_progress_end(&prog);
+    bench_progress_end(&prog);
 }
 
 /* Joins the started workers and sums their figures and latencies into r. */
 static int collect(struct run *run, struct worker *ws, pthread_t *tids, int started,
-                   struct kvb_result *r)
+                   struct bench_result *r)
 {
-    const struct kvb_basic *b = run->b;
-    struct kvb_hist *op_lat = calloc(1, sizeof(*op_lat));
-    struct kvb_hist *batch_lat = calloc(1, sizeof(*batch_lat));
+    const struct bench_basic *b = run->b;
+    struct bench_hist *op_lat = calloc(1, sizeof(*op_lat));
+    struct bench_hist *batch_lat = calloc(1, sizeof(*batch_lat));
     uint64_t end = run->start_ns;
     memset(r, 0, sizeof(*r));
     for (int t = 0; t < started; t++) {
         pthread_join(tids[t], NULL);
         struct worker *w = &ws[t];
-        if (op_lat) kvb_hist_merge(op_lat, &w->op_lat);
-        if (batch_lat) kvb_hist_merge(batch_lat, &w->batch_lat);
+        if (op_lat) bench_hist_merge(op_lat, &w->op_lat);
+        if (batch_lat) bench_hist_merge(batch_lat, &w->batch_lat);
         r->ops += w->ops;
         r->errors += w->errors;
         r->bytes += w->bytes;
@@ -307,24 +307,24 @@ static int collect(struct run *run, struct worker *ws, pthread_t *tids, int star
     }
     int rc = op_lat && batch_lat ? 0 : -ENOMEM;
     if (rc == 0) {
-        snprintf(r->workload, sizeof(r->workload), "%s", kvb_op_name(b->op));
-        kvb_result_timing(r, b->mode, run->start_ns, end);
+        snprintf(r->workload, sizeof(r->workload), "%s", bench_op_name(b->op));
+        bench_result_timing(r, b->mode, run->start_ns, end);
         r->size = b->size;
         r->threads = b->threads;
-        r->batch = b->mode == KVB_SINGLE ? 1 : b->batch;
-        r->p50_us = kvb_hist_quantile(op_lat, 0.50) / 1e3;
-        r->p99_us = kvb_hist_quantile(op_lat, 0.99) / 1e3;
-        r->batch_p50_us = kvb_hist_quantile(batch_lat, 0.50) / 1e3;
-        r->batch_p99_us = kvb_hist_quantile(batch_lat, 0.99) / 1e3;
+        r->batch = b->mode == BENCH_SINGLE ? 1 : b->batch;
+        r->p50_us = bench_hist_quantile(op_lat, 0.50) / 1e3;
+        r->p99_us = bench_hist_quantile(op_lat, 0.99) / 1e3;
+        r->batch_p50_us = bench_hist_quantile(batch_lat, 0.50) / 1e3;
+        r->batch_p99_us = bench_hist_quantile(batch_lat, 0.99) / 1e3;
     }
     free(op_lat);
     free(batch_lat);
     return rc;
 }
 
-int kvb_basic_run(const struct kvb_basic *b, struct kvb_result *r)
+int bench_basic_run(const struct bench_basic *b, struct bench_result *r)
 {
-    if (!kvb_basic_fits(b) || (b->mode == KVB_ASYNC && b->op == KVB_EXISTS)) return -EINVAL;
+    if (!bench_basic_fits(b) || (b->mode == BENCH_ASYNC && b->op == BENCH_EXISTS)) return -EINVAL;
     struct run run = {.b = b, .keys = make_keys(b->prefix, b->keys)};
     struct worker *ws = calloc((size_t)b->threads, sizeof(*ws));
     pthread_t *tids = calloc((size_t)b->threads, sizeof(*tids));
@@ -343,25 +343,25 @@ int kvb_basic_run(const struct kvb_basic *b, struct kvb_result *r)
     return rc;
 }
 
-int kvb_basic_repeat(const struct kvb_basic *b, int repeat, int print_each, struct kvb_output *out,
-                     struct kvb_result *med, uint64_t *errors)
+int bench_basic_repeat(const struct bench_basic *b, int repeat, int print_each,
+                       struct bench_output *out, struct bench_result *med, uint64_t *errors)
 {
-    struct kvb_result runs[64];
+    struct bench_result runs[64];
     for (int i = 0; i < repeat; i++) {
-        int rc = kvb_basic_run(b, &runs[i]);
+        int rc = bench_basic_run(b, &runs[i]);
         if (rc < 0) {
             fprintf(stderr, "kvbench: run failed: %s\n", kvs_strerror(rc));
             return rc;
         }
         runs[i].run = i + 1;
         *errors += runs[i].errors;
-        if (print_each) kvb_emit(out, &runs[i]);
+        if (print_each) bench_emit(out, &runs[i]);
     }
-    kvb_emit_median(out, runs, repeat, med);
+    bench_emit_median(out, runs, repeat, med);
     return 0;
 }
 
-int kvb_basic_prefill(kvs_client *c, const char *prefix, uint64_t keys, size_t size)
+int bench_basic_prefill(kvs_client *c, const char *prefix, uint64_t keys, size_t size)
 {
     enum { CHUNK = 32 };
     char *names[CHUNK] = {0};

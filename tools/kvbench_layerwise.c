@@ -38,7 +38,7 @@ struct lw_config {
     int prompt_tokens;
     int rounds;
     uint64_t compute_ns;
-    enum kvb_mode mode;
+    enum bench_mode mode;
     double seconds;
     int verify;
     int quiet;
@@ -65,18 +65,26 @@ struct lw_request {
     int failed;
     int fail_error; /* why failed was set; under mu */
     /* results, written by the owning thread, read after join */
-    struct kvb_hist op_lat;      /* io thread */
-    struct kvb_hist layer_wait;  /* compute thread, load */
-    uint64_t ops, errors, bytes; /* io thread */
+    struct bench_hist op_lat;     /* io thread */
+    struct bench_hist layer_wait; /* compute thread, load */
+    uint64_t ops, errors, bytes;  /* io thread */
     int first_error;
-    uint64_t bad_values;     /* compute thread, load: slices whose content was wrong */
-    struct kvb_hist exposed; /* compute thread: save exposure / load total wait, per round */
+    uint64_t bad_values;       /* compute thread, load: slices whose content was wrong */
+    struct bench_hist exposed; /* compute thread: save exposure / load total wait, per round */
     _Atomic uint64_t *done;
 };
 
 static char *layer_buf(struct lw_request *rq, int layer)
 {
     return rq->ring + (size_t)(layer % LAYER_RING) * (size_t)rq->cfg->blocks * rq->cfg->slice;
+}
+
+/* CLOCK_REALTIME ns from now: the deadline of pthread_cond_timedwait and pthread_timedjoin_np. */
+static struct timespec realtime_in(uint64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return kvs_ns_to_timespec((uint64_t)ts.tv_sec * KVS_NS_PER_S + (uint64_t)ts.tv_nsec + ns);
 }
 
 /* Waits until pred holds (under rq->mu); 0, or -ETIMEDOUT past the deadline / on failure. */
@@ -88,10 +96,7 @@ static char *layer_buf(struct lw_request *rq, int layer)
                 _rc = -ETIMEDOUT;                                                                  \
                 break;                                                                             \
             }                                                                                      \
-            struct timespec _ts;                                                                   \
-            clock_gettime(CLOCK_REALTIME, &_ts);                                                   \
-            _ts.tv_nsec += 20000000;                                                               \
-            if (_ts.tv_nsec >= 1000000000) _ts.tv_sec++, _ts.tv_nsec -= 1000000000;                \
+            struct timespec _ts = realtime_in(20000000);                                           \
             pthread_cond_timedwait(&(rq)->cv, &(rq)->mu, &_ts);                                    \
         }                                                                                          \
         if ((rq)->failed && !(pred)) _rc = -ECANCELED;                                             \
@@ -134,16 +139,16 @@ static void transfer_layer(struct lw_request *rq, int layer)
     char *buf = layer_buf(rq, layer);
     int put = rq->phase == PHASE_SAVE;
 
-    if (cfg->mode == KVB_SINGLE) {
+    if (cfg->mode == BENCH_SINGLE) {
         for (int b = 0; b < n; b++) {
             char *p = buf + (size_t)b * cfg->slice;
             uint64_t t0 = kvs_now_ns();
             ssize_t st = put ? kvs_put(cfg->client, keys[b], p, cfg->slice)
                              : kvs_get(cfg->client, keys[b], p, cfg->slice);
-            kvb_hist_add(&rq->op_lat, kvs_now_ns() - t0, 1);
+            bench_hist_add(&rq->op_lat, kvs_now_ns() - t0, 1);
             note(rq, layer, b, st);
         }
-    } else if (cfg->mode == KVB_BATCH) {
+    } else if (cfg->mode == BENCH_BATCH) {
         const void *vals[n];
         void *bufs[n];
         size_t lens[n];
@@ -158,7 +163,7 @@ static void transfer_layer(struct lw_request *rq, int layer)
                                        lens, status)
                        : kvs_batch_get(cfg->client, (size_t)n, (const char *const *)keys, bufs,
                                        lens, results);
-        kvb_hist_add(&rq->op_lat, kvs_now_ns() - t0, (uint64_t)n);
+        bench_hist_add(&rq->op_lat, kvs_now_ns() - t0, (uint64_t)n);
         for (int b = 0; b < n; b++)
             note(rq, layer, b, call < 0 ? call : put ? status[b] : results[b]);
     } else {
@@ -173,7 +178,7 @@ static void transfer_layer(struct lw_request *rq, int layer)
         for (int b = 0; b < n; b++) {
             if (!ops[b]) continue;
             ssize_t st = kvs_wait(ops[b]);
-            kvb_hist_add(&rq->op_lat, kvs_now_ns() - t0, 1);
+            bench_hist_add(&rq->op_lat, kvs_now_ns() - t0, 1);
             note(rq, layer, b, st);
         }
     }
@@ -244,7 +249,7 @@ static int compute_round(struct lw_request *rq)
             if (rc < 0) break;
             uint64_t t0 = kvs_now_ns();
             produce_layer(rq, i);
-            kvb_sleep_ns(cfg->compute_ns);
+            bench_sleep_ns(cfg->compute_ns);
             compute_spent += kvs_now_ns() - t0; /* as slept: sleeps overshoot a little */
             pthread_mutex_lock(&rq->mu);
             rq->produced = i + 1;
@@ -257,13 +262,13 @@ static int compute_round(struct lw_request *rq)
             pthread_mutex_unlock(&rq->mu);
             if (rc < 0) break;
             uint64_t waited = kvs_now_ns() - t0;
-            kvb_hist_add(&rq->layer_wait, waited, 1);
+            bench_hist_add(&rq->layer_wait, waited, 1);
             total_wait += waited;
             if (cfg->verify) {
                 /* own counter: the io thread updates ops/errors meanwhile */
                 rq->bad_values += (uint64_t)check_layer(rq, i);
             }
-            kvb_sleep_ns(cfg->compute_ns);
+            bench_sleep_ns(cfg->compute_ns);
             pthread_mutex_lock(&rq->mu);
             rq->consumed = i + 1;
             pthread_cond_broadcast(&rq->cv);
@@ -279,9 +284,9 @@ static int compute_round(struct lw_request *rq)
          * waiting for a staging buffer the transfers had not freed yet */
         uint64_t spent = kvs_now_ns() - round_start;
         if (rc == 0)
-            kvb_hist_add(&rq->exposed, spent > compute_spent ? spent - compute_spent : 0, 1);
+            bench_hist_add(&rq->exposed, spent > compute_spent ? spent - compute_spent : 0, 1);
     } else {
-        kvb_hist_add(&rq->exposed, total_wait, 1);
+        bench_hist_add(&rq->exposed, total_wait, 1);
     }
     return rc;
 }
@@ -354,18 +359,14 @@ static void requests_free(struct lw_request *rqs, const struct lw_config *cfg)
     }
 }
 
-/* Runs one phase for every request at once and summarises it into r. */
-static int run_phase(struct lw_request *rqs, const struct lw_config *cfg, enum lw_phase phase,
-                     _Atomic uint64_t *done, struct kvb_result *r)
+/* Makes every request ready for a phase: its deadline, zero figures, no failure. */
+static void reset_requests(struct lw_request *rqs, const struct lw_config *cfg, enum lw_phase phase,
+                           uint64_t deadline_ns)
 {
-    pthread_t tids[MAX_REQUESTS];
-    int started = 0, rc = 0;
-    atomic_store(done, 0);
-    uint64_t start = kvs_now_ns();
     for (int q = 0; q < cfg->requests; q++) {
         struct lw_request *rq = &rqs[q];
         rq->phase = phase;
-        rq->deadline_ns = start + (uint64_t)(cfg->seconds * 1e9);
+        rq->deadline_ns = deadline_ns;
         rq->failed = rq->fail_error = 0;
         rq->ops = rq->errors = rq->bytes = rq->bad_values = 0;
         rq->first_error = 0;
@@ -373,43 +374,49 @@ static int run_phase(struct lw_request *rqs, const struct lw_config *cfg, enum l
         memset(&rq->layer_wait, 0, sizeof(rq->layer_wait));
         memset(&rq->exposed, 0, sizeof(rq->exposed));
     }
-    for (int q = 0; q < cfg->requests; q++) {
-        rc = -pthread_create(&tids[q], NULL, request_main, &rqs[q]);
-        if (rc < 0) break;
+}
+
+/*
+ * Starts a thread per request and joins them in order, ticking the progress
+ * line while the first unfinished one runs. Returns how many started.
+ */
+static int run_requests(struct lw_request *rqs, const struct lw_config *cfg, enum lw_phase phase,
+                        _Atomic uint64_t *done)
+{
+    pthread_t tids[MAX_REQUESTS];
+    int started = 0;
+    while (started < cfg->requests &&
+           pthread_create(&tids[started], NULL, request_main, &rqs[started]) == 0)
         started++;
-    }
-    struct kvb_progress prog;
+    struct bench_progress prog;
     uint64_t total = (uint64_t)cfg->requests * (uint64_t)cfg->rounds * (uint64_t)cfg->layers *
                      (uint64_t)cfg->blocks;
-    kvb_progress_start(&prog, phase == PHASE_SAVE ? "layerwise save" : "layerwise load", done,
-                       total, cfg->seconds, cfg->quiet);
-    /* Join in order, ticking the progress line while the first unfinished one runs. */
+    bench_progress_start(&prog, phase == PHASE_SAVE ? "layerwise save" : "layerwise load", done,
+                         total, cfg->seconds, cfg->quiet);
     for (int q = 0; q < started; q++) {
         for (;;) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100000000;
-            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            struct timespec ts = realtime_in(100000000);
             if (pthread_timedjoin_np(tids[q], NULL, &ts) == 0) break;
-            kvb_progress_tick(&prog);
+            bench_progress_tick(&prog);
         }
     }
-    kvb_progress_end(&prog);
-    uint64_t end = kvs_now_ns();
+    bench_progress_end(&prog);
+    return started;
+}
 
-    struct kvb_hist *op_lat = calloc(1, sizeof(*op_lat));
-    struct kvb_hist *wait = calloc(1, sizeof(*wait));
-    struct kvb_hist *exposed = calloc(1, sizeof(*exposed));
-    if (!op_lat || !wait || !exposed) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    memset(r, 0, sizeof(*r));
-    for (int q = 0; q < started; q++) {
-        struct lw_request *rq = &rqs[q];
-        kvb_hist_merge(op_lat, &rq->op_lat);
-        kvb_hist_merge(wait, &rq->layer_wait);
-        kvb_hist_merge(exposed, &rq->exposed);
+/* Sums what the started requests measured into r; -ENOMEM if it cannot. */
+static int summarise(const struct lw_request *rqs, int started, enum lw_phase phase,
+                     struct bench_result *r)
+{
+    struct bench_hist *op_lat = calloc(1, sizeof(*op_lat));
+    struct bench_hist *wait = calloc(1, sizeof(*wait));
+    struct bench_hist *exposed = calloc(1, sizeof(*exposed));
+    int rc = op_lat && wait && exposed ? 0 : -ENOMEM;
+    for (int q = 0; rc == 0 && q < started; q++) {
+        const struct lw_request *rq = &rqs[q];
+        bench_hist_merge(op_lat, &rq->op_lat);
+        bench_hist_merge(wait, &rq->layer_wait);
+        bench_hist_merge(exposed, &rq->exposed);
         r->ops += rq->ops;
         r->errors += rq->errors + rq->bad_values;
         r->bytes += rq->bytes;
@@ -417,34 +424,49 @@ static int run_phase(struct lw_request *rqs, const struct lw_config *cfg, enum l
         if (!r->first_error && rq->bad_values) r->first_error = -EBADMSG;
         if (!r->first_error) r->first_error = rq->fail_error;
     }
+    if (rc == 0) {
+        r->p50_us = bench_hist_quantile(op_lat, 0.5) / 1e3;
+        r->p99_us = bench_hist_quantile(op_lat, 0.99) / 1e3;
+        if (phase == PHASE_SAVE) {
+            r->exposed_p50_us = bench_hist_quantile(exposed, 0.5) / 1e3;
+            r->exposed_p99_us = bench_hist_quantile(exposed, 0.99) / 1e3;
+        } else {
+            r->wait_p50_us = bench_hist_quantile(wait, 0.5) / 1e3;
+            r->wait_p99_us = bench_hist_quantile(wait, 0.99) / 1e3;
+            r->req_wait_p50_us = bench_hist_quantile(exposed, 0.5) / 1e3;
+            r->req_wait_p99_us = bench_hist_quantile(exposed, 0.99) / 1e3;
+        }
+    }
+    /* A round that timed out counts as an error even if no single op failed. */
+    for (int q = 0; q < started; q++)
+        if (rqs[q].failed && !r->errors) r->errors = 1;
+    free(exposed);
+    free(wait);
+    free(op_lat);
+    return rc;
+}
+
+/* Runs one phase for every request at once and summarises it into r. */
+static int run_phase(struct lw_request *rqs, const struct lw_config *cfg, enum lw_phase phase,
+                     _Atomic uint64_t *done, struct bench_result *r)
+{
+    atomic_store(done, 0);
+    uint64_t start = kvs_now_ns();
+    reset_requests(rqs, cfg, phase, start + (uint64_t)(cfg->seconds * 1e9));
+    int started = run_requests(rqs, cfg, phase, done);
+    uint64_t end = kvs_now_ns();
+    memset(r, 0, sizeof(*r));
     snprintf(r->workload, sizeof(r->workload), "%s",
              phase == PHASE_SAVE ? "layerwise-save" : "layerwise-load");
-    kvb_result_timing(r, cfg->mode, start, end);
     snprintf(r->label, sizeof(r->label), "%s tp%d block%d prompt%d req%d compute%lluus", cfg->model,
              cfg->tp, cfg->block_tokens, cfg->prompt_tokens, cfg->requests,
              (unsigned long long)(cfg->compute_ns / 1000));
     r->size = cfg->slice;
     r->threads = cfg->requests;
-    r->batch = cfg->mode == KVB_SINGLE ? 1 : cfg->blocks;
-    r->p50_us = kvb_hist_quantile(op_lat, 0.5) / 1e3;
-    r->p99_us = kvb_hist_quantile(op_lat, 0.99) / 1e3;
-    if (phase == PHASE_SAVE) {
-        r->exposed_p50_us = kvb_hist_quantile(exposed, 0.5) / 1e3;
-        r->exposed_p99_us = kvb_hist_quantile(exposed, 0.99) / 1e3;
-    } else {
-        r->wait_p50_us = kvb_hist_quantile(wait, 0.5) / 1e3;
-        r->wait_p99_us = kvb_hist_quantile(wait, 0.99) / 1e3;
-        r->req_wait_p50_us = kvb_hist_quantile(exposed, 0.5) / 1e3;
-        r->req_wait_p99_us = kvb_hist_quantile(exposed, 0.99) / 1e3;
-    }
-    /* A round that timed out counts as an error even if no single op failed. */
-    for (int q = 0; q < started; q++)
-        if (rqs[q].failed && !r->errors) r->errors = 1;
-out:
-    free(exposed);
-    free(wait);
-    free(op_lat);
-    return rc;
+    r->batch = cfg->mode == BENCH_SINGLE ? 1 : cfg->blocks;
+    int rc = summarise(rqs, started, phase, r);
+    bench_result_timing(r, cfg->mode, start, end);
+    return rc < 0 ? rc : started < cfg->requests ? -EAGAIN : 0;
 }
 
 static const struct kvopt_choice model_choices[] = {{"llama3-8b", 0}, {"llama3-70b", 1}, {NULL, 0}};
@@ -458,7 +480,7 @@ static const struct kvopt_choice phase_choices[] = {
 /* kvbench layerwise as given on the command line. */
 struct lw_cmd {
     struct lw_config cfg;
-    struct kvb_common common;
+    struct bench_common common;
     int model;  /* index into model_choices */
     int phases; /* DO_SAVE | DO_LOAD */
     long long compute_us;
@@ -470,7 +492,7 @@ static int lw_parse(struct lw_cmd *lc, int argc, char **argv)
 {
     struct lw_config *cfg = &lc->cfg;
     const struct kvopt opts[] = {
-        KVB_OPT_SERVERS(lc->common),
+        BENCH_OPT_SERVERS(lc->common),
         {"model", 0, KVOPT_ENUM, KVOPT_TO(lc->model), "M",
          "the model: llama3-8b has 32 layers, llama3-70b 80", .choices = model_choices},
         {"block", 0, KVOPT_ENUM, KVOPT_TO(cfg->block_tokens), "T", "tokens per block",
@@ -490,11 +512,11 @@ static int lw_parse(struct lw_cmd *lc, int argc, char **argv)
         {"phase", 0, KVOPT_ENUM, KVOPT_TO(lc->phases), "P", "what is measured (load needs save)",
          .choices = phase_choices},
         {"mode", 0, KVOPT_ENUM, KVOPT_TO(cfg->mode), "M", "the I/O path",
-         .choices = kvb_mode_choices},
+         .choices = bench_mode_choices},
         {"seconds", 0, KVOPT_SECONDS, KVOPT_TO(cfg->seconds), "S", "time bound per phase", .lo = 0,
          .hi = 86400},
         {"no-verify", 0, KVOPT_FLAG, KVOPT_TO(lc->no_verify), NULL, "do not check loaded values"},
-        KVB_OPTS_OUTPUT(lc->common),
+        BENCH_OPTS_OUTPUT(lc->common),
         {0}};
     const struct kvopt_cmd cmd = {
         .name = "kvbench layerwise", .usage = "usage: kvbench layerwise [options]\n", .opts = opts};
@@ -525,8 +547,8 @@ static void lw_print_shape(const struct lw_config *cfg)
            "%d requests x %d rounds, compute %llu us/layer, path %s\n",
            cfg->model, cfg->layers, cfg->tp, cfg->block_tokens, cfg->blocks, cfg->slice,
            cfg->requests, cfg->rounds, (unsigned long long)(cfg->compute_ns / 1000),
-           cfg->mode == KVB_SINGLE && kvb_shim_preloaded() ? "single (shim preloaded)"
-                                                           : kvb_mode_name(cfg->mode));
+           cfg->mode == BENCH_SINGLE && bench_shim_preloaded() ? "single (shim preloaded)"
+                                                               : bench_mode_name(cfg->mode));
 }
 
 /*
@@ -535,39 +557,39 @@ static void lw_print_shape(const struct lw_config *cfg)
  * then the medians. Adds the errors seen to *errors; -1 if a phase could not run.
  */
 static int lw_measure(struct lw_request *rqs, const struct lw_cmd *lc, _Atomic uint64_t *done,
-                      struct kvb_output *out, uint64_t *errors)
+                      struct bench_output *out, uint64_t *errors)
 {
     const struct lw_config *cfg = &lc->cfg;
     int repeat = lc->common.repeat;
     int do_save = lc->phases & DO_SAVE, do_load = lc->phases & DO_LOAD;
-    struct kvb_result save_runs[64], load_runs[64], med;
+    struct bench_result save_runs[64], load_runs[64], med;
     for (int i = 0; i < repeat; i++) {
         if (do_save || i == 0) {
             if (run_phase(rqs, cfg, PHASE_SAVE, done, &save_runs[i]) < 0) return -1;
             save_runs[i].run = i + 1;
             *errors += save_runs[i].errors;
-            if (do_save) kvb_emit(out, &save_runs[i]);
+            if (do_save) bench_emit(out, &save_runs[i]);
         }
         if (do_load) {
             if (run_phase(rqs, cfg, PHASE_LOAD, done, &load_runs[i]) < 0) return -1;
             load_runs[i].run = i + 1;
             *errors += load_runs[i].errors;
-            kvb_emit(out, &load_runs[i]);
+            bench_emit(out, &load_runs[i]);
         }
     }
-    if (do_save) kvb_emit_median(out, save_runs, repeat, &med);
-    if (do_load) kvb_emit_median(out, load_runs, repeat, &med);
+    if (do_save) bench_emit_median(out, save_runs, repeat, &med);
+    if (do_load) bench_emit_median(out, load_runs, repeat, &med);
     return 0;
 }
 
-int kvb_layerwise_main(int argc, char **argv)
+int bench_layerwise_main(int argc, char **argv)
 {
     struct lw_cmd lc = {.cfg = {.block_tokens = 16,
                                 .tp = 1,
                                 .requests = 8,
                                 .prompt_tokens = 256,
                                 .rounds = 3,
-                                .mode = KVB_SINGLE,
+                                .mode = BENCH_SINGLE,
                                 .seconds = 120},
                         .common = {.repeat = 1},
                         .phases = DO_SAVE | DO_LOAD,
@@ -577,22 +599,22 @@ int kvb_layerwise_main(int argc, char **argv)
     if (rc < 0 || lw_derive(&lc) < 0) return KVOPT_EXIT_USAGE;
 
     struct lw_config *cfg = &lc.cfg;
-    struct kvb_output out;
-    if (kvb_session_open(&lc.common, "kvbench layerwise", &cfg->client, &out) < 0)
+    struct bench_output out;
+    if (bench_session_open(&lc.common, "kvbench layerwise", &cfg->client, &out) < 0)
         return KVOPT_EXIT_USAGE;
     cfg->run_tag = (unsigned)getpid() ^ (unsigned)kvs_now_ns();
     struct lw_request *rqs = calloc((size_t)cfg->requests, sizeof(*rqs));
     _Atomic uint64_t done = 0;
     uint64_t errors = 0;
-    rc = KVB_EXIT_ERRORS;
+    rc = BENCH_EXIT_ERRORS;
     if (!rqs || requests_init(rqs, cfg, &done) < 0) {
         fprintf(stderr, "kvbench layerwise: out of memory\n");
     } else {
         lw_print_shape(cfg);
-        if (lw_measure(rqs, &lc, &done, &out, &errors) == 0) rc = errors ? KVB_EXIT_ERRORS : 0;
+        if (lw_measure(rqs, &lc, &done, &out, &errors) == 0) rc = errors ? BENCH_EXIT_ERRORS : 0;
     }
     if (rqs) requests_free(rqs, cfg);
     free(rqs);
-    if (kvb_session_close(cfg->client, &out) < 0 && rc == 0) rc = KVB_EXIT_ERRORS;
+    if (bench_session_close(cfg->client, &out) < 0 && rc == 0) rc = BENCH_EXIT_ERRORS;
     return rc;
 }

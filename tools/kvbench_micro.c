@@ -17,11 +17,11 @@
 
 /* The sweep as given on the command line. */
 struct micro_cmd {
-    struct kvb_common common;
+    struct bench_common common;
     size_t sizes[MAX_LIST];
     int threads[MAX_LIST];
-    enum kvb_mode paths[MAX_LIST];
-    enum kvb_op ops[MAX_LIST];
+    enum bench_mode paths[MAX_LIST];
+    enum bench_op ops[MAX_LIST];
     int nsizes, nthreads, npaths, nops;
     int batch;
     long long max_ops;
@@ -31,15 +31,15 @@ struct micro_cmd {
 /* Parses micro's options into mc; 0, KVOPT_HELP or -EINVAL. */
 static int micro_parse(struct micro_cmd *mc, int argc, char **argv)
 {
-    const struct kvopt opts[] = {KVB_OPT_SERVERS(mc->common),
+    const struct kvopt opts[] = {BENCH_OPT_SERVERS(mc->common),
                                  {"sizes", 0, KVOPT_SIZE, KVOPT_LIST(mc->sizes, mc->nsizes), "L",
                                   "value sizes", .lo = 0, .hi = 64 << 20},
                                  {"threads", 0, KVOPT_COUNT, KVOPT_LIST(mc->threads, mc->nthreads),
                                   "L", "thread counts", .lo = 1, .hi = 1024},
                                  {"paths", 0, KVOPT_ENUM, KVOPT_LIST(mc->paths, mc->npaths), "L",
-                                  "the I/O paths", .choices = kvb_mode_choices},
+                                  "the I/O paths", .choices = bench_mode_choices},
                                  {"ops", 0, KVOPT_ENUM, KVOPT_LIST(mc->ops, mc->nops), "L",
-                                  "the operations", .choices = kvb_op_choices},
+                                  "the operations", .choices = bench_op_choices},
                                  {"batch", 0, KVOPT_COUNT, KVOPT_TO(mc->batch), "N",
                                   "keys per batch / async depth", .lo = 1, .hi = 65536},
                                  {"seconds", 0, KVOPT_SECONDS, KVOPT_TO(mc->seconds), "S",
@@ -47,7 +47,7 @@ static int micro_parse(struct micro_cmd *mc, int argc, char **argv)
                                  {"max-ops", 0, KVOPT_COUNT, KVOPT_TO(mc->max_ops), "N",
                                   "op bound per point", .lo = 1, .hi = 1000000000,
                                   .accepted = "1..10^9"},
-                                 KVB_OPTS_OUTPUT(mc->common),
+                                 BENCH_OPTS_OUTPUT(mc->common),
                                  {0}};
     const struct kvopt_cmd cmd = {
         .name = "kvbench micro", .usage = "usage: kvbench micro [options]\n", .opts = opts};
@@ -55,20 +55,20 @@ static int micro_parse(struct micro_cmd *mc, int argc, char **argv)
 }
 
 /* One point of the sweep, --repeat times: the run printed, or only the median of several. */
-static int micro_point(struct kvb_basic *b, const struct micro_cmd *mc, struct kvb_output *out,
+static int micro_point(struct bench_basic *b, const struct micro_cmd *mc, struct bench_output *out,
                        uint64_t *errors)
 {
     /* Big values x many threads: fewer keys per batch, the same bound on buffers. */
     uint64_t per = (uint64_t)b->size * (uint64_t)b->threads;
-    if (per && (uint64_t)b->batch * per > KVB_MAX_BUFFER_BYTES)
-        b->batch = KVB_MAX_BUFFER_BYTES / per ? (int)(KVB_MAX_BUFFER_BYTES / per) : 1;
-    struct kvb_result med;
-    return kvb_basic_repeat(b, mc->common.repeat, mc->common.repeat == 1, out, &med, errors);
+    if (per && (uint64_t)b->batch * per > BENCH_MAX_BUFFER_BYTES)
+        b->batch = BENCH_MAX_BUFFER_BYTES / per ? (int)(BENCH_MAX_BUFFER_BYTES / per) : 1;
+    struct bench_result med;
+    return bench_basic_repeat(b, mc->common.repeat, mc->common.repeat == 1, out, &med, errors);
 }
 
 /* Every op x path x thread count at one value size, on its own prefilled key space. */
 static int micro_size(kvs_client *client, size_t size, const struct micro_cmd *mc,
-                      struct kvb_output *out, uint64_t *errors)
+                      struct bench_output *out, uint64_t *errors)
 {
     char prefix[64];
     snprintf(prefix, sizeof(prefix), "kvbm.%d.%zu", (int)getpid(), size);
@@ -76,8 +76,8 @@ static int micro_size(kvs_client *client, size_t size, const struct micro_cmd *m
     keys = keys < 64 ? 64 : keys > 4096 ? 4096 : keys;
     int prefilled = 0;
     for (int oi = 0; oi < mc->nops; oi++) {
-        if (mc->ops[oi] != KVB_PUT && !prefilled) {
-            int rc = kvb_basic_prefill(client, prefix, keys, size);
+        if (mc->ops[oi] != BENCH_PUT && !prefilled) {
+            int rc = bench_basic_prefill(client, prefix, keys, size);
             if (rc < 0) {
                 fprintf(stderr, "kvbench micro: prefill of %zu B values failed: %s\n", size,
                         kvs_strerror(rc));
@@ -86,19 +86,19 @@ static int micro_size(kvs_client *client, size_t size, const struct micro_cmd *m
             prefilled = 1;
         }
         for (int pi = 0; pi < mc->npaths; pi++) {
-            if (mc->paths[pi] == KVB_ASYNC && mc->ops[oi] == KVB_EXISTS) continue;
+            if (mc->paths[pi] == BENCH_ASYNC && mc->ops[oi] == BENCH_EXISTS) continue;
             for (int ti = 0; ti < mc->nthreads; ti++) {
-                struct kvb_basic b = {.client = client,
-                                      .op = mc->ops[oi],
-                                      .mode = mc->paths[pi],
-                                      .size = size,
-                                      .threads = mc->threads[ti],
-                                      .batch = mc->batch,
-                                      .ops = (uint64_t)mc->max_ops,
-                                      .seconds = mc->seconds,
-                                      .keys = keys,
-                                      .prefix = prefix,
-                                      .quiet = mc->common.quiet};
+                struct bench_basic b = {.client = client,
+                                        .op = mc->ops[oi],
+                                        .mode = mc->paths[pi],
+                                        .size = size,
+                                        .threads = mc->threads[ti],
+                                        .batch = mc->batch,
+                                        .ops = (uint64_t)mc->max_ops,
+                                        .seconds = mc->seconds,
+                                        .keys = keys,
+                                        .prefix = prefix,
+                                        .quiet = mc->common.quiet};
                 int rc = micro_point(&b, mc, out, errors);
                 if (rc < 0) return rc;
             }
@@ -107,16 +107,16 @@ static int micro_size(kvs_client *client, size_t size, const struct micro_cmd *m
     return 0;
 }
 
-int kvb_micro_main(int argc, char **argv)
+int bench_micro_main(int argc, char **argv)
 {
     struct micro_cmd mc = {.common = {.repeat = 1},
                            .sizes = {1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20},
                            .nsizes = 6,
                            .threads = {1, 4, 16, 64},
                            .nthreads = 4,
-                           .paths = {KVB_SINGLE, KVB_BATCH},
+                           .paths = {BENCH_SINGLE, BENCH_BATCH},
                            .npaths = 2,
-                           .ops = {KVB_PUT, KVB_GET, KVB_EXISTS},
+                           .ops = {BENCH_PUT, BENCH_GET, BENCH_EXISTS},
                            .nops = 3,
                            .batch = 64,
                            .max_ops = 1000000,
@@ -126,13 +126,13 @@ int kvb_micro_main(int argc, char **argv)
     if (rc < 0) return KVOPT_EXIT_USAGE;
 
     kvs_client *client;
-    struct kvb_output out;
-    if (kvb_session_open(&mc.common, "kvbench micro", &client, &out) < 0) return KVOPT_EXIT_USAGE;
+    struct bench_output out;
+    if (bench_session_open(&mc.common, "kvbench micro", &client, &out) < 0) return KVOPT_EXIT_USAGE;
     uint64_t errors = 0;
     rc = 0;
     for (int si = 0; si < mc.nsizes && rc == 0; si++)
-        if (micro_size(client, mc.sizes[si], &mc, &out, &errors) < 0) rc = KVB_EXIT_ERRORS;
-    if (kvb_session_close(client, &out) < 0 && rc == 0) rc = KVB_EXIT_ERRORS;
-    if (rc == 0 && errors) rc = KVB_EXIT_ERRORS;
+        if (micro_size(client, mc.sizes[si], &mc, &out, &errors) < 0) rc = BENCH_EXIT_ERRORS;
+    if (bench_session_close(client, &out) < 0 && rc == 0) rc = BENCH_EXIT_ERRORS;
+    if (rc == 0 && errors) rc = BENCH_EXIT_ERRORS;
     return rc;
 }

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void kvb_sleep_ns(uint64_t ns)
+void bench_sleep_ns(uint64_t ns)
 {
     struct timespec ts = kvs_ns_to_timespec(ns);
     for (int i = 0; i < 100 && nanosleep(&ts, &ts) < 0 && errno == EINTR; i++) {
@@ -21,44 +21,44 @@ void kvb_sleep_ns(uint64_t ns)
 /* Bucket of a value: exact below 2*SUB, then SUB sub-buckets per power of two. */
 static unsigned hist_index(uint64_t v)
 {
-    if (v < 2 * KVB_HIST_SUB) return (unsigned)v;
+    if (v < 2 * BENCH_HIST_SUB) return (unsigned)v;
     unsigned e = 63u - (unsigned)__builtin_clzll(v); /* >= SUBBITS + 1 */
-    unsigned sub = (unsigned)(v >> (e - KVB_HIST_SUBBITS)) & (KVB_HIST_SUB - 1);
-    unsigned idx = 2 * KVB_HIST_SUB + (e - KVB_HIST_SUBBITS - 1) * KVB_HIST_SUB + sub;
-    return idx < KVB_HIST_BUCKETS ? idx : KVB_HIST_BUCKETS - 1;
+    unsigned sub = (unsigned)(v >> (e - BENCH_HIST_SUBBITS)) & (BENCH_HIST_SUB - 1);
+    unsigned idx = 2 * BENCH_HIST_SUB + (e - BENCH_HIST_SUBBITS - 1) * BENCH_HIST_SUB + sub;
+    return idx < BENCH_HIST_BUCKETS ? idx : BENCH_HIST_BUCKETS - 1;
 }
 
 /* Middle of the value range a bucket covers. */
 static double hist_value(unsigned idx)
 {
-    if (idx < 2 * KVB_HIST_SUB) return (double)idx;
-    unsigned e = (idx - 2 * KVB_HIST_SUB) / KVB_HIST_SUB + KVB_HIST_SUBBITS + 1;
-    unsigned sub = (idx - 2 * KVB_HIST_SUB) % KVB_HIST_SUB;
-    double step = (double)(1ull << (e - KVB_HIST_SUBBITS));
+    if (idx < 2 * BENCH_HIST_SUB) return (double)idx;
+    unsigned e = (idx - 2 * BENCH_HIST_SUB) / BENCH_HIST_SUB + BENCH_HIST_SUBBITS + 1;
+    unsigned sub = (idx - 2 * BENCH_HIST_SUB) % BENCH_HIST_SUB;
+    double step = (double)(1ull << (e - BENCH_HIST_SUBBITS));
     return (double)(1ull << e) + step * sub + step / 2;
 }
 
-void kvb_hist_add(struct kvb_hist *h, uint64_t ns, uint64_t times)
+void bench_hist_add(struct bench_hist *h, uint64_t ns, uint64_t times)
 {
     h->bucket[hist_index(ns)] += times;
     h->count += times;
     if (ns > h->max_ns) h->max_ns = ns;
 }
 
-void kvb_hist_merge(struct kvb_hist *into, const struct kvb_hist *from)
+void bench_hist_merge(struct bench_hist *into, const struct bench_hist *from)
 {
-    for (unsigned i = 0; i < KVB_HIST_BUCKETS; i++)
+    for (unsigned i = 0; i < BENCH_HIST_BUCKETS; i++)
         into->bucket[i] += from->bucket[i];
     into->count += from->count;
     if (from->max_ns > into->max_ns) into->max_ns = from->max_ns;
 }
 
-double kvb_hist_quantile(const struct kvb_hist *h, double q)
+double bench_hist_quantile(const struct bench_hist *h, double q)
 {
     if (h->count == 0) return 0;
     uint64_t rank = (uint64_t)(q * (double)(h->count - 1)) + 1;
     uint64_t seen = 0;
-    for (unsigned i = 0; i < KVB_HIST_BUCKETS; i++) {
+    for (unsigned i = 0; i < BENCH_HIST_BUCKETS; i++) {
         seen += h->bucket[i];
         if (seen >= rank) {
             double v = hist_value(i);
@@ -68,10 +68,11 @@ double kvb_hist_quantile(const struct kvb_hist *h, double q)
     return (double)h->max_ns;
 }
 
-void kvb_result_timing(struct kvb_result *r, enum kvb_mode mode, uint64_t start_ns, uint64_t end_ns)
+void bench_result_timing(struct bench_result *r, enum bench_mode mode, uint64_t start_ns,
+                         uint64_t end_ns)
 {
     snprintf(r->path, sizeof(r->path), "%s",
-             mode == KVB_SINGLE && kvb_shim_preloaded() ? "shim" : kvb_mode_name(mode));
+             mode == BENCH_SINGLE && bench_shim_preloaded() ? "shim" : bench_mode_name(mode));
     r->seconds = (double)(end_ns - start_ns) / 1e9;
     if (r->seconds > 0) {
         /* ops that succeeded (a timed-out round counts one error even with no op) */
@@ -80,26 +81,26 @@ void kvb_result_timing(struct kvb_result *r, enum kvb_mode mode, uint64_t start_
     }
 }
 
-int kvb_shim_preloaded(void)
+int bench_shim_preloaded(void)
 {
     const char *p = getenv("LD_PRELOAD");
     return p && strstr(p, "libkvbatch") != NULL;
 }
 
-const char *kvb_op_name(enum kvb_op op)
+const char *bench_op_name(enum bench_op op)
 {
-    return op == KVB_PUT ? "put" : op == KVB_GET ? "get" : "exists";
+    return op == BENCH_PUT ? "put" : op == BENCH_GET ? "get" : "exists";
 }
 
-const char *kvb_mode_name(enum kvb_mode mode)
+const char *bench_mode_name(enum bench_mode mode)
 {
-    return mode == KVB_SINGLE ? "single" : mode == KVB_BATCH ? "batch" : "async";
+    return mode == BENCH_SINGLE ? "single" : mode == BENCH_BATCH ? "batch" : "async";
 }
 
-const struct kvopt_choice kvb_op_choices[] = {
-    {"put", KVB_PUT}, {"get", KVB_GET}, {"exists", KVB_EXISTS}, {NULL, 0}};
-const struct kvopt_choice kvb_mode_choices[] = {
-    {"single", KVB_SINGLE}, {"batch", KVB_BATCH}, {"async", KVB_ASYNC}, {NULL, 0}};
+const struct kvopt_choice bench_op_choices[] = {
+    {"put", BENCH_PUT}, {"get", BENCH_GET}, {"exists", BENCH_EXISTS}, {NULL, 0}};
+const struct kvopt_choice bench_mode_choices[] = {
+    {"single", BENCH_SINGLE}, {"batch", BENCH_BATCH}, {"async", BENCH_ASYNC}, {NULL, 0}};
 
 /* Latency for humans: ns in, "12.3us" / "4.56ms" out. */
 static const char *fmt_us(char *buf, size_t cap, double us)
@@ -111,7 +112,7 @@ static const char *fmt_us(char *buf, size_t cap, double us)
     return buf;
 }
 
-void kvb_print_result(const struct kvb_result *r)
+void bench_print_result(const struct bench_result *r)
 {
     char a[32], b[32], c[32], d[32];
     char run[16];
@@ -148,8 +149,8 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median of one double field across runs (offset into struct kvb_result). */
-static double median_of(const struct kvb_result *runs, int n, size_t offset)
+/* Median of one double field across runs (offset into struct bench_result). */
+static double median_of(const struct bench_result *runs, int n, size_t offset)
 {
     double v[64] = {0};
     if (n > 64) n = 64;
@@ -160,7 +161,7 @@ static double median_of(const struct kvb_result *runs, int n, size_t offset)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-void kvb_median(const struct kvb_result *runs, int n, struct kvb_result *med)
+void bench_median(const struct bench_result *runs, int n, struct bench_result *med)
 {
     *med = runs[0];
     med->run = 0;
@@ -171,7 +172,7 @@ void kvb_median(const struct kvb_result *runs, int n, struct kvb_result *med)
         med->bytes += runs[i].bytes;
         if (!med->first_error) med->first_error = runs[i].first_error;
     }
-#define MED(f) med->f = median_of(runs, n, offsetof(struct kvb_result, f))
+#define MED(f) med->f = median_of(runs, n, offsetof(struct bench_result, f))
     MED(seconds);
     MED(ops_per_s);
     MED(bytes_per_s);
@@ -193,7 +194,7 @@ static const char CSV_HEADER[] =
     "p50_us,p99_us,batch_p50_us,batch_p99_us,exposed_p50_us,exposed_p99_us,wait_p50_us,"
     "wait_p99_us,req_wait_p50_us,req_wait_p99_us,shim\n";
 
-int kvb_output_open(struct kvb_output *out, const char *csv_path, const char *json_path)
+int bench_output_open(struct bench_output *out, const char *csv_path, const char *json_path)
 {
     memset(out, 0, sizeof(*out));
     if (csv_path) {
@@ -218,9 +219,9 @@ int kvb_output_open(struct kvb_output *out, const char *csv_path, const char *js
     return 0;
 }
 
-void kvb_output_row(struct kvb_output *out, const struct kvb_result *r)
+void bench_output_row(struct bench_output *out, const struct bench_result *r)
 {
-    int shim = kvb_shim_preloaded();
+    int shim = bench_shim_preloaded();
     if (out->csv) {
         /* labels are ours (no commas or quotes), written quoted anyway */
         fprintf(out->csv,
@@ -253,7 +254,7 @@ void kvb_output_row(struct kvb_output *out, const struct kvb_result *r)
     }
 }
 
-int kvb_output_close(struct kvb_output *out)
+int bench_output_close(struct bench_output *out)
 {
     int rc = 0;
     if (out->csv && fclose(out->csv) != 0) rc = -errno;
@@ -265,8 +266,8 @@ int kvb_output_close(struct kvb_output *out)
     return rc;
 }
 
-int kvb_session_open(const struct kvb_common *c, const char *who, kvs_client **client,
-                     struct kvb_output *out)
+int bench_session_open(const struct bench_common *c, const char *who, kvs_client **client,
+                       struct bench_output *out)
 {
     *client = kvs_open(c->servers);
     if (!*client) {
@@ -274,7 +275,7 @@ int kvb_session_open(const struct kvb_common *c, const char *who, kvs_client **c
                 c->servers ? c->servers : "(default)", strerror(errno));
         return -1;
     }
-    if (kvb_output_open(out, c->csv, c->json) < 0) {
+    if (bench_output_open(out, c->csv, c->json) < 0) {
         kvs_close(*client);
         *client = NULL;
         return -1;
@@ -282,28 +283,28 @@ int kvb_session_open(const struct kvb_common *c, const char *who, kvs_client **c
     return 0;
 }
 
-int kvb_session_close(kvs_client *client, struct kvb_output *out)
+int bench_session_close(kvs_client *client, struct bench_output *out)
 {
-    int rc = kvb_output_close(out) < 0 ? -1 : 0;
+    int rc = bench_output_close(out) < 0 ? -1 : 0;
     kvs_close(client);
     return rc;
 }
 
-void kvb_emit(struct kvb_output *out, const struct kvb_result *r)
+void bench_emit(struct bench_output *out, const struct bench_result *r)
 {
-    kvb_print_result(r);
-    kvb_output_row(out, r);
+    bench_print_result(r);
+    bench_output_row(out, r);
 }
 
-void kvb_emit_median(struct kvb_output *out, const struct kvb_result *runs, int n,
-                     struct kvb_result *med)
+void bench_emit_median(struct bench_output *out, const struct bench_result *runs, int n,
+                       struct bench_result *med)
 {
-    kvb_median(runs, n, med);
-    if (n > 1) kvb_emit(out, med);
+    bench_median(runs, n, med);
+    if (n > 1) bench_emit(out, med);
 }
 
-void kvb_progress_start(struct kvb_progress *p, const char *what, _Atomic uint64_t *done_ops,
-                        uint64_t total_ops, double seconds, int quiet)
+void bench_progress_start(struct bench_progress *p, const char *what, _Atomic uint64_t *done_ops,
+                          uint64_t total_ops, double seconds, int quiet)
 {
     memset(p, 0, sizeof(*p));
     p->what = what;
@@ -316,7 +317,7 @@ void kvb_progress_start(struct kvb_progress *p, const char *what, _Atomic uint64
 }
 
 /* Called a few times a second by the thread that waits for the workers. */
-void kvb_progress_tick(struct kvb_progress *p)
+void bench_progress_tick(struct bench_progress *p)
 {
     if (p->quiet) return;
     uint64_t now = kvs_now_ns();
@@ -337,7 +338,7 @@ void kvb_progress_tick(struct kvb_progress *p)
     p->last_ops = done;
 }
 
-void kvb_progress_end(struct kvb_progress *p)
+void bench_progress_end(struct bench_progress *p)
 {
     if (p->printed && p->tty) {
         fputs("\r\033[K", stderr);

@@ -464,12 +464,12 @@ static void batch_done(void *arg, ssize_t nok)
  * most the client timeout + 5 s; a batch that never completes is counted and
  * its memory abandoned (the library might still write into it).
  */
-static void batch_op(struct worker *w, struct batch_slot *slot, int do_put)
+/* A batch of n own keys from a random one on: puts get their next version, gets a buffer. */
+static struct batch_ctx *batch_new(struct worker *w, struct batch_slot *slot, int do_put)
 {
-    enum opkind k = do_put ? OP_PUT : OP_GET;
     size_t n = BATCH_KEYS < opt.keys ? BATCH_KEYS : (size_t)opt.keys;
     struct batch_ctx *b = calloc(1, sizeof(*b) + n * opt.max_len);
-    if (!b) return;
+    if (!b) return NULL;
     b->do_put = do_put;
     b->n = n;
     b->slot = slot;
@@ -493,6 +493,55 @@ static void batch_op(struct worker *w, struct batch_slot *slot, int do_put)
             b->lens[i] = opt.max_len;
         }
     }
+    return b;
+}
+
+/* How long a batch's callback may take: the client's timeout ($KVSTORE_TIMEOUT_MS) + 5 s. */
+static unsigned long long batch_limit_ms(void)
+{
+    const char *t = getenv("KVSTORE_TIMEOUT_MS");
+    long tmo = t ? strtol(t, NULL, 10) : 0;
+    return tmo > 0 ? (unsigned long long)tmo + 5000 : 15000;
+}
+
+/* Waits for the batch's callback at most limit_ms; 1 if it came. */
+static int batch_wait(struct worker *w, struct batch_slot *slot, unsigned long long limit_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(limit_ms / 1000);
+    pthread_mutex_lock(&w->lock);
+    while (!atomic_load(&slot->done))
+        if (pthread_cond_timedwait(&w->cv, &w->lock, &ts) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&w->lock);
+    return atomic_load(&slot->done);
+}
+
+/* Each key's status of a completed batch: checked and counted like a single op's. */
+static void batch_account(struct worker *w, const struct batch_ctx *b)
+{
+    enum opkind k = b->do_put ? OP_PUT : OP_GET;
+    for (size_t i = 0; i < b->n; i++) {
+        struct keystate *ks = &w->ks[b->kidx[i]];
+        ssize_t r = b->do_put ? b->status[i] : b->results[i];
+        if (r == INT32_MIN) {
+            atomic_fetch_add(&fig.status_unset, 1);
+            continue;
+        }
+        if (b->do_put)
+            note_put(ks, b->ver[i], (int)r);
+        else
+            check_get(w, b->keys[i], ks, r, b->bufs[i]);
+        count_result(k, r, 0);
+    }
+}
+
+static void batch_op(struct worker *w, struct batch_slot *slot, int do_put)
+{
+    enum opkind k = do_put ? OP_PUT : OP_GET;
+    struct batch_ctx *b = batch_new(w, slot, do_put);
+    if (!b) return;
+    size_t n = b->n;
     b->base = new_ids(n);
     atomic_fetch_add(&fig.issued[k], n);
     atomic_fetch_add(&fig.batches, 1);
@@ -509,36 +558,14 @@ static void batch_op(struct worker *w, struct batch_slot *slot, int do_put)
         free(b);
         return;
     }
-    unsigned long long limit_ms = 15000;
-    const char *t = getenv("KVSTORE_TIMEOUT_MS");
-    long tmo = t ? strtol(t, NULL, 10) : 0;
-    if (tmo > 0) limit_ms = (unsigned long long)tmo + 5000;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(limit_ms / 1000);
-    pthread_mutex_lock(&w->lock);
-    while (!atomic_load(&slot->done))
-        if (pthread_cond_timedwait(&w->cv, &w->lock, &ts) == ETIMEDOUT) break;
-    pthread_mutex_unlock(&w->lock);
-    if (!atomic_load(&slot->done)) {
+    unsigned long long limit_ms = batch_limit_ms();
+    if (!batch_wait(w, slot, limit_ms)) {
         atomic_fetch_add(&fig.abandoned_batches, 1);
         fprintf(stderr, "kvstress: a %s batch did not complete within %llu ms\n", opname[k],
                 limit_ms);
-        return; /* b is leaked on purpose */
+        return; /* b is leaked on purpose: the library might still write into it */
     }
-    for (size_t i = 0; i < n; i++) {
-        struct keystate *ks = &w->ks[b->kidx[i]];
-        ssize_t r = do_put ? b->status[i] : b->results[i];
-        if (r == INT32_MIN) {
-            atomic_fetch_add(&fig.status_unset, 1);
-            continue;
-        }
-        if (do_put)
-            note_put(ks, b->ver[i], (int)r);
-        else
-            check_get(w, b->keys[i], ks, r, b->bufs[i]);
-        count_result(k, r, 0);
-    }
+    batch_account(w, b);
     free(b);
 }
 
@@ -726,59 +753,54 @@ struct wb_result {
  * After the restart, a key is absent or holds the value a later successful
  * put wrote; the lost version turning up would mean a "failed" put landed.
  */
-static void writeback_check(struct wb_result *wr)
+enum { WB_KEYS = 32 };
+
+/* Puts version 1 of every key through the shim: each returns 0 while it waits in the batcher. */
+static void wb_put_pending(kvs_client *c, const char *const keys[], unsigned char *val,
+                           struct wb_result *wr)
 {
-    enum { N = 32 };
-    unsigned char *val = malloc(opt.max_len);
-    if (!val) goto out;
-    wr->ran = 1;
-    kvs_client *c = kvs_open(srv.addr);
-    if (!c) goto out;
     /* Connection up first (a batch call is never interposed), so only the puts wait. */
     const char *warm[] = {"wb.warmup"};
     int wres[1];
     kvs_batch_exists(c, 1, warm, wres);
-    static char keys[N][64];
-    const char *kp[N];
-    for (int i = 0; i < N; i++) {
-        snprintf(keys[i], sizeof(keys[i]), "wb.%d.%d", (int)getpid(), i);
-        kp[i] = keys[i];
+    for (int i = 0; i < WB_KEYS; i++) {
         size_t len = value_len(keys[i], 1);
         kvval_fill(val, len, keys[i], 1);
         atomic_fetch_add(&fig.single_issued[OP_PUT], 1); /* interposed: the shim counts it */
         if (kvs_put(c, keys[i], val, len) == 0) wr->puts++;
     }
-    kill_server(SIGKILL);
-    wr->flush_rc = kvs_flush(c);
-    if (restart_server() < 0) {
-        kvs_close(c);
-        goto out;
-    }
-    /* A later successful put of the even keys (direct batch call); the odd ones must be absent. */
-    for (int i = 0; i < N; i += 2) {
+}
+
+/* A later, acknowledged put of version 2 of the even keys (direct batch calls, retried). */
+static void wb_rewrite_even(kvs_client *c, const char *const keys[], unsigned char *val,
+                            struct wb_result *wr)
+{
+    for (int i = 0; i < WB_KEYS; i += 2) {
         size_t len = value_len(keys[i], 2);
         kvval_fill(val, len, keys[i], 2);
         const void *vp[1] = {val};
         size_t lp[1] = {len};
         int st[1] = {-EIO};
         for (int tries = 0; tries < 100 && st[0] != 0; tries++)
-            if (kvs_batch_put(c, 1, &kp[i], vp, lp, st) != 1) usleep(20000);
+            if (kvs_batch_put(c, 1, &keys[i], vp, lp, st) != 1) usleep(20000);
         if (st[0] == 0) wr->rewritten_ok++;
     }
-    void *bufs[N];
-    size_t caps[N];
-    ssize_t res[N];
-    unsigned char *all = malloc((size_t)N * opt.max_len);
-    if (!all) {
-        kvs_close(c);
-        goto out;
-    }
-    for (int i = 0; i < N; i++) {
+}
+
+/* Reads every key back: the even ones hold version 2, the odd ones are absent. 0 or -ENOMEM. */
+static int wb_read_back(kvs_client *c, const char *const keys[], struct wb_result *wr)
+{
+    void *bufs[WB_KEYS];
+    size_t caps[WB_KEYS];
+    ssize_t res[WB_KEYS];
+    unsigned char *all = malloc((size_t)WB_KEYS * opt.max_len);
+    if (!all) return -ENOMEM;
+    for (int i = 0; i < WB_KEYS; i++) {
         bufs[i] = all + (size_t)i * opt.max_len;
         caps[i] = opt.max_len;
     }
-    kvs_batch_get(c, N, kp, bufs, caps, res);
-    for (int i = 0; i < N; i++) {
+    kvs_batch_get(c, WB_KEYS, keys, bufs, caps, res);
+    for (int i = 0; i < WB_KEYS; i++) {
         unsigned v = 0;
         if (res[i] == -ENOENT) {
             wr->absent++;
@@ -790,9 +812,32 @@ static void writeback_check(struct wb_result *wr)
         }
     }
     free(all);
-    kvs_close(c);
-    wr->ok = wr->flush_rc < 0 && wr->wrong == 0 && wr->revived == 0 && wr->rewritten_ok == N / 2;
-out:
+    return 0;
+}
+
+static void writeback_check(struct wb_result *wr)
+{
+    static char names[WB_KEYS][64];
+    const char *keys[WB_KEYS];
+    for (int i = 0; i < WB_KEYS; i++) {
+        snprintf(names[i], sizeof(names[i]), "wb.%d.%d", (int)getpid(), i);
+        keys[i] = names[i];
+    }
+    unsigned char *val = malloc(opt.max_len);
+    if (!val) return;
+    wr->ran = 1;
+    kvs_client *c = kvs_open(srv.addr);
+    if (c) {
+        wb_put_pending(c, keys, val, wr);
+        kill_server(SIGKILL);
+        wr->flush_rc = kvs_flush(c);
+        if (restart_server() == 0) {
+            wb_rewrite_even(c, keys, val, wr);
+            wr->ok = wb_read_back(c, keys, wr) == 0 && wr->flush_rc < 0 && wr->wrong == 0 &&
+                     wr->revived == 0 && wr->rewritten_ok == WB_KEYS / 2;
+        }
+        kvs_close(c);
+    }
     free(val);
 }
 
