@@ -92,7 +92,7 @@ $(AR_WIRE):   $(call obj,$(WIRE_SRCS))
 $(AR_SERVER): $(call obj,$(SERVER_SRCS))
 $(AR_CLIENT): $(call obj,$(filter-out $(WIRE_SRCS),$(LIB_SRCS)))
 $(AR_BATCH):  $(call obj,$(BATCH_SRCS))
-$(AR_SHIM):   $(call obj,$(filter-out shim/preload.c,$(SHIM_SRCS)))
+$(AR_SHIM):   $(call obj,$(filter-out shim/preload%.c,$(SHIM_SRCS)))
 $(AR_TOOLS):  $(call obj,$(TOOLS_SRCS))
 
 # libkvstore exports only kvs_* (client/libkvstore.map); its own calls bind
@@ -130,13 +130,16 @@ $(KVSTAT): $(call obj,tools/kvbatch-stat.c $(TOOLS_SRCS)) $(AR_COMMON)
 # tests/unit/test_X.c        links the internal archives (+ cmocka)
 # tests/integration/test_X.c links libkvstore.so and tests/lib (starts kvstored)
 # tests/preload/*.c          programs built only against libkvstore, run with and without the shim
+#                            (lib*.c: test doubles preloaded beside it, built as .so)
 UNIT_SRCS  := $(wildcard tests/unit/test_*.c)
 INTEG_SRCS := $(wildcard tests/integration/test_*.c)
 TLIB_SRCS  := $(wildcard tests/lib/*.c) tools/values.c
-PRELOAD_SRCS := $(wildcard tests/preload/*.c)
+PRELOAD_LIB_SRCS := $(wildcard tests/preload/lib*.c)
+PRELOAD_SRCS := $(filter-out $(PRELOAD_LIB_SRCS),$(wildcard tests/preload/*.c))
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRCS))
 INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRCS))
 PRELOAD_BINS := $(patsubst tests/preload/%.c,$(BUILD)/tests/preload/%,$(PRELOAD_SRCS))
+PRELOAD_LIBS := $(patsubst tests/preload/%.c,$(BUILD)/tests/preload/%.so,$(PRELOAD_LIB_SRCS))
 TEST_CPPFLAGS := $(addprefix -I,$(TEST_INCLUDE_DIRS))
 
 $(BUILD)/obj/tests/%.o: tests/%.c
@@ -162,8 +165,14 @@ $(BUILD)/tests/preload/%: $(BUILD)/obj/tests/preload/%.o $(call obj,$(TLIB_SRCS)
 	$(CC) -o $@ $< $(call obj,$(TLIB_SRCS)) $(AR_COMMON) $(LDFLAGS) -L$(BUILD)/lib -lkvstore \
 	    -Wl,-rpath,'$$ORIGIN/../../lib' -lm
 
+# tests/preload/libX.c: test doubles preloaded beside the shim; their calls of
+# kvs_* bind at run time, to whichever library comes first (the shim).
+$(BUILD)/tests/preload/%.so: $(BUILD)/obj/tests/preload/%.o
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $< $(LDFLAGS)
+
 .PHONY: tests test check-deps
-tests: all $(UNIT_BINS) $(INTEG_BINS) $(PRELOAD_BINS)
+tests: all $(UNIT_BINS) $(INTEG_BINS) $(PRELOAD_BINS) $(PRELOAD_LIBS)
 
 check-deps:
 	@scripts/deps.sh test

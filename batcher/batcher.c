@@ -326,14 +326,6 @@ static ssize_t call_one(struct kvb_batcher *b, int kind, const char *key, void *
     return ops->exists_one(b->be.ctx, key);
 }
 
-/* Value bytes an op of kind moved, given its result r: a put's length once stored, a get's read. */
-static uint64_t result_bytes(int kind, ssize_t r, size_t put_len)
-{
-    if (kind == KVB_OP_PUT) return r == 0 ? put_len : 0;
-    if (kind == KVB_OP_GET) return r > 0 ? (uint64_t)r : 0;
-    return 0;
-}
-
 /*
  * Depth of submit() calls on this thread. A completion delivered inside one
  * (a refused batch, or a backend that completes inline) must not send the
@@ -464,7 +456,7 @@ static void done_cb(void *arg, ssize_t nok)
         struct kvb_op *op = bt->ops[i];
         ssize_t r = bt->kind == KVB_OP_GET ? bt->sres[i] : bt->ist[i];
         op->result = r;
-        bytes += result_bytes(bt->kind, r, bt->lens[i]);
+        bytes += kvb_result_bytes(bt->kind, r, bt->lens[i]);
         kvb_count_result(st, bt->kind, r);
         uint64_t d = now - op->t_enq;
         size_t idx = kvb_hist_index(&st->op_latency, d);
@@ -988,7 +980,7 @@ static ssize_t run_sync(struct kvb_batcher *b, struct kvb_op *op)
     if (direct) {
         void *ptr = op->kind == KVB_OP_PUT ? (void *)op->val : op->buf;
         ssize_t r = call_one(b, op->kind, op->key, ptr, op->len);
-        direct_done(b, op->kind, r, op->t_enq, result_bytes(op->kind, r, op->len));
+        direct_done(b, op->kind, r, op->t_enq, kvb_result_bytes(op->kind, r, op->len));
         return r;
     }
     if (op->flags & OPF_TIMER) window_wait(b, op);

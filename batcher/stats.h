@@ -1,7 +1,8 @@
 /*
  * stats.h - the batcher's counters: plain atomics updated without any lock
  * (relaxed; they are statistics, exactness comes from counting each event
- * exactly once), rendered in the Prometheus text format by shim/stats_file.c.
+ * exactly once). The batcher only counts; shim/metrics.c renders them in the
+ * Prometheus text format for the stats file.
  * Per-op figures are aggregated per batch by the completing thread, so the
  * calling threads touch no shared counter on the hot path.
  */
@@ -11,6 +12,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 enum kvb_opkind { KVB_OP_PUT, KVB_OP_GET, KVB_OP_EXISTS, KVB_OP_KINDS };
 
@@ -75,8 +77,6 @@ void kvb_stats_init(struct kvb_stats *s);
 /* The label for a negative status ("ENOENT"...), and its class. */
 enum kvb_status_class kvb_status_class(long status);
 const char *kvb_status_label(enum kvb_status_class c);
-const char *kvb_op_label(enum kvb_opkind k);
-const char *kvb_flush_label(enum kvb_flush_reason r);
 
 /* Bucket index of v in h (nbounds for +Inf). */
 size_t kvb_hist_index(const struct kvb_hist *h, uint64_t v);
@@ -99,17 +99,18 @@ static inline void kvb_gauge(_Atomic int64_t *g, int64_t d)
     atomic_fetch_add_explicit(g, d, memory_order_relaxed);
 }
 
+/* Value bytes an op moved, given its result r: a put's length once stored, what a get read. */
+static inline uint64_t kvb_result_bytes(enum kvb_opkind k, ssize_t r, size_t put_len)
+{
+    if (k == KVB_OP_PUT) return r == 0 ? put_len : 0;
+    if (k == KVB_OP_GET) return r > 0 ? (uint64_t)r : 0;
+    return 0;
+}
+
 /* Counts one op's result: success adds nothing, a negative status one error. */
 static inline void kvb_count_result(struct kvb_stats *s, enum kvb_opkind k, long status)
 {
     if (status < 0) kvb_count(&s->errors[k][kvb_status_class(status)], 1);
 }
-
-/*
- * Renders s in the Prometheus text exposition format (HELP/TYPE lines,
- * cumulative histogram buckets in seconds or units). Returns the full length
- * the text needs; the text is complete only if that is < cap.
- */
-size_t kvb_stats_render(const struct kvb_stats *s, char *buf, size_t cap);
 
 #endif

@@ -1,6 +1,7 @@
 /*
- * statsfile.c - atomic stats-file writes, and the parts of the file that are
- * not the batcher's counters: the settings and the transport's counters.
+ * statsfile.c - the stats file's writer thread and its atomic write (see
+ * statsfile.h). What the file says is the shim's render callback's
+ * (shim/metrics.c formats it).
  */
 #include "statsfile.h"
 
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "clock.h"
 
 int kvb_write_file_atomic(const char *path, const char *text, size_t len)
 {
@@ -44,87 +47,94 @@ out_unlink:
     return rc;
 }
 
-size_t kvb_settings_render(const struct kvb_config *cfg, int passthrough, double start_time,
-                           double now, char *buf, size_t cap)
+int kvb_statsfile_init(struct kvb_statsfile *sf, const char *path, uint64_t interval_ns,
+                       kvb_statsfile_render_fn render, void *arg, kvb_statsfile_log_fn log)
 {
-    int n = snprintf(
-        buf, cap,
-        "# HELP kvbatch_info The shim's mode; pass-through is 1 when it does not batch.\n"
-        "# TYPE kvbatch_info gauge\n"
-        "kvbatch_info{policy=\"%s\",put_mode=\"%s\",passthrough=\"%d\"} 1\n"
-        "# HELP kvbatch_setting_window_seconds KVBATCH_WINDOW_US in effect.\n"
-        "# TYPE kvbatch_setting_window_seconds gauge\nkvbatch_setting_window_seconds %.9g\n"
-        "# HELP kvbatch_setting_max_ops KVBATCH_MAX_OPS in effect.\n"
-        "# TYPE kvbatch_setting_max_ops gauge\nkvbatch_setting_max_ops %u\n"
-        "# HELP kvbatch_setting_max_bytes KVBATCH_MAX_BYTES in effect.\n"
-        "# TYPE kvbatch_setting_max_bytes gauge\nkvbatch_setting_max_bytes %llu\n"
-        "# HELP kvbatch_setting_max_inflight KVBATCH_MAX_INFLIGHT in effect.\n"
-        "# TYPE kvbatch_setting_max_inflight gauge\nkvbatch_setting_max_inflight %u\n"
-        "# HELP kvbatch_setting_writeback_bytes KVBATCH_WRITEBACK_BYTES in effect.\n"
-        "# TYPE kvbatch_setting_writeback_bytes gauge\nkvbatch_setting_writeback_bytes %llu\n"
-        "# HELP kvbatch_start_time_seconds When the shim started (Unix time).\n"
-        "# TYPE kvbatch_start_time_seconds gauge\nkvbatch_start_time_seconds %.3f\n"
-        "# HELP kvbatch_write_time_seconds When this file was written (Unix time).\n"
-        "# TYPE kvbatch_write_time_seconds gauge\nkvbatch_write_time_seconds %.3f\n",
-        kvb_policy_name(cfg->policy), kvb_put_mode_name(cfg->put_mode), passthrough ? 1 : 0,
-        (double)cfg->window_ns / 1e9, cfg->max_ops, (unsigned long long)cfg->max_bytes,
-        cfg->max_inflight, (unsigned long long)cfg->writeback_bytes, start_time, now);
-    return n < 0 ? 0 : (size_t)n;
+    pthread_condattr_t ca;
+    int rc;
+    memset(sf, 0, sizeof(*sf));
+    snprintf(sf->path, sizeof(sf->path), "%s", path);
+    sf->interval_ns = interval_ns;
+    sf->render = render;
+    sf->arg = arg;
+    sf->log = log;
+    sf->gen = ~0u;
+    sf->lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER; /* usable even if the rest fails */
+    if ((rc = pthread_condattr_init(&ca)) == 0) {
+        rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        if (!rc) rc = pthread_cond_init(&sf->cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    if (rc) sf->path[0] = '\0'; /* no file, rather than a writer that cannot wait */
+    return -rc;
 }
 
-void kvb_transport_add(void *arg, const char *server, const char *name, uint64_t value)
+/* Renders and replaces the file; lock held. */
+static void write_locked(struct kvb_statsfile *sf)
 {
-    struct kvb_transport_totals *t = arg;
-    for (unsigned i = 0; i < t->n; i++)
-        if (strcmp(t->e[i].server, server) == 0 && strcmp(t->e[i].name, name) == 0) {
-            t->e[i].value += value;
-            return;
-        }
-    if (t->n == KVB_TRANSPORT_MAX || strlen(server) >= sizeof(t->e[0].server) ||
-        strlen(name) >= sizeof(t->e[0].name)) {
-        t->dropped++;
+    size_t n = sf->render(sf->arg, sf->text, sizeof(sf->text));
+    if (n >= sizeof(sf->text)) {
+        sf->log(KVB_LOG_WARN, "kvbatch: stats text too long; %s not written", sf->path);
         return;
     }
-    snprintf(t->e[t->n].server, sizeof(t->e[0].server), "%s", server);
-    snprintf(t->e[t->n].name, sizeof(t->e[0].name), "%s", name);
-    t->e[t->n].value = value;
-    t->n++;
+    int rc = kvb_write_file_atomic(sf->path, sf->text, n);
+    if (rc < 0) sf->log(KVB_LOG_DEBUG, "kvbatch: writing %s: %s", sf->path, strerror(-rc));
 }
 
-/* Copies s as a Prometheus label value: backslash, quote and newline escaped. */
-static void label_escape(const char *s, char *out, size_t cap)
+static void *writer_main(void *arg)
 {
-    size_t o = 0;
-    for (; *s && o + 2 < cap; s++) {
-        if (*s == '\\' || *s == '"' || *s == '\n') out[o++] = '\\';
-        out[o++] = *s == '\n' ? 'n' : *s;
+    struct kvb_statsfile *sf = arg;
+    pthread_mutex_lock(&sf->lock);
+    while (!sf->stopped) {
+        struct timespec ts = kvs_ns_to_timespec(kvs_now_ns() + sf->interval_ns);
+        if (pthread_cond_timedwait(&sf->cv, &sf->lock, &ts) == ETIMEDOUT && !sf->stopped)
+            write_locked(sf);
     }
-    out[o] = '\0';
+    pthread_mutex_unlock(&sf->lock);
+    return NULL;
 }
 
-size_t kvb_transport_render(const struct kvb_transport_totals *t, char *buf, size_t cap)
+void kvb_statsfile_start(struct kvb_statsfile *sf, unsigned gen)
 {
-    size_t at = 0;
-    int n = snprintf(buf, cap,
-                     "# HELP kvbatch_transport_total libkvstore's transport counters for this "
-                     "process's clients, per server: frames and system calls on TCP; doorbells "
-                     "(ibv_post_send calls), work requests, completions and round trips on RDMA.\n"
-                     "# TYPE kvbatch_transport_total counter\n");
-    if (n < 0) return 0;
-    at = (size_t)n;
-    for (unsigned i = 0; i < t->n; i++) {
-        char server[2 * sizeof(t->e[0].server)];
-        label_escape(t->e[i].server, server, sizeof(server));
-        n = snprintf(at < cap ? buf + at : NULL, at < cap ? cap - at : 0,
-                     "kvbatch_transport_total{server=\"%s\",counter=\"%s\"} %llu\n", server,
-                     t->e[i].name, (unsigned long long)t->e[i].value);
-        if (n < 0) return 0;
-        at += (size_t)n;
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_mutex_lock(&sf->lock);
+    if (!sf->path[0] || sf->stopped || sf->gen == gen) goto out;
+    sf->gen = gen;
+    if (pthread_attr_init(&a) == 0) {
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, writer_main, sf))
+            sf->log(KVB_LOG_WARN, "kvbatch: cannot start the stats writer");
+        pthread_attr_destroy(&a);
     }
-    n = snprintf(at < cap ? buf + at : NULL, at < cap ? cap - at : 0,
-                 "# HELP kvbatch_transport_dropped Transport counters left out of "
-                 "kvbatch_transport_total (table full).\n"
-                 "# TYPE kvbatch_transport_dropped gauge\nkvbatch_transport_dropped %u\n",
-                 t->dropped);
-    return n < 0 ? 0 : at + (size_t)n;
+    write_locked(sf);
+out:
+    pthread_mutex_unlock(&sf->lock);
+}
+
+void kvb_statsfile_stop(struct kvb_statsfile *sf)
+{
+    pthread_mutex_lock(&sf->lock);
+    if (sf->path[0] && !sf->stopped) {
+        sf->stopped = true;
+        pthread_cond_broadcast(&sf->cv);
+        write_locked(sf);
+    }
+    pthread_mutex_unlock(&sf->lock);
+}
+
+void kvb_statsfile_fork_prepare(struct kvb_statsfile *sf)
+{
+    pthread_mutex_lock(&sf->lock);
+}
+
+void kvb_statsfile_fork_parent(struct kvb_statsfile *sf)
+{
+    pthread_mutex_unlock(&sf->lock);
+}
+
+void kvb_statsfile_fork_child(struct kvb_statsfile *sf, const char *path)
+{
+    snprintf(sf->path, sizeof(sf->path), "%s", path);
+    pthread_mutex_unlock(&sf->lock);
 }

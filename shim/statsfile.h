@@ -1,47 +1,63 @@
 /*
- * statsfile.h - writes the stats file atomically: a temporary file beside
- * it, fsync-free (it is a snapshot, not a journal), then rename() over it,
- * so a scraper never sees a half-written file.
+ * statsfile.h - the stats file (KVBATCH_STATS_FILE). A writer thread renders
+ * it every interval and replaces it atomically: a temporary file beside it,
+ * then rename(), so a scraper never sees a half-written file (fsync-free: it
+ * is a snapshot, not a journal). It is written a last time when the writer
+ * stops (at exit); a forked child starts a writer of its own, on its own file.
  */
 #ifndef KVB_STATSFILE_H
 #define KVB_STATSFILE_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
 
-/* Writes text[0..len) to path via "path.tmp.PID" + rename. 0 or a negative errno. */
-int kvb_write_file_atomic(const char *path, const char *text, size_t len);
+/* Renders the whole file into buf; returns the length it needs (complete if < cap). */
+typedef size_t (*kvb_statsfile_render_fn)(void *arg, char *buf, size_t cap);
+/* Where the writer reports a failure (one line, as the shim logs). */
+typedef void (*kvb_statsfile_log_fn)(enum kvb_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
-/*
- * Renders the effective settings and process facts as Prometheus gauges
- * (kvbatch_info, kvbatch_setting_*, kvbatch_start_time_seconds,
- * kvbatch_write_time_seconds). Returns the length it needs (complete if < cap).
- */
-size_t kvb_settings_render(const struct kvb_config *cfg, int passthrough, double start_time,
-                           double now, char *buf, size_t cap);
-
-/*
- * libkvstore's transport counters (kvs_client_counters), summed over the
- * process's clients per server and counter name, for kvbatch_transport_total.
- * A fixed table: a process with more server x counter pairs than it holds
- * drops the rest and says so (dropped).
- */
-#define KVB_TRANSPORT_MAX 256
-struct kvb_transport_totals {
-    struct {
-        char server[64];
-        char name[32];
-        uint64_t value;
-    } e[KVB_TRANSPORT_MAX];
-    unsigned n, dropped;
+struct kvb_statsfile {
+    pthread_mutex_t lock; /* everything below; held while rendering and writing */
+    pthread_cond_t cv;    /* on CLOCK_MONOTONIC: the writer's interval; signalled at stop */
+    char path[KVB_STATS_PATH_MAX]; /* "" = no stats file */
+    uint64_t interval_ns;
+    kvb_statsfile_render_fn render;
+    void *arg;
+    kvb_statsfile_log_fn log;
+    unsigned gen; /* the fork generation whose writer runs; ~0u: none yet */
+    bool stopped; /* the last write is done: no writer runs, none starts */
+    char text[65536];
 };
 
-/* A kvs_counter_cb: adds (server, name, value) into the kvb_transport_totals at arg. */
-void kvb_transport_add(void *arg, const char *server, const char *name, uint64_t value);
+/*
+ * Sets sf up to write path (%p already expanded; "" = never) every
+ * interval_ns. 0, or a negative errno: then sf writes no file (but its lock,
+ * taken around fork, works).
+ */
+int kvb_statsfile_init(struct kvb_statsfile *sf, const char *path, uint64_t interval_ns,
+                       kvb_statsfile_render_fn render, void *arg, kvb_statsfile_log_fn log);
 
-/* Renders the totals as the kvbatch_transport_total counter family. Length needed, as above. */
-size_t kvb_transport_render(const struct kvb_transport_totals *t, char *buf, size_t cap);
+/*
+ * Starts the writer of fork generation gen, unless it runs already (or sf
+ * is stopped or has no path), and writes the file once.
+ */
+void kvb_statsfile_start(struct kvb_statsfile *sf, unsigned gen);
+
+/* Writes the file a last time and stops the writer (at exit). */
+void kvb_statsfile_stop(struct kvb_statsfile *sf);
+
+/* Around fork(): the parent holds sf->lock across it, so the child's copy is consistent. */
+void kvb_statsfile_fork_prepare(struct kvb_statsfile *sf);
+void kvb_statsfile_fork_parent(struct kvb_statsfile *sf);
+/* In the child: its own file (path, "" = none); its writer starts with kvb_statsfile_start. */
+void kvb_statsfile_fork_child(struct kvb_statsfile *sf, const char *path);
+
+/* Writes text[0..len) to path via "path.tmp.PID" + rename. 0 or a negative errno. */
+int kvb_write_file_atomic(const char *path, const char *text, size_t len);
 
 #endif

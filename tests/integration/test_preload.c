@@ -4,7 +4,9 @@
  * LD_PRELOAD=libkvbatch.so and compares: identical results for every call,
  * batching visible in the stats file (which passes promtool), a bad variable
  * reported once with correct results, write-behind data readable by a new
- * process after exit, fork, and a bounded exit when the server is gone.
+ * process after exit (puts after the exit flush included), a library under
+ * the shim calling back into it, fork, and a bounded exit when the server is
+ * gone.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -276,6 +278,53 @@ static void test_writeback_data_survives_exit(void **state)
     assert_int_equal(run(plain_env, tmp("r.out"), tmp("r.err"), rargs), 0);
 }
 
+/*
+ * The program's own atexit handler, which runs after the shim's exit flush,
+ * puts write-behind values: they go straight to libkvstore (nothing would
+ * flush a batcher again) and a new process reads them all.
+ */
+static void test_puts_after_the_exit_flush_are_stored(void **state)
+{
+    static const char *const wargs[] = {"late", "late", "200", NULL};
+    static const char *const rargs[] = {"read", "late", "200", NULL};
+    (void)state;
+    const char *const env[] = {preload(), "KVBATCH_PUT_MODE=writeback", "KVBATCH_POLICY=fixed",
+                               "KVBATCH_WINDOW_US=1s", NULL};
+    const char *const plain_env[] = {NULL};
+    assert_int_equal(run(env, tmp("l.out"), tmp("l.err"), wargs), 0);
+    assert_int_equal(run(plain_env, tmp("lr.out"), tmp("lr.err"), rargs), 0);
+}
+
+/*
+ * A library under the shim whose batch call reaches a call the shim
+ * interposes (tests/preload/libkvs_reenter.c: its kvs_batch_put_async calls
+ * kvs_put, as the Mooncake drop-in's batch calls reach libkvstore's): the
+ * inner calls go straight to libkvstore, never into a batch of their own
+ * (with one batch in flight that would wait on itself) and are not counted
+ * twice.
+ */
+static void test_backend_call_reentering_the_shim_passes_through(void **state)
+{
+    static const char *const args[] = {"async", "reenter", "64", NULL};
+    char lib[PATH_MAX], san[PATH_MAX], reenter[PATH_MAX], env_preload[3 * PATH_MAX + 16];
+    char stats_env[PATH_MAX + 32];
+    (void)state;
+    abs_build("lib/libkvbatch.so", lib, sizeof(lib));
+    abs_build("tests/preload/libkvs_reenter.so", reenter, sizeof(reenter));
+    sanitizer_runtime(san, sizeof(san));
+    snprintf(env_preload, sizeof(env_preload), "LD_PRELOAD=%s%s %s", san, lib, reenter);
+    snprintf(stats_env, sizeof(stats_env), "KVBATCH_STATS_FILE=%s", tmp("reenter.prom"));
+    const char *const env[] = {env_preload, stats_env, "KVBATCH_MAX_INFLIGHT=1", NULL};
+    assert_int_equal(run(env, tmp("re.out"), tmp("re.err"), args), 0);
+    char *text = slurp(tmp("reenter.prom"));
+    double puts = metric(text, "kvbatch_ops_total{op=\"put\"}");
+    double batches = metric(text, "kvbatch_batches_total{op=\"put\"}");
+    double direct = metric(text, "kvbatch_direct_ops_total{op=\"put\"}");
+    fprintf(stderr, "re-entered: %.0f puts in %.0f batches, %.0f direct\n", puts, batches, direct);
+    assert_true(puts == 64 && direct == 0 && batches >= 1);
+    free(text);
+}
+
 static void test_fork(void **state)
 {
     static const char *const args[] = {"fork", NULL};
@@ -319,6 +368,8 @@ int main(void)
         cmocka_unit_test(test_stats_count_every_call_once),
         cmocka_unit_test(test_bad_variable_reports_once_and_passes_through),
         cmocka_unit_test(test_writeback_data_survives_exit),
+        cmocka_unit_test(test_puts_after_the_exit_flush_are_stored),
+        cmocka_unit_test(test_backend_call_reentering_the_shim_passes_through),
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_exit_is_bounded_when_server_is_gone),
     };

@@ -7,6 +7,9 @@
  *   kvb_workload SERVERS write PREFIX N     puts N values and exits (no flush)
  *   kvb_workload SERVERS read PREFIX N      checks those N values
  *   kvb_workload SERVERS fork               parent and forked child both use the client
+ *   kvb_workload SERVERS late PREFIX N      puts N values from an atexit handler that runs
+ *                                           after the shim's exit flush
+ *   kvb_workload SERVERS async PREFIX N     N async puts, then waits for them and reads them
  *
  * Exit status 0 when every check passed.
  */
@@ -192,6 +195,45 @@ static int counted(void)
     return bad;
 }
 
+static const char *late_prefix;
+static int late_n;
+
+/*
+ * Registered before the first kvs_* call, so it runs after the shim's own
+ * atexit handler (handlers run in reverse order): its puts come after the
+ * exit flush. It exits 3 if one fails.
+ */
+static void late_puts(void)
+{
+    if (write_keys(late_prefix, late_n) != 0) _exit(3);
+}
+
+/* N async puts in flight at once, then each waited for and read back. */
+static int async_keys(const char *prefix, int n)
+{
+    static kvs_op *ops[1024];
+    static char vals[1024][256];
+    char key[128], buf[256];
+    int bad = 0;
+    if (n < 1 || n > 1024) return 2;
+    alarm(60); /* a call that waits on itself ends here, killed by SIGALRM */
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s-%d", prefix, i);
+        kvval_fill(vals[i], sizeof(vals[i]), key, 9);
+        bad += kvs_put_async(client, key, vals[i], sizeof(vals[i]), &ops[i]) != 0;
+    }
+    for (int i = 0; i < n; i++)
+        bad += kvs_wait(ops[i]) != 0;
+    for (int i = 0; i < n; i++) {
+        unsigned version = 0;
+        snprintf(key, sizeof(key), "%s-%d", prefix, i);
+        bad += kvs_get(client, key, buf, sizeof(buf)) != (ssize_t)sizeof(buf) ||
+               !kvval_check(buf, sizeof(buf), key, &version) || version != 9;
+    }
+    printf("async %d, %d bad\n", n, bad);
+    return bad ? 1 : 0;
+}
+
 static int forking(void)
 {
     char buf[16];
@@ -218,9 +260,14 @@ int main(int argc, char **argv)
     int rc = 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
-        fprintf(stderr,
-                "usage: kvb_workload SERVERS semantics|threads|write|read|fork|counted ...\n");
+        fprintf(stderr, "usage: kvb_workload SERVERS "
+                        "semantics|threads|write|read|fork|counted|late|async ...\n");
         return 2;
+    }
+    if (strcmp(argv[2], "late") == 0 && argc == 5) {
+        late_prefix = argv[3];
+        late_n = atoi(argv[4]);
+        if (atexit(late_puts) != 0) return 1;
     }
     client = kvs_open(argv[1]);
     if (!client) {
@@ -239,6 +286,10 @@ int main(int argc, char **argv)
         rc = forking();
     else if (strcmp(argv[2], "counted") == 0)
         rc = counted();
+    else if (strcmp(argv[2], "late") == 0 && argc == 5)
+        return 0; /* the puts happen at exit; no kvs_close */
+    else if (strcmp(argv[2], "async") == 0 && argc == 5)
+        rc = async_keys(argv[3], atoi(argv[4]));
     kvs_close(client);
     return rc;
 }

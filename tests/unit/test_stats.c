@@ -1,7 +1,7 @@
 /*
  * test_stats.c - the stats file: counters and histograms rendered in the
  * Prometheus text format (checked by promtool on a real file), exact
- * cumulative buckets, atomic replacement, settings gauges.
+ * cumulative buckets, atomic replacement, settings gauges, the writer thread.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 
 #include "config.h"
 #include "stats.h"
+#include "metrics.h"
 #include "statsfile.h"
 
 static char text[65536];
@@ -129,6 +131,74 @@ static void test_atomic_write_and_promtool(void **state)
     rmdir(dir);
 }
 
+/* A render callback that numbers its calls: the file says which one wrote it. */
+static atomic_int renders;
+static size_t render_count(void *arg, char *buf, size_t cap)
+{
+    (void)arg;
+    return (size_t)snprintf(buf, cap, "render %d\n", atomic_fetch_add(&renders, 1) + 1);
+}
+
+static void no_log(enum kvb_log_level lvl, const char *fmt, ...)
+{
+    (void)lvl;
+    (void)fmt;
+}
+
+static int file_render_number(const char *path)
+{
+    int n = -1;
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    if (fscanf(f, "render %d", &n) != 1) n = -1;
+    fclose(f);
+    return n;
+}
+
+/*
+ * The writer: a first write at start, one per interval, a last one at stop
+ * and none after it; one writer per fork generation, none once stopped.
+ */
+static void test_statsfile_writer(void **state)
+{
+    static struct kvb_statsfile sf;
+    char dir[] = "/tmp/kvb-writer-XXXXXX", path[128];
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/w.prom", dir);
+    atomic_store(&renders, 0);
+    assert_int_equal(kvb_statsfile_init(&sf, path, 2000000 /* 2 ms */, render_count, NULL, no_log),
+                     0);
+    kvb_statsfile_start(&sf, 0);
+    assert_int_equal(file_render_number(path), 1);
+    for (int i = 0; i < 5000 && atomic_load(&renders) < 4; i++)
+        usleep(1000);
+    assert_true(atomic_load(&renders) >= 4); /* the interval writes */
+    kvb_statsfile_stop(&sf);
+    int last = atomic_load(&renders);
+    assert_int_equal(file_render_number(path), last);
+    usleep(20000); /* ten intervals */
+    assert_int_equal(atomic_load(&renders), last);
+    kvb_statsfile_start(&sf, 1); /* stopped: a new generation starts nothing */
+    kvb_statsfile_stop(&sf);
+    assert_int_equal(atomic_load(&renders), last);
+
+    /* A long interval: only start and stop write. The same generation starts once. */
+    static struct kvb_statsfile slow;
+    atomic_store(&renders, 0);
+    assert_int_equal(
+        kvb_statsfile_init(&slow, path, 60ull * 1000000000, render_count, NULL, no_log), 0);
+    kvb_statsfile_start(&slow, 0);
+    kvb_statsfile_start(&slow, 0);
+    assert_int_equal(atomic_load(&renders), 1);
+    kvb_statsfile_start(&slow, 1); /* a forked child's generation: its own writer */
+    assert_int_equal(atomic_load(&renders), 2);
+    kvb_statsfile_stop(&slow);
+    assert_int_equal(file_render_number(path), 3);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -136,6 +206,7 @@ int main(void)
         cmocka_unit_test(test_render_reports_needed_length),
         cmocka_unit_test(test_hist_index),
         cmocka_unit_test(test_atomic_write_and_promtool),
+        cmocka_unit_test(test_statsfile_writer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

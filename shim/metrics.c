@@ -1,0 +1,211 @@
+/*
+ * metrics.c - the stats file's text in the Prometheus text exposition format
+ * (see metrics.h): HELP and TYPE lines, then the samples.
+ */
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *op_label(enum kvb_opkind k)
+{
+    static const char *const names[KVB_OP_KINDS] = {"put", "get", "exists"};
+    return (unsigned)k < KVB_OP_KINDS ? names[k] : "?";
+}
+
+static const char *flush_label(enum kvb_flush_reason r)
+{
+    static const char *const names[KVB_FLUSH_REASONS] = {"window", "max_ops",  "max_bytes",
+                                                         "idle",   "explicit", "exit"};
+    return (unsigned)r < KVB_FLUSH_REASONS ? names[r] : "?";
+}
+
+/* An appender that counts what it would write past the end. */
+struct out {
+    char *buf;
+    size_t cap, len;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(struct out *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = o->len < o->cap ? o->cap - o->len : 0;
+    int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0) o->len += (size_t)n;
+}
+
+static uint64_t load(const _Atomic uint64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+/* One counter family with an op label. */
+static void render_per_op(struct out *o, const char *name, const char *help,
+                          const _Atomic uint64_t v[KVB_OP_KINDS])
+{
+    put(o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (int k = 0; k < KVB_OP_KINDS; k++)
+        put(o, "%s{op=\"%s\"} %llu\n", name, op_label(k), (unsigned long long)load(&v[k]));
+}
+
+/* One histogram; scale divides bounds and sum (1e9 turns ns into seconds). */
+static void render_hist(struct out *o, const char *name, const char *help, const struct kvb_hist *h,
+                        double scale)
+{
+    uint64_t cum = 0;
+    put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (size_t i = 0; i < h->nbounds; i++) {
+        cum += load(&h->bucket[i]);
+        put(o, "%s_bucket{le=\"%.9g\"} %llu\n", name, (double)h->bounds[i] / scale,
+            (unsigned long long)cum);
+    }
+    cum += load(&h->bucket[h->nbounds]);
+    put(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    put(o, "%s_sum %.9g\n", name, (double)load(&h->sum) / scale);
+    /* count equals the +Inf bucket by construction; a reader can check it. */
+    put(o, "%s_count %llu\n", name, (unsigned long long)cum);
+}
+
+size_t kvb_stats_render(const struct kvb_stats *s, char *buf, size_t cap)
+{
+    struct out o = {buf, cap, 0};
+    if (cap) buf[0] = '\0';
+    render_per_op(&o, "kvbatch_ops_total", "Single-key calls handled, per op.", s->ops);
+    render_per_op(&o, "kvbatch_batches_total", "Batches sent to the store, per op.", s->batches);
+    render_per_op(&o, "kvbatch_bytes_total", "Value bytes moved (put: sent, get: received).",
+                  s->bytes);
+    render_per_op(&o, "kvbatch_direct_ops_total",
+                  "Calls passed straight to the real single-key function (not batched).",
+                  s->direct_ops);
+
+    put(&o, "# HELP kvbatch_errors_total Calls that returned a negative status, per op and "
+            "status.\n# TYPE kvbatch_errors_total counter\n");
+    for (int k = 0; k < KVB_OP_KINDS; k++)
+        for (int c = 0; c < KVB_ST_CLASSES; c++) {
+            uint64_t v = load(&s->errors[k][c]);
+            /* ENOENT on get is an ordinary miss: always shown so rates work. */
+            if (v || c == KVB_ST_ENOENT)
+                put(&o, "kvbatch_errors_total{op=\"%s\",status=\"%s\"} %llu\n", op_label(k),
+                    kvb_status_label(c), (unsigned long long)v);
+        }
+
+    put(&o, "# HELP kvbatch_flush_total Batches sent, per reason.\n"
+            "# TYPE kvbatch_flush_total counter\n");
+    for (int r = 0; r < KVB_FLUSH_REASONS; r++)
+        put(&o, "kvbatch_flush_total{reason=\"%s\"} %llu\n", flush_label(r),
+            (unsigned long long)load(&s->flushes[r]));
+
+    put(&o,
+        "# HELP kvbatch_writeback_errors_total Write-behind puts that failed after "
+        "returning 0.\n# TYPE kvbatch_writeback_errors_total counter\n"
+        "kvbatch_writeback_errors_total %llu\n",
+        (unsigned long long)load(&s->writeback_errors));
+
+    put(&o,
+        "# HELP kvbatch_queued_ops Ops accepted and not yet sent.\n"
+        "# TYPE kvbatch_queued_ops gauge\nkvbatch_queued_ops %lld\n",
+        (long long)atomic_load_explicit(&s->queued_ops, memory_order_relaxed));
+    put(&o,
+        "# HELP kvbatch_inflight_batches Batches sent and not yet completed.\n"
+        "# TYPE kvbatch_inflight_batches gauge\nkvbatch_inflight_batches %lld\n",
+        (long long)atomic_load_explicit(&s->inflight_batches, memory_order_relaxed));
+    put(&o,
+        "# HELP kvbatch_writeback_pending_bytes Value bytes held for write-behind puts.\n"
+        "# TYPE kvbatch_writeback_pending_bytes gauge\nkvbatch_writeback_pending_bytes %lld\n",
+        (long long)atomic_load_explicit(&s->writeback_bytes, memory_order_relaxed));
+
+    render_hist(&o, "kvbatch_batch_ops", "Ops per batch.", &s->batch_ops, 1.0);
+    render_hist(&o, "kvbatch_batch_bytes", "Value bytes per batch.", &s->batch_bytes, 1.0);
+    render_hist(&o, "kvbatch_queue_delay_seconds", "Time from a call to its batch being sent.",
+                &s->queue_delay, 1e9);
+    render_hist(&o, "kvbatch_op_latency_seconds", "Time from a call to its result.", &s->op_latency,
+                1e9);
+    return o.len;
+}
+
+size_t kvb_settings_render(const struct kvb_config *cfg, int passthrough, double start_time,
+                           double now, char *buf, size_t cap)
+{
+    struct out o = {buf, cap, 0};
+    if (cap) buf[0] = '\0';
+    put(&o,
+        "# HELP kvbatch_info The shim's mode; pass-through is 1 when it does not batch.\n"
+        "# TYPE kvbatch_info gauge\n"
+        "kvbatch_info{policy=\"%s\",put_mode=\"%s\",passthrough=\"%d\"} 1\n"
+        "# HELP kvbatch_setting_window_seconds KVBATCH_WINDOW_US in effect.\n"
+        "# TYPE kvbatch_setting_window_seconds gauge\nkvbatch_setting_window_seconds %.9g\n"
+        "# HELP kvbatch_setting_max_ops KVBATCH_MAX_OPS in effect.\n"
+        "# TYPE kvbatch_setting_max_ops gauge\nkvbatch_setting_max_ops %u\n"
+        "# HELP kvbatch_setting_max_bytes KVBATCH_MAX_BYTES in effect.\n"
+        "# TYPE kvbatch_setting_max_bytes gauge\nkvbatch_setting_max_bytes %llu\n"
+        "# HELP kvbatch_setting_max_inflight KVBATCH_MAX_INFLIGHT in effect.\n"
+        "# TYPE kvbatch_setting_max_inflight gauge\nkvbatch_setting_max_inflight %u\n"
+        "# HELP kvbatch_setting_writeback_bytes KVBATCH_WRITEBACK_BYTES in effect.\n"
+        "# TYPE kvbatch_setting_writeback_bytes gauge\nkvbatch_setting_writeback_bytes %llu\n"
+        "# HELP kvbatch_start_time_seconds When the shim started (Unix time).\n"
+        "# TYPE kvbatch_start_time_seconds gauge\nkvbatch_start_time_seconds %.3f\n"
+        "# HELP kvbatch_write_time_seconds When this file was written (Unix time).\n"
+        "# TYPE kvbatch_write_time_seconds gauge\nkvbatch_write_time_seconds %.3f\n",
+        kvb_policy_name(cfg->policy), kvb_put_mode_name(cfg->put_mode), passthrough ? 1 : 0,
+        (double)cfg->window_ns / 1e9, cfg->max_ops, (unsigned long long)cfg->max_bytes,
+        cfg->max_inflight, (unsigned long long)cfg->writeback_bytes, start_time, now);
+    return o.len;
+}
+
+void kvb_transport_add(void *arg, const char *server, const char *name, uint64_t value)
+{
+    struct kvb_transport_totals *t = arg;
+    for (unsigned i = 0; i < t->n; i++)
+        if (strcmp(t->e[i].server, server) == 0 && strcmp(t->e[i].name, name) == 0) {
+            t->e[i].value += value;
+            return;
+        }
+    if (t->n == KVB_TRANSPORT_MAX || strlen(server) >= sizeof(t->e[0].server) ||
+        strlen(name) >= sizeof(t->e[0].name)) {
+        t->dropped++;
+        return;
+    }
+    snprintf(t->e[t->n].server, sizeof(t->e[0].server), "%s", server);
+    snprintf(t->e[t->n].name, sizeof(t->e[0].name), "%s", name);
+    t->e[t->n].value = value;
+    t->n++;
+}
+
+/* Copies s as a Prometheus label value: backslash, quote and newline escaped. */
+static void label_escape(const char *s, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (; *s && o + 2 < cap; s++) {
+        if (*s == '\\' || *s == '"' || *s == '\n') out[o++] = '\\';
+        out[o++] = *s == '\n' ? 'n' : *s;
+    }
+    out[o] = '\0';
+}
+
+size_t kvb_transport_render(const struct kvb_transport_totals *t, char *buf, size_t cap)
+{
+    struct out o = {buf, cap, 0};
+    if (cap) buf[0] = '\0';
+    put(&o, "# HELP kvbatch_transport_total libkvstore's transport counters for this "
+            "process's clients, per server: frames and system calls on TCP; doorbells "
+            "(ibv_post_send calls), work requests, completions and round trips on RDMA.\n"
+            "# TYPE kvbatch_transport_total counter\n");
+    for (unsigned i = 0; i < t->n; i++) {
+        char server[2 * sizeof(t->e[0].server)];
+        label_escape(t->e[i].server, server, sizeof(server));
+        put(&o, "kvbatch_transport_total{server=\"%s\",counter=\"%s\"} %llu\n", server,
+            t->e[i].name, (unsigned long long)t->e[i].value);
+    }
+    put(&o,
+        "# HELP kvbatch_transport_dropped Transport counters left out of "
+        "kvbatch_transport_total (table full).\n"
+        "# TYPE kvbatch_transport_dropped gauge\nkvbatch_transport_dropped %u\n",
+        t->dropped);
+    return o.len;
+}

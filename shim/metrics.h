@@ -1,0 +1,53 @@
+/*
+ * metrics.h - the stats file's text, in the Prometheus text exposition
+ * format: the batcher's counters and histograms (struct kvb_stats, which the
+ * batcher only counts into), the settings in effect, and libkvstore's
+ * transport counters. Each renderer returns the length its full text needs;
+ * the text is complete only if that is < cap.
+ */
+#ifndef KVB_METRICS_H
+#define KVB_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "../batcher/stats.h"
+
+/*
+ * s as counter families with an op label (kvbatch_ops_total, ...), errors
+ * per op and status, flushes per reason, gauges, and histograms with
+ * cumulative buckets (latencies in seconds).
+ */
+size_t kvb_stats_render(const struct kvb_stats *s, char *buf, size_t cap);
+
+/*
+ * The effective settings and process facts as gauges (kvbatch_info,
+ * kvbatch_setting_*, kvbatch_start_time_seconds, kvbatch_write_time_seconds).
+ */
+size_t kvb_settings_render(const struct kvb_config *cfg, int passthrough, double start_time,
+                           double now, char *buf, size_t cap);
+
+/*
+ * libkvstore's transport counters (kvs_client_counters), summed over the
+ * process's clients per server and counter name, for kvbatch_transport_total.
+ * A fixed table: a process with more server x counter pairs than it holds
+ * drops the rest and says so (dropped).
+ */
+#define KVB_TRANSPORT_MAX 256
+struct kvb_transport_totals {
+    struct {
+        char server[64];
+        char name[32];
+        uint64_t value;
+    } e[KVB_TRANSPORT_MAX];
+    unsigned n, dropped;
+};
+
+/* A kvs_counter_cb: adds (server, name, value) into the kvb_transport_totals at arg. */
+void kvb_transport_add(void *arg, const char *server, const char *name, uint64_t value);
+
+/* The totals as the kvbatch_transport_total counter family and kvbatch_transport_dropped. */
+size_t kvb_transport_render(const struct kvb_transport_totals *t, char *buf, size_t cap);
+
+#endif

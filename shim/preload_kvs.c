@@ -1,0 +1,199 @@
+/*
+ * preload_kvs.c - the interposed kvs_* calls (shim/libkvbatch.map).
+ *
+ * Each starts with kvb_shim_init and then goes to its client's batcher, or
+ * straight to the real function - counted as a direct call - when the shim
+ * cannot do its job: not batching (policy off, a bad variable, no
+ * libkvstore), a client not opened through the shim (or past the table),
+ * arguments the batch path must not see (the real function returns its own
+ * status for those), or after the exit flush. A call made inside a backend's
+ * library call (kvb_in_backend_call, batcher/backend.h) is work done for a
+ * call the shim already batched and counted: it goes straight through,
+ * uncounted.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "shim.h"
+
+/* Counts a call that went straight to the real function, with its result r. */
+static void count_direct(enum kvb_opkind k, ssize_t r, size_t put_len)
+{
+    kvb_count(&shim.stats.direct_ops[k], 1);
+    kvb_count(&shim.stats.ops[k], 1);
+    kvb_count(&shim.stats.bytes[k], kvb_result_bytes(k, r, put_len));
+    kvb_count_result(&shim.stats, k, r);
+}
+
+EXPORT kvs_client *kvs_open(const char *servers)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_open) {
+        errno = ENOSYS;
+        return NULL;
+    }
+    kvs_client *c = shim.real.kvs_open(servers);
+    if (c) kvb_shim_client_opened(c);
+    return c;
+}
+
+EXPORT void kvs_close(kvs_client *c)
+{
+    kvb_shim_init();
+    if (shim.real.kvs_close) kvb_shim_client_close(c);
+}
+
+EXPORT int kvs_put(kvs_client *c, const char *key, const void *val, size_t len)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_put) return -ENOSYS;
+    if (kvb_in_backend_call()) return shim.real.kvs_put(c, key, val, len);
+    struct kvb_batcher *b = kvb_shim_batcher_for(c);
+    if (b && kvb_args_batchable(key, val, len)) return kvb_put(b, key, val, len);
+    int r = shim.real.kvs_put(c, key, val, len);
+    count_direct(KVB_OP_PUT, r, len);
+    return r;
+}
+
+EXPORT ssize_t kvs_get(kvs_client *c, const char *key, void *buf, size_t cap)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_get) return -ENOSYS;
+    if (kvb_in_backend_call()) return shim.real.kvs_get(c, key, buf, cap);
+    struct kvb_batcher *b = kvb_shim_batcher_for(c);
+    if (b && kvb_args_batchable(key, buf, cap)) return kvb_get(b, key, buf, cap);
+    ssize_t r = shim.real.kvs_get(c, key, buf, cap);
+    count_direct(KVB_OP_GET, r, 0);
+    return r;
+}
+
+EXPORT int kvs_exists(kvs_client *c, const char *key)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_exists) return -ENOSYS;
+    if (kvb_in_backend_call()) return shim.real.kvs_exists(c, key);
+    struct kvb_batcher *b = kvb_shim_batcher_for(c);
+    if (b && kvb_args_batchable(key, NULL, 0)) return kvb_exists(b, key);
+    int r = shim.real.kvs_exists(c, key);
+    count_direct(KVB_OP_EXISTS, r, 0);
+    return r;
+}
+
+/*
+ * An async op handed to the caller is one of three things, told apart by the
+ * low two bits of the pointer (all three are malloc'ed, so 16-byte aligned):
+ * a batcher op (SHIM_TAG), a pass-through op wrapped so that kvs_wait can
+ * count its result like a synchronous call's (DIRECT_TAG), or the library's
+ * own op, untouched (a call made inside a backend call, or no memory for a
+ * wrapper).
+ */
+#define SHIM_TAG   ((uintptr_t)1)
+#define DIRECT_TAG ((uintptr_t)2)
+#define TAG_MASK   ((uintptr_t)3)
+
+struct direct_op {
+    kvs_op *op;
+    enum kvb_opkind kind;
+    size_t len; /* a put's value length: its bytes count once it succeeds */
+};
+
+/* A wrapper for a pass-through async op, or NULL: then the op goes unwrapped. */
+static struct direct_op *direct_new(kvs_op **caller)
+{
+    return caller ? malloc(sizeof(struct direct_op)) : NULL;
+}
+
+/*
+ * Finishes a pass-through async call issued into d (or, when d is NULL,
+ * straight into *caller): counts a call that failed at once like a
+ * synchronous one, and hands out the wrapped op so that kvs_wait counts its
+ * result. Without a wrapper (no memory) the op is counted as issued only.
+ */
+static int direct_async(enum kvb_opkind kind, size_t len, kvs_op **caller, struct direct_op *d,
+                        int rc)
+{
+    if (rc < 0 || !d) {
+        if (rc < 0) {
+            count_direct(kind, rc, 0);
+        } else {
+            kvb_count(&shim.stats.direct_ops[kind], 1);
+            kvb_count(&shim.stats.ops[kind], 1);
+        }
+        free(d);
+        if (rc < 0 && caller) *caller = NULL;
+        return rc;
+    }
+    d->kind = kind;
+    d->len = len;
+    *caller = (kvs_op *)((uintptr_t)d | DIRECT_TAG);
+    return rc;
+}
+
+/* Hands out the batcher op of a call that returned rc (NULL when it failed). */
+static int shim_async(int rc, struct kvb_op *kop, kvs_op **op)
+{
+    *op = rc == 0 ? (kvs_op *)((uintptr_t)kop | SHIM_TAG) : NULL;
+    return rc;
+}
+
+EXPORT int kvs_put_async(kvs_client *c, const char *key, const void *val, size_t len, kvs_op **op)
+{
+    struct kvb_op *kop = NULL;
+    kvb_shim_init();
+    if (!shim.real.kvs_put_async) return -ENOSYS;
+    if (kvb_in_backend_call()) return shim.real.kvs_put_async(c, key, val, len, op);
+    struct kvb_batcher *b = kvb_shim_batcher_for(c);
+    if (b && op && kvb_args_batchable(key, val, len)) {
+        int rc = kvb_put_async(b, key, val, len, &kop);
+        return shim_async(rc, kop, op);
+    }
+    struct direct_op *d = direct_new(op);
+    return direct_async(KVB_OP_PUT, len, op, d,
+                        shim.real.kvs_put_async(c, key, val, len, d ? &d->op : op));
+}
+
+EXPORT int kvs_get_async(kvs_client *c, const char *key, void *buf, size_t cap, kvs_op **op)
+{
+    struct kvb_op *kop = NULL;
+    kvb_shim_init();
+    if (!shim.real.kvs_get_async) return -ENOSYS;
+    if (kvb_in_backend_call()) return shim.real.kvs_get_async(c, key, buf, cap, op);
+    struct kvb_batcher *b = kvb_shim_batcher_for(c);
+    /* A size probe (NULL, 0) has no batch form: the real call answers it. */
+    if (b && op && buf && kvb_args_batchable(key, buf, cap)) {
+        int rc = kvb_get_async(b, key, buf, cap, &kop);
+        return shim_async(rc, kop, op);
+    }
+    struct direct_op *d = direct_new(op);
+    return direct_async(KVB_OP_GET, 0, op, d,
+                        shim.real.kvs_get_async(c, key, buf, cap, d ? &d->op : op));
+}
+
+EXPORT ssize_t kvs_wait(kvs_op *op)
+{
+    kvb_shim_init();
+    uintptr_t tag = (uintptr_t)op & TAG_MASK;
+    if (tag == SHIM_TAG) return kvb_wait((struct kvb_op *)((uintptr_t)op & ~TAG_MASK));
+    if (!shim.real.kvs_wait) return -ENOSYS;
+    if (tag != DIRECT_TAG) return shim.real.kvs_wait(op);
+    struct direct_op *d = (struct direct_op *)((uintptr_t)op & ~TAG_MASK);
+    ssize_t r = shim.real.kvs_wait(d->op);
+    count_direct(d->kind, r, d->len);
+    free(d);
+    return r;
+}
+
+/*
+ * Inside a backend call, flushing the batcher would wait for the very batch
+ * being sent: only the real flush runs there.
+ */
+EXPORT int kvs_flush(kvs_client *c)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_flush) return -ENOSYS;
+    struct kvb_batcher *b = kvb_in_backend_call() ? NULL : kvb_shim_batcher_for(c);
+    int mine = b ? kvb_flush(b, KVB_FLUSH_EXPLICIT, UINT64_MAX) : 0;
+    int theirs = shim.real.kvs_flush(c);
+    return mine < 0 ? mine : theirs;
+}
