@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "key_rules.h"
 #include "kvtest.h"
 #include "rawwire.h"
 #include "wire.h"
@@ -111,6 +112,11 @@ static int start(void **state, const char *args)
 static int setup(void **state)
 {
     return start(state, "--memory 64M --max-object 16M");
+}
+
+static int setup_key_rules(void **state)
+{
+    return start(state, KVT_KEY_RULES_ARGS);
 }
 
 static int setup_two_conns(void **state)
@@ -631,6 +637,55 @@ static void test_options_accepted(void **state)
     assert_true(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/*
+ * The per-key rules over TCP: every case of key_rules.h, sent alone, gets
+ * its status and moves exactly its counters (the same table serves RDMA).
+ */
+static void test_key_rules(void **state)
+{
+    struct kvt_server *s = *state;
+    int fd = kvt_raw_connect(s->port, 10);
+    static uint8_t val[KVT_KEY_RULES_MAX_OBJECT + 1];
+    struct kvt_reqbuf b = {0};
+    struct reply r;
+    kvt_req_put(&b, 1, KVT_KEY_RULES_PRESENT, val, KVT_KEY_RULES_PRESENT_LEN);
+    kvt_raw_send_all(fd, b.p, b.len);
+    assert_int_equal(read_reply(fd, &r), 0);
+    assert_int_equal(status0(&r, NULL, NULL), 0);
+    free(r.body);
+    enum { NC = sizeof(kvt_key_rule_counters) / sizeof(kvt_key_rule_counters[0]) };
+    for (size_t i = 0; i < sizeof(kvt_key_rules) / sizeof(kvt_key_rules[0]); i++) {
+        const struct kvt_key_rule *k = &kvt_key_rules[i];
+        const char *keys = k->op == KVS_OP_PUT ? "keys_put" : "keys_get";
+        long long before[NC], keys_before = stat_value(fd, keys);
+        for (size_t j = 0; j < NC; j++)
+            before[j] = stat_value(fd, kvt_key_rule_counters[j]);
+        b.len = 0;
+        kvt_req_begin(&b, k->op, 100 + i);
+        kvt_req_entry_klen(&b, k->key, k->klen, k->len, k->op == KVS_OP_PUT ? val : NULL);
+        kvt_req_end(&b);
+        kvt_raw_send_all(fd, b.p, b.len);
+        assert_int_equal(read_reply(fd, &r), 0);
+        uint32_t len;
+        print_message("%s\n", k->what);
+        assert_int_equal(status0(&r, NULL, &len), k->status);
+        assert_int_equal(len, k->reply_len);
+        free(r.body);
+        assert_int_equal(stat_value(fd, keys), keys_before + 1);
+        for (size_t j = 0; j < NC; j++) {
+            const char *name = kvt_key_rule_counters[j];
+            int moved = (k->counters[0] && !strcmp(k->counters[0], name)) ||
+                        (k->counters[1] && !strcmp(k->counters[1], name));
+            long long now = stat_value(fd, name);
+            if (now != before[j] + moved)
+                print_message("  %s moved by %lld\n", name, now - before[j]);
+            assert_int_equal(now, before[j] + moved);
+        }
+    }
+    close(fd);
+    free(b.p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -640,6 +695,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_closes_only_its_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_opcode_keeps_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_counters_move, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_key_rules, setup_key_rules, teardown),
         cmocka_unit_test_setup_teardown(test_many_connections, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_conns, setup_two_conns, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_descriptors, setup, teardown),
