@@ -94,7 +94,10 @@ struct kvs_req {
     void *arg; /* the caller's */
 };
 
-/* A transport's per-server connection state; each transport defines it. */
+/*
+ * The handle of a transport's per-server state: each transport converts it
+ * to its own (tcp.c's struct tcp_conn).
+ */
 struct kvs_conn;
 
 /* Receives one counter (see counters below). */
