@@ -1,4 +1,4 @@
-# stress.mk - kvstress, the fault-injection stress program (tools/kvstress.c):
+# stress.mk - kvstress, the fault-injection stress program (tools/kvstress*.c):
 # self-verifying values from many threads while kvstored is SIGKILLed and
 # restarted; docs/stress.md. Linked against libkvstore.so like kvbench (so
 # LD_PRELOAD=libkvbatch.so interposes on it) and the tools' own modules.
@@ -8,7 +8,7 @@ KVSTRESS := $(BUILD)/bin/kvstress
 all: $(KVSTRESS)
 tests: $(KVSTRESS)
 
-KVSTRESS_SRCS := tools/kvstress.c $(TOOLS_SRCS)
+KVSTRESS_SRCS := $(wildcard tools/kvstress*.c) $(TOOLS_SRCS)
 
 $(KVSTRESS): $(call obj,$(KVSTRESS_SRCS)) $(AR_COMMON) $(LIBKVSTORE)
 	@mkdir -p $(dir $@)

@@ -1,6 +1,6 @@
 /*
  * test_stress.c - the bounded stress run of make test (~20 s): kvstress
- * (tools/kvstress.c) with several threads of self-verifying puts and gets
+ * (tools/kvstress*.c) with several threads of self-verifying puts and gets
  * while it SIGKILLs and restarts its own kvstored on 127.0.0.1:0, without
  * the shim and through it (sync and write-behind), plus the write-behind
  * crash check. Each run must report 0 wrong values, 0 ops never completed
@@ -227,7 +227,7 @@ static void test_bad_options_exit_2(void **state)
         const char *args[6];
         const char *says;
     } cases[] = {
-        {{"--memory", "4X"}, "kvstress: bad --memory '4X' (accepted: 1M..1T"},
+        {{"--memory", "4X"}, "kvstress: bad --memory '4X' (accepted: 1M..16T"},
         {{"--threads", "0"}, "kvstress: bad --threads '0' (accepted: 1..256)"},
         {{"--seconds", "1x"}, "kvstress: bad --seconds '1x' (accepted: seconds in (0, 86400])"},
         {{"--min-len", "64", "--max-len", "32"}, "kvstress: bad --max-len"},
