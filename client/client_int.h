@@ -11,6 +11,7 @@
  *   op.c       an op's life: results, completion, the completion thread, waiting
  *   flush.c    ops in flight per epoch (kvs_flush, kvs_close's drain), first error
  *   stats.c    kvs_server_stats text, kvs_client_counters, counters at close
+ *   remove.c   kvs_remove_matching (one request to every server)
  *   config.c   the environment (timeouts, auth secret) and the server list
  *   fork.c     the live clients and the pthread_atfork handlers
  *   errors.c   kvs_strerror

@@ -114,6 +114,16 @@ int kvs_register_buffer(kvs_client *c, void *ptr, size_t len);
 int kvs_unregister_buffer(kvs_client *c, void *ptr);
 
 /*
+ * Removes every key, on every server, that the POSIX extended regular
+ * expression pattern matches anywhere in the key (regexec's search; "^"
+ * matches every key). Returns how many keys were removed, or a negative
+ * code: -EINVAL for an empty pattern, one over KVS_MAX_KEY bytes, or one a
+ * server cannot compile; a transport error if a server could not answer
+ * (the others may have removed their keys). A read in flight keeps its copy.
+ */
+ssize_t kvs_remove_matching(kvs_client *c, const char *pattern);
+
+/*
  * Server counters as "name value\n" lines, one server after another, each
  * block preceded by "# server host:port\n" and ending with this client's own
  * transport counters for that server ("client_frames_sent 12"...; a server

@@ -505,21 +505,29 @@ MC_API int mooncake_store_remove(mooncake_store_t store, const char *key, int fo
     return (int)kvsmc_code(kvs_remove(c, key));
 }
 
+/*
+ * kvstored matches POSIX extended expressions anywhere in the key, as
+ * Mooncake's master matches ECMAScript ones with std::regex_search; an empty
+ * pattern matches every key in both ("^" on the wire, which needs a
+ * non-empty pattern).
+ */
 MC_API int64_t mooncake_store_remove_by_regex(mooncake_store_t store, const char *pattern,
                                               int force)
 {
     (void)force;
     if (!store || !pattern) return KVSMC_INTERNAL_ERROR;
-    if (!client_of(store)) return KVSMC_INVALID_PARAMS;
-    return KVSMC_NOT_SUPPORTED; /* needs kvstored's remove-matching operation (docs/mooncake.md) */
+    kvs_client *c = client_of(store);
+    if (!c) return KVSMC_INVALID_PARAMS;
+    return kvsmc_code(kvs_remove_matching(c, *pattern ? pattern : "^"));
 }
 
 MC_API int64_t mooncake_store_remove_all(mooncake_store_t store, int force)
 {
     (void)force;
     if (!store) return KVSMC_INTERNAL_ERROR;
-    if (!client_of(store)) return KVSMC_INVALID_PARAMS;
-    return KVSMC_NOT_SUPPORTED; /* needs kvstored's remove-matching operation (docs/mooncake.md) */
+    kvs_client *c = client_of(store);
+    if (!c) return KVSMC_INVALID_PARAMS;
+    return kvsmc_code(kvs_remove_matching(c, "^"));
 }
 
 /* ---- buffer registration ---- */

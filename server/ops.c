@@ -5,6 +5,7 @@
 #include "ops.h"
 
 #include <errno.h>
+#include <regex.h>
 #include <string.h>
 
 #include "wire.h"
@@ -94,6 +95,34 @@ int kvsd_ops_remove(struct kvsd_server *srv, const uint8_t *key, uint16_t klen)
     int rc = check_key(srv, key, klen);
     if (rc < 0) return rc;
     return kvsd_store_remove(srv->store, key, klen);
+}
+
+/* kvsd_store_remove_if's test: the key (not NUL-terminated) against a compiled expression. */
+static int key_matches(const uint8_t *key, uint16_t klen, void *arg)
+{
+    char k[KVS_WIRE_MAX_KEY + 1];
+    memcpy(k, key, klen);
+    k[klen] = '\0';
+    return regexec(arg, k, 0, NULL, 0) == 0;
+}
+
+int kvsd_ops_remove_matching(struct kvsd_server *srv, const uint8_t *pattern, uint16_t plen,
+                             uint32_t *removed)
+{
+    *removed = 0;
+    srv->counters.keys[KVS_OP_REMOVE_MATCHING]++;
+    int rc = check_key(srv, pattern, plen); /* a pattern travels as a key: the same limits */
+    if (rc < 0) return rc;
+    char text[KVS_WIRE_MAX_KEY + 1];
+    memcpy(text, pattern, plen);
+    text[plen] = '\0';
+    regex_t re;
+    if (regcomp(&re, text, REG_EXTENDED | REG_NOSUB) != 0) return -EINVAL;
+    uint64_t n = kvsd_store_remove_if(srv->store, key_matches, &re);
+    regfree(&re);
+    srv->counters.removed_matching += n;
+    *removed = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+    return 0;
 }
 
 void kvsd_ops_refused(struct kvsd_server *srv, uint8_t opcode)

@@ -85,6 +85,15 @@ int kvsd_ops_exists(struct kvsd_server *srv, const uint8_t *key, uint16_t klen);
 /* 0, -ENOENT, or -EINVAL for a bad key. A pinned item stays readable by its holders. */
 int kvsd_ops_remove(struct kvsd_server *srv, const uint8_t *key, uint16_t klen);
 
+/*
+ * Removes every key that the POSIX extended regular expression pattern
+ * (plen bytes, no NUL) matches anywhere, as kvsd_ops_remove would each; *removed is how many
+ * (saturated at UINT32_MAX). 0, or -EINVAL for a pattern that is empty, too long, holds a NUL
+ * or does not compile (*removed 0).
+ */
+int kvsd_ops_remove_matching(struct kvsd_server *srv, const uint8_t *pattern, uint16_t plen,
+                             uint32_t *removed);
+
 /* Counts a key of opcode (KVS_OP_PUT .. KVS_OP_REMOVE) that its path refused before any rule. */
 void kvsd_ops_refused(struct kvsd_server *srv, uint8_t opcode);
 

@@ -438,9 +438,15 @@ static void end_put(struct kvsd_proto_conn *c)
 
 static void do_simple(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen)
 {
-    int32_t status = c->hdr.opcode == KVS_OP_EXISTS ? kvsd_ops_exists(c->srv, key, klen)
-                                                    : kvsd_ops_remove(c->srv, key, klen);
-    if (set_status(c, status, 0, NULL) < 0) {
+    int32_t status;
+    uint32_t removed = 0; /* REMOVE_MATCHING answers its count in the entry's length */
+    if (c->hdr.opcode == KVS_OP_EXISTS)
+        status = kvsd_ops_exists(c->srv, key, klen);
+    else if (c->hdr.opcode == KVS_OP_REMOVE)
+        status = kvsd_ops_remove(c->srv, key, klen);
+    else
+        status = kvsd_ops_remove_matching(c->srv, key, klen, &removed);
+    if (set_status(c, status, removed, NULL) < 0) {
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
         return;
     }
@@ -570,6 +576,7 @@ static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
     case KVS_OP_GET:
     case KVS_OP_EXISTS:
     case KVS_OP_REMOVE:
+    case KVS_OP_REMOVE_MATCHING:
         begin_entries(c);
         return;
     default:

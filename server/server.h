@@ -11,7 +11,7 @@
 
 #include "store.h"
 
-#define KVSD_NOPCODES 8 /* counters are indexed by request opcode (1..6) */
+#define KVSD_NOPCODES 16 /* counters are indexed by request opcode (1..14) */
 
 struct kvsd_server_limits {
     uint64_t max_object; /* value bytes */
@@ -27,6 +27,7 @@ struct kvsd_server_counters {
     uint64_t bytes_in, bytes_out;
     uint64_t get_hits, get_misses, get_range;
     uint64_t put_too_big, put_no_space, key_invalid;
+    uint64_t removed_matching; /* keys removed by REMOVE_MATCHING */
     uint64_t errors_protocol, errors_unsupported, errors_nomem;
     uint64_t conns_current, conns_total, conns_refused, conns_stalled;
     uint64_t auth_ok;       /* connections that passed AUTH */

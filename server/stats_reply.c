@@ -68,8 +68,11 @@ static void counter_lines(struct text *t, const struct kvsd_server *srv)
     for (uint8_t op = KVS_OP_PUT; op <= KVS_OP_HELLO; op++)
         appendf(t, "requests_%s %llu\n", kvs_wire_opcode_name(op),
                 (unsigned long long)k->requests[op]);
+    appendf(t, "requests_%s %llu\n", kvs_wire_opcode_name(KVS_OP_REMOVE_MATCHING),
+            (unsigned long long)k->requests[KVS_OP_REMOVE_MATCHING]);
     for (uint8_t op = KVS_OP_PUT; op <= KVS_OP_REMOVE; op++)
         appendf(t, "keys_%s %llu\n", kvs_wire_opcode_name(op), (unsigned long long)k->keys[op]);
+    line(t, "removed_matching", k->removed_matching);
     line(t, "bytes_in", k->bytes_in);
     line(t, "bytes_out", k->bytes_out);
     line(t, "get_hits", k->get_hits);

@@ -367,6 +367,20 @@ int kvsd_store_remove(struct kvsd_store *s, const uint8_t *key, uint16_t klen)
     return 0;
 }
 
+uint64_t kvsd_store_remove_if(struct kvsd_store *s,
+                              int (*match)(const uint8_t *key, uint16_t klen, void *arg), void *arg)
+{
+    uint64_t removed = 0;
+    struct kvsd_item *it, *tmp;
+    HASH_ITER(hh, s->index, it, tmp)
+    {
+        if (!match(it->key, it->klen, arg)) continue;
+        unlink_item(s, it);
+        removed++;
+    }
+    return removed;
+}
+
 uint8_t *kvsd_item_data(const struct kvsd_store *s, const struct kvsd_item *it)
 {
     return kvsd_pool_base(s->pool) + it->off;

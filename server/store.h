@@ -80,6 +80,13 @@ void kvsd_store_pin(struct kvsd_store *s, struct kvsd_item *it);
 void kvsd_store_unpin(struct kvsd_store *s, struct kvsd_item *it);
 /* 0 or -ENOENT. A pinned item stays readable by its holders until unpinned. */
 int kvsd_store_remove(struct kvsd_store *s, const uint8_t *key, uint16_t klen);
+/*
+ * Removes every key for which match(key, klen, arg) returns non-zero, as
+ * kvsd_store_remove does each; returns how many.
+ */
+uint64_t kvsd_store_remove_if(struct kvsd_store *s,
+                              int (*match)(const uint8_t *key, uint16_t klen, void *arg),
+                              void *arg);
 
 /* The item's value: len bytes at data (inside the pool region, at offset). */
 uint8_t *kvsd_item_data(const struct kvsd_store *s, const struct kvsd_item *it);

@@ -1028,8 +1028,10 @@ static int do_plain(struct kvs_conn *c, struct kvs_req *req, struct kvs_key_io *
         req->status = 0;
         return 0;
     }
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         k[i].status = (int32_t)kvs_get_u32(body + (size_t)i * 8);
+        k[i].vlen = kvs_get_u32(body + (size_t)i * 8 + 4); /* REMOVE_MATCHING: its count */
+    }
     return 0;
 }
 

@@ -19,6 +19,7 @@ int kvs_wire_opcode_known(uint8_t opcode)
     case KVS_OP_STATS:
     case KVS_OP_HELLO:
     case KVS_OP_AUTH:
+    case KVS_OP_REMOVE_MATCHING:
         return 1;
     default:
         return 0;
@@ -42,6 +43,8 @@ const char *kvs_wire_opcode_name(uint8_t opcode)
         return "hello";
     case KVS_OP_AUTH:
         return "auth";
+    case KVS_OP_REMOVE_MATCHING:
+        return "remove_matching";
     case KVS_OP_ERROR:
         return "error";
     default:
@@ -53,7 +56,7 @@ const char *kvs_wire_opcode_name(uint8_t opcode)
 static int opcode_has_entries(uint8_t opcode)
 {
     return opcode == KVS_OP_PUT || opcode == KVS_OP_GET || opcode == KVS_OP_EXISTS ||
-           opcode == KVS_OP_REMOVE;
+           opcode == KVS_OP_REMOVE || opcode == KVS_OP_REMOVE_MATCHING;
 }
 
 void kvs_wire_hdr_encode(uint8_t out[KVS_WIRE_HDR_LEN], const struct kvs_wire_hdr *h)
@@ -164,8 +167,12 @@ int kvs_wire_status_decode(const uint8_t in[KVS_WIRE_STATUS_LEN], uint8_t req_op
     s->len = kvs_get_u32(in + 4);
     if (!kvs_wire_status_known(s->status)) return -EBADMSG;
     if (s->status == 1 && req_opcode != KVS_OP_EXISTS) return -EBADMSG;
-    /* Only a GET carries a length: its value's (0) or the one that did not fit (-ERANGE). */
-    if (s->len != 0 && !(req_opcode == KVS_OP_GET && (s->status == 0 || s->status == -ERANGE)))
+    /*
+     * Only a GET carries a length: its value's (0) or the one that did not fit
+     * (-ERANGE); and a REMOVE_MATCHING its count of keys removed (0).
+     */
+    if (s->len != 0 && !(req_opcode == KVS_OP_GET && (s->status == 0 || s->status == -ERANGE)) &&
+        !(req_opcode == KVS_OP_REMOVE_MATCHING && s->status == 0))
         return -EBADMSG;
     return 0;
 }

@@ -83,6 +83,15 @@ enum kvs_wire_opcode {
      * (0 and the length, -ENOENT, or -ERANGE and the length, nothing written).
      */
     KVS_OP_RDMA_PUSH = 13,
+    /*
+     * Removes every key that a POSIX extended regular expression matches
+     * (anywhere in the key, as regexec does; "^" matches every key). Entries
+     * as REMOVE, the key field holding the pattern (1..KVS_WIRE_MAX_KEY
+     * bytes, no NUL); reply entries: i32 status | u32 len, with len the
+     * number of keys removed and no data (0), or -EINVAL (not a valid
+     * expression, len 0). Served over TCP and on RDMA connections alike.
+     */
+    KVS_OP_REMOVE_MATCHING = 14,
     KVS_OP_ERROR = 0x7f, /* reply only: body is i32 status | text */
     KVS_OP_REPLY = 0x80, /* flag or-ed into a reply's opcode */
 };

@@ -349,9 +349,30 @@ static void test_remove_by_regex_and_all(void **state)
 {
     (void)state;
     mooncake_store_t s = open_store();
-    /* kvstored has no remove-matching operation yet: a documented refusal, never a fake count. */
-    assert_int_equal(mooncake_store_remove_by_regex(s, "^rx-", 0), MC_NOT_SUPPORTED);
-    assert_int_equal(mooncake_store_remove_all(s, 0), MC_NOT_SUPPORTED);
+    char key[32];
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof(key), "rx-%c-%02d", i < 12 ? 'a' : 'b', i);
+        assert_int_equal(mooncake_store_put(s, key, "v", 1, NULL), 0);
+    }
+    assert_int_equal(mooncake_store_remove_by_regex(s, "^rx-a-0[0-4]$", 0), 5);
+    assert_int_equal(mooncake_store_is_exist(s, "rx-a-03"), 0);
+    assert_int_equal(mooncake_store_is_exist(s, "rx-a-05"), 1);
+    assert_int_equal(mooncake_store_remove_by_regex(s, "^rx-a-0[0-4]$", 0), 0); /* gone */
+    assert_int_equal(mooncake_store_remove_by_regex(s, "-a-", 1), 7); /* anywhere in the key */
+    assert_int_equal(mooncake_store_remove_by_regex(s, "rx-(b", 0), MC_INVALID_PARAMS);
+    char long_pattern[600];
+    memset(long_pattern, 'x', sizeof(long_pattern) - 1);
+    long_pattern[sizeof(long_pattern) - 1] = '\0';
+    assert_int_equal(mooncake_store_remove_by_regex(s, long_pattern, 0), MC_INVALID_PARAMS);
+    assert_int_equal(mooncake_store_is_exist(s, "rx-b-12"), 1);
+    /* remove_all: every key of the server (the other tests' too), then none. */
+    int64_t all = mooncake_store_remove_all(s, 0);
+    assert_true(all >= 8);
+    assert_int_equal(mooncake_store_is_exist(s, "rx-b-19"), 0);
+    assert_int_equal(mooncake_store_remove_all(s, 1), 0);
+    /* An empty pattern matches every key, as Mooncake's regex_search of "". */
+    assert_int_equal(mooncake_store_put(s, "rx-c", "v", 1, NULL), 0);
+    assert_int_equal(mooncake_store_remove_by_regex(s, "", 0), 1);
     mooncake_store_destroy(s);
 }
 

@@ -207,10 +207,24 @@ class Calls(unittest.TestCase):
         with self.assertRaises(TypeError):
             s.put(k, b"v", {"replica_num": 1})
 
-    def test_remove_by_regex_and_all(self):
-        # kvstored has no remove-matching operation yet: a documented refusal.
-        self.assertEqual(self.s.remove_by_regex("^" + PREFIX), NOT_SUPPORTED)
-        self.assertEqual(self.s.remove_all(), NOT_SUPPORTED)
+    def test_remove_by_regex(self):
+        s, p = self.s, PREFIX + "rx."
+        for i in range(10):
+            self.assertEqual(s.put(p + ("a%d" % i if i < 6 else "b%d" % i), b"v"), 0)
+        self.assertEqual(s.remove_by_regex("^" + p.replace(".", "[.]") + "a"), 6)
+        self.assertEqual(s.remove_by_regex("^" + p.replace(".", "[.]") + "a", force=True), 0)
+        self.assertEqual(s.batch_is_exist([p + "a0", p + "b6"]), [0, 1])
+        self.assertEqual(s.remove_by_regex(regex_pattern="(unclosed"), INVALID_PARAMS)
+        self.assertEqual(s.remove_by_regex("a\0b"), INVALID_PARAMS)
+        with self.assertRaises(TypeError):
+            s.remove_by_regex(5)
+
+    def test_remove_all(self):
+        s = self.s
+        self.assertEqual(s.put_batch([PREFIX + "ra1", PREFIX + "ra2"], [b"1", b"2"]), 0)
+        self.assertGreaterEqual(s.remove_all(), 2)  # every key of the server
+        self.assertEqual(s.batch_is_exist([PREFIX + "ra1", PREFIX + "ra2"]), [0, 0])
+        self.assertEqual(s.remove_all(force=True), 0)
 
     def test_bad_inputs(self):
         s = self.s
