@@ -370,13 +370,15 @@ int kvsd_store_remove(struct kvsd_store *s, const uint8_t *key, uint16_t klen)
 uint64_t kvsd_store_remove_if(struct kvsd_store *s,
                               int (*match)(const uint8_t *key, uint16_t klen, void *arg), void *arg)
 {
+    /* Every linked item is on exactly one LRU list; walk them, keeping each next. */
     uint64_t removed = 0;
-    struct kvsd_item *it, *tmp;
-    HASH_ITER(hh, s->index, it, tmp)
-    {
-        if (!match(it->key, it->klen, arg)) continue;
-        unlink_item(s, it);
-        removed++;
+    for (int i = 0; i < s->nlrus; i++) {
+        for (struct kvsd_item *it = s->lrus[i].head, *next; it; it = next) {
+            next = it->next;
+            if (!match(it->key, it->klen, arg)) continue;
+            unlink_item(s, it);
+            removed++;
+        }
     }
     return removed;
 }

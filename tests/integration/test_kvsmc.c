@@ -84,7 +84,7 @@ static void test_status_table(void **state)
 static void round_trip(size_t n, const size_t *segs, size_t (*seglen)(size_t, size_t))
 {
     const char **keys = calloc(n, sizeof(*keys));
-    struct iovec **iovs = calloc(n, sizeof(*iovs));
+    struct iovec **iovs = calloc(n, sizeof(struct iovec *));
     size_t *totals = calloc(n, sizeof(*totals));
     int *res = calloc(n, sizeof(*res));
     int64_t *got = calloc(n, sizeof(*got));

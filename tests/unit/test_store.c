@@ -415,6 +415,45 @@ static void test_destroy_with_everything_pinned(void **state)
     kvsd_store_destroy(s); /* ASan / valgrind see no leak */
 }
 
+/* kvsd_store_remove_if's test for test_remove_if: keys starting with the prefix in arg. */
+static int has_prefix(const uint8_t *key, uint16_t klen, void *arg)
+{
+    size_t n = strlen(arg);
+    return klen >= n && memcmp(key, arg, n) == 0;
+}
+
+/* Matching keys of every class go, the others stay; a pinned one stays readable until unpinned. */
+static void test_remove_if(void **state)
+{
+    (void)state;
+    struct kvsd_store *s;
+    assert_int_equal(kvsd_store_create(8 * MIB, &s), 0);
+    assert_int_equal(put(s, "x-small", 100, 1), 0);
+    assert_int_equal(put(s, "x-mid", 5000, 2), 0);
+    assert_int_equal(put(s, "x-large", 2 * MIB, 3), 0); /* a page run */
+    assert_int_equal(put(s, "y-keep", 100, 4), 0);
+    struct kvsd_item *held = kvsd_store_lookup(s, K("x-mid"), 5, 1);
+    assert_non_null(held);
+    assert_int_equal(kvsd_store_remove_if(s, has_prefix, "x-"), 3);
+    assert_int_equal(check(s, "x-small", 100, 1), 0);
+    assert_int_equal(check(s, "x-large", 2 * MIB, 3), 0);
+    assert_int_equal(check(s, "y-keep", 100, 4), 1);
+    assert_null(kvsd_store_lookup(s, K("x-mid"), 5, 0));
+    const uint8_t *data = kvsd_item_data(s, held); /* the reader keeps its copy */
+    for (int i = 0; i < 5000; i++)
+        assert_int_equal(data[i], 2);
+    kvsd_store_unpin(s, held);
+    struct kvsd_store_stats st;
+    kvsd_store_stats(s, &st);
+    assert_int_equal(st.items, 1);
+    assert_int_equal(st.pinned, 0);
+    assert_int_equal(kvsd_store_remove_if(s, has_prefix, "x-"), 0);
+    assert_int_equal(kvsd_store_remove_if(s, has_prefix, ""), 1);
+    kvsd_store_stats(s, &st);
+    assert_int_equal(st.items, 0);
+    kvsd_store_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -429,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_reclaim_respects_pins),
         cmocka_unit_test(test_too_big),
         cmocka_unit_test(test_destroy_with_everything_pinned),
+        cmocka_unit_test(test_remove_if),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
