@@ -34,9 +34,11 @@ SODIUM_LIBS  := $(shell $(PKG_CONFIG) --libs libsodium 2>/dev/null || echo -lsod
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers
 # One include-path list: product code sees the public API, common/ and the
-# transport; tests (and the linters) also see the internals of each room.
+# transport; what is built over Mooncake's API also sees its header
+# (mk/mooncake.mk, mk/python.mk); tests (and the linters) see the internals of each room.
 INCLUDE_DIRS      := include common transport
-TEST_INCLUDE_DIRS := tests/lib server client batcher shim include/mooncake mooncake tools
+MOONCAKE_INCLUDE_DIRS := include/mooncake mooncake
+TEST_INCLUDE_DIRS := tests/lib server client batcher shim $(MOONCAKE_INCLUDE_DIRS) tools
 CPPFLAGS += $(addprefix -I,$(INCLUDE_DIRS)) -D_GNU_SOURCE
 ALL_INCLUDES      := $(addprefix -I,$(INCLUDE_DIRS) $(TEST_INCLUDE_DIRS))
 CFLAGS   ?= $(OPT) -g

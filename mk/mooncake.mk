@@ -10,12 +10,10 @@ MC_SRCS     := $(wildcard mooncake/*.c)
 MC_SONAME   := libkvstore_mooncake.so.1
 LIBMOONCAKE := $(BUILD)/lib/libkvstore_mooncake.so
 AR_MOONCAKE := $(BUILD)/lib/libkvs_mooncake.a
-MC_CPPFLAGS := -Iinclude/mooncake
 
-ifneq ($(MC_SRCS),)
 all: $(LIBMOONCAKE)
 
-$(call obj,$(MC_SRCS)): CPPFLAGS += $(MC_CPPFLAGS)
+$(call obj,$(MC_SRCS)): CPPFLAGS += $(addprefix -I,$(MOONCAKE_INCLUDE_DIRS))
 
 $(AR_MOONCAKE): $(call obj,$(MC_SRCS))
 
@@ -46,4 +44,3 @@ install-mooncake: $(LIBMOONCAKE)
 	ln -sf $(MC_SONAME) $(DESTDIR)$(PREFIX)/lib/libkvstore_mooncake.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' mooncake/kvstore_mooncake.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore_mooncake.pc
-endif

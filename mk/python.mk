@@ -28,7 +28,7 @@ MC_PYDIR := $(BUILD)/python/mooncake
 MC_PYMOD := $(MC_PYDIR)/store$(PY_EXT)
 all: $(MC_PYMOD) $(MC_PYDIR)/__init__.py
 
-$(BUILD)/obj/python/mooncake_store.o: CPPFLAGS += -I$(PY_INCLUDE) -Iinclude/mooncake -Imooncake
+$(BUILD)/obj/python/mooncake_store.o: CPPFLAGS += -I$(PY_INCLUDE) $(addprefix -I,$(MOONCAKE_INCLUDE_DIRS))
 
 # One link line for the build tree's copy (rpath: the tree's lib/) and the installed
 # one (rpath: PREFIX/lib), so that either finds libkvstore.so.1 beside it.
