@@ -230,12 +230,9 @@ static bool slot_free(const struct kvb_batcher *b)
     return b->inflight < b->p.max_inflight;
 }
 
-/* Moves the open batch of kind to the ready FIFO. Lock held. */
-static void seal(struct kvb_batcher *b, int kind, int reason)
+/* Appends bt, sealed for reason, to the ready FIFO. Lock held. */
+static void ready_push(struct kvb_batcher *b, struct batch *bt, int reason)
 {
-    struct batch *bt = b->open[kind];
-    if (!bt) return;
-    b->open[kind] = NULL;
     bt->reason = reason;
     bt->next = NULL;
     if (b->ready_tail)
@@ -243,6 +240,15 @@ static void seal(struct kvb_batcher *b, int kind, int reason)
     else
         b->ready_head = bt;
     b->ready_tail = bt;
+}
+
+/* Moves the open batch of kind to the ready FIFO. Lock held. */
+static void seal(struct kvb_batcher *b, int kind, int reason)
+{
+    struct batch *bt = b->open[kind];
+    if (!bt) return;
+    b->open[kind] = NULL;
+    ready_push(b, bt, reason);
 }
 
 /* Pops ready batches into *out while in-flight slots are free; returns how many. Lock held. */
@@ -336,45 +342,53 @@ static ssize_t call_one(struct kvb_batcher *b, int kind, const char *key, void *
  */
 static __thread int submit_depth;
 
-/* Sends one batch taken by take_ready (no lock held). Never fails: a refused
- * batch is completed key by key with the synchronous calls. */
-static void submit(struct batch *bt)
+/*
+ * Adds now - t_enq of every op of bt into h: one atomic update per bucket
+ * touched, not one per op.
+ */
+static void observe_since_enqueue(struct kvb_hist *h, const struct batch *bt, uint64_t now)
 {
-    struct kvb_batcher *b = bt->b;
-    struct kvb_stats *st = b->st;
-    uint64_t now = kvs_now_ns();
     uint64_t cnt[KVB_HIST_MAX_BUCKETS + 1] = {0}, sum[KVB_HIST_MAX_BUCKETS + 1] = {0};
     for (uint32_t i = 0; i < bt->n; i++) {
         uint64_t d = now - bt->ops[i]->t_enq;
-        size_t idx = kvb_hist_index(&st->queue_delay, d);
+        size_t idx = kvb_hist_index(h, d);
         cnt[idx]++;
         sum[idx] += d;
     }
-    for (size_t i = 0; i <= st->queue_delay.nbounds; i++)
-        kvb_hist_add_bucket(&st->queue_delay, i, cnt[i], sum[i]);
+    for (size_t i = 0; i <= h->nbounds; i++)
+        kvb_hist_add_bucket(h, i, cnt[i], sum[i]);
+}
+
+/* Counts bt as sent: its reason, size, the queue delay of its ops, the gauges. */
+static void count_sent(struct kvb_stats *st, const struct batch *bt)
+{
+    observe_since_enqueue(&st->queue_delay, bt, kvs_now_ns());
     kvb_count(&st->flushes[bt->reason], 1);
     kvb_count(&st->batches[bt->kind], 1);
     kvb_hist_observe(&st->batch_ops, bt->n);
     kvb_hist_observe(&st->batch_bytes, bt->bytes);
     kvb_gauge(&st->queued_ops, -(int64_t)bt->n);
     kvb_gauge(&st->inflight_batches, 1);
+}
 
-    int rc;
-    submit_depth++;
+/* The backend's batch call for bt's kind: 0 (done_cb follows), or refused as a whole. */
+static int call_batch(struct kvb_batcher *b, struct batch *bt)
+{
+    const struct kvb_backend_ops *ops = b->be.ops;
     switch (bt->kind) {
     case KVB_OP_PUT:
-        rc = b->be.ops->put(b->be.ctx, bt->n, bt->keys, (const void *const *)bt->ptrs, bt->lens,
-                            bt->ist, done_cb, bt);
-        break;
+        return ops->put(b->be.ctx, bt->n, bt->keys, (const void *const *)bt->ptrs, bt->lens,
+                        bt->ist, done_cb, bt);
     case KVB_OP_GET:
-        rc = b->be.ops->get(b->be.ctx, bt->n, bt->keys, bt->ptrs, bt->lens, bt->sres, done_cb, bt);
-        break;
+        return ops->get(b->be.ctx, bt->n, bt->keys, bt->ptrs, bt->lens, bt->sres, done_cb, bt);
     default:
-        rc = b->be.ops->exists(b->be.ctx, bt->n, bt->keys, bt->ist, done_cb, bt);
-        break;
+        return ops->exists(b->be.ctx, bt->n, bt->keys, bt->ist, done_cb, bt);
     }
-    if (rc == 0) goto out;
-    /* The batch call was refused as a whole: give every key the answer its own call gets. */
+}
+
+/* A batch call refused as a whole: every key gets the answer its own call gets. */
+static void complete_key_by_key(struct kvb_batcher *b, struct batch *bt)
+{
     ssize_t nok = 0;
     for (uint32_t i = 0; i < bt->n; i++) {
         ssize_t r = call_one(b, bt->kind, bt->keys[i], bt->ptrs[i], bt->lens[i]);
@@ -385,7 +399,16 @@ static void submit(struct batch *bt)
         nok += r >= 0;
     }
     done_cb(bt, nok);
-out:
+}
+
+/* Sends one batch taken by take_ready (no lock held). Never fails: a refused
+ * batch is completed key by key with the synchronous calls. */
+static void submit(struct batch *bt)
+{
+    struct kvb_batcher *b = bt->b;
+    count_sent(b->st, bt);
+    submit_depth++;
+    if (call_batch(b, bt) != 0) complete_key_by_key(b, bt);
     submit_depth--;
 }
 
@@ -434,42 +457,31 @@ static void pending_put_done(struct kvb_batcher *b, struct pending_key *pk, stru
     }
 }
 
-/*
- * Completion of a batch (library thread, or the submitter for refused or
- * synchronously completed batches): results to ops, counters, bookkeeping
- * under the lock; the callers are woken with one system call, then the next
- * batch is sent (directly on a library thread, see submit_depth; else by a
- * woken caller or the flusher).
- */
-static void done_cb(void *arg, ssize_t nok)
+/* Copies bt's per-key results into its ops and counts them (no lock needed). */
+static void deliver_results(struct kvb_stats *st, struct batch *bt)
 {
-    struct batch *bt = arg;
-    struct kvb_batcher *b = bt->b;
-    struct kvb_stats *st = b->st;
-    uint64_t now = kvs_now_ns();
-    uint64_t cnt[KVB_HIST_MAX_BUCKETS + 1] = {0}, sum[KVB_HIST_MAX_BUCKETS + 1] = {0};
     uint64_t bytes = 0;
-    (void)nok;
-    atomic_fetch_add_explicit(&b->callbacks, 1, memory_order_relaxed);
-
+    observe_since_enqueue(&st->op_latency, bt, kvs_now_ns());
     for (uint32_t i = 0; i < bt->n; i++) {
-        struct kvb_op *op = bt->ops[i];
         ssize_t r = bt->kind == KVB_OP_GET ? bt->sres[i] : bt->ist[i];
-        op->result = r;
+        bt->ops[i]->result = r;
         bytes += kvb_result_bytes(bt->kind, r, bt->lens[i]);
         kvb_count_result(st, bt->kind, r);
-        uint64_t d = now - op->t_enq;
-        size_t idx = kvb_hist_index(&st->op_latency, d);
-        cnt[idx]++;
-        sum[idx] += d;
     }
-    for (size_t i = 0; i <= st->op_latency.nbounds; i++)
-        kvb_hist_add_bucket(&st->op_latency, i, cnt[i], sum[i]);
     kvb_count(&st->ops[bt->kind], bt->n);
     kvb_count(&st->bytes[bt->kind], bytes);
     kvb_gauge(&st->inflight_batches, -1);
+}
 
-    pthread_mutex_lock(&b->lock);
+/*
+ * Lock held: takes bt off the in-flight list and forgets its tracked puts;
+ * a write-behind put gives back its bytes and, failed, is counted and kept
+ * for the next kvb_flush.
+ */
+static void retire_batch(struct kvb_batcher *b, struct batch *bt)
+{
+    struct kvb_stats *st = b->st;
+    uint64_t freed = 0;
     if (bt->prev)
         bt->prev->next = bt->next;
     else
@@ -477,7 +489,6 @@ static void done_cb(void *arg, ssize_t nok)
     if (bt->next) bt->next->prev = bt->prev;
     b->inflight--;
     b->active -= bt->n;
-    uint64_t freed = 0;
     for (uint32_t i = 0; i < bt->n; i++) {
         struct kvb_op *op = bt->ops[i];
         if (!(op->flags & OPF_TRACKED)) continue;
@@ -492,33 +503,33 @@ static void done_cb(void *arg, ssize_t nok)
     }
     b->wb_bytes -= freed;
     kvb_gauge(&st->writeback_bytes, -(int64_t)freed);
-    seal_if_due(b);
-    arm_window_timers(b);
-    /*
-     * Something may go now. On a library thread, send it from here right
-     * after waking this batch's callers (measured no slower than before
-     * them, and a transport that sends synchronously, RDMA, does not delay
-     * the wake by a round trip): no scheduling delay before the next batch.
-     * Inside a submit, a synchronous caller of this batch, woken anyway,
-     * sends it; failing that, the flusher.
-     */
-    struct batch *send[KVB_SEND_BATCH];
-    size_t nsend = 0;
-    if (submit_depth == 0) {
-        nsend = take_ready_or_nudge(b, send);
-    }
-    struct kvb_op *leader = NULL;
-    if (b->ready_head && slot_free(b)) {
-        for (uint32_t i = 0; i < bt->n && !leader; i++)
-            if (!(bt->ops[i]->flags & (OPF_ASYNC | OPF_WRITEBACK))) leader = bt->ops[i];
-        if (leader)
-            leader->leader = true;
-        else
-            nudge_flusher(b, 0);
-    }
-    if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
-    pthread_mutex_unlock(&b->lock);
+}
 
+/*
+ * Lock held, a slot just freed by bt: decides who sends what may go now. On
+ * a library thread, this completion itself, right after waking bt's callers
+ * (measured no slower than before them, and a transport that sends
+ * synchronously, RDMA, does not delay the wake by a round trip): the ready
+ * batches it takes go into send. Inside a submit (see submit_depth), a
+ * synchronous caller of bt, woken anyway, becomes the leader and sends them;
+ * failing one, the flusher. Returns how many it took.
+ */
+static size_t pick_sender(struct kvb_batcher *b, struct batch *bt, struct batch **send)
+{
+    size_t n = submit_depth == 0 ? take_ready_or_nudge(b, send) : 0;
+    if (!b->ready_head || !slot_free(b)) return n;
+    for (uint32_t i = 0; i < bt->n; i++)
+        if (!(bt->ops[i]->flags & (OPF_ASYNC | OPF_WRITEBACK))) {
+            bt->ops[i]->leader = true;
+            return n;
+        }
+    nudge_flusher(b, 0);
+    return n;
+}
+
+/* Marks bt's ops done (freeing write-behind ones) and wakes their callers with one system call. */
+static void wake_callers(struct batch *bt)
+{
     for (uint32_t i = 0; i < bt->n; i++) {
         struct kvb_op *op = bt->ops[i];
         if (op->flags & OPF_WRITEBACK)
@@ -527,6 +538,32 @@ static void done_cb(void *arg, ssize_t nok)
             op_complete(op);
     }
     batch_wake(bt);
+}
+
+/*
+ * Completion of a batch (library thread, or the submitter for refused or
+ * synchronously completed batches): results to ops and counters, then the
+ * bookkeeping under the lock, then the callers are woken, then the next
+ * batch is sent (see pick_sender).
+ */
+static void done_cb(void *arg, ssize_t nok)
+{
+    struct batch *bt = arg;
+    struct kvb_batcher *b = bt->b;
+    struct batch *send[KVB_SEND_BATCH];
+    (void)nok;
+    atomic_fetch_add_explicit(&b->callbacks, 1, memory_order_relaxed);
+    deliver_results(b->st, bt);
+
+    pthread_mutex_lock(&b->lock);
+    retire_batch(b, bt);
+    seal_if_due(b);
+    arm_window_timers(b);
+    size_t nsend = pick_sender(b, bt, send);
+    if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
+    pthread_mutex_unlock(&b->lock);
+
+    wake_callers(bt);
     submit_all(send, nsend);
     batch_recycle(b, bt);
     atomic_fetch_sub_explicit(&b->callbacks, 1, memory_order_release);
@@ -682,25 +719,9 @@ int kvb_flush(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t time
     return rc;
 }
 
-int kvb_batcher_destroy(struct kvb_batcher *b, uint64_t timeout_ns)
+/* Frees b and everything it holds; nothing may touch it any more. */
+static void batcher_free(struct kvb_batcher *b)
 {
-    if (!b) return 0;
-    int rc = kvb_flush(b, KVB_FLUSH_EXPLICIT, timeout_ns);
-    pthread_mutex_lock(&b->lock);
-    b->stopping = true;
-    pthread_cond_signal(&b->flusher_cv);
-    bool busy = b->inflight > 0 || b->ready_head || any_open(b);
-    pthread_mutex_unlock(&b->lock);
-    if (b->flusher_running) pthread_join(b->flusher, NULL);
-    b->flusher_running = false;
-    if (busy || rc == -ETIMEDOUT) return -EBUSY;
-    /* A completion may still be waking its callers after the bookkeeping: let it finish. */
-    for (int i = 0; atomic_load_explicit(&b->callbacks, memory_order_acquire) > 0; i++) {
-        if (i > 100000) return -EBUSY;
-        struct timespec ts = {0, 10000};
-        nanosleep(&ts, NULL);
-    }
-
     struct pending_key *pk, *tmp;
     HASH_ITER(hh, b->pending, pk, tmp)
     {
@@ -722,6 +743,28 @@ int kvb_batcher_destroy(struct kvb_batcher *b, uint64_t timeout_ns)
     pthread_mutex_destroy(&b->lock);
     kvb_backend_release(&b->be);
     free(b);
+}
+
+int kvb_batcher_destroy(struct kvb_batcher *b, uint64_t timeout_ns)
+{
+    if (!b) return 0;
+    int rc = kvb_flush(b, KVB_FLUSH_EXPLICIT, timeout_ns);
+    pthread_mutex_lock(&b->lock);
+    b->stopping = true;
+    pthread_cond_signal(&b->flusher_cv);
+    bool busy = b->inflight > 0 || b->ready_head || any_open(b);
+    pthread_mutex_unlock(&b->lock);
+    if (b->flusher_running) pthread_join(b->flusher, NULL);
+    b->flusher_running = false;
+    if (busy || rc == -ETIMEDOUT) return -EBUSY;
+    /* A completion may still be waking its callers after the bookkeeping: let it finish. */
+    for (int i = 0; atomic_load_explicit(&b->callbacks, memory_order_acquire) > 0; i++) {
+        if (i > 100000) return -EBUSY;
+        struct timespec ts = {0, 10000};
+        nanosleep(&ts, NULL);
+    }
+
+    batcher_free(b);
     return 0;
 }
 
@@ -732,58 +775,66 @@ static uint64_t op_bytes(const struct kvb_op *op)
     return op->kind == KVB_OP_EXISTS ? 0 : op->len;
 }
 
-/* Appends op to a batch (alone if it is over max_bytes). Lock held. -ENOMEM if none. */
-static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64_t *seq)
+/* Puts op into bt's arrays (sz: its value bytes) and counts it accepted and queued. Lock held. */
+static void batch_add(struct kvb_batcher *b, struct batch *bt, struct kvb_op *op, uint64_t sz)
 {
-    int k = op->kind;
-    uint64_t sz = op_bytes(op);
-    struct batch *bt;
-    bool alone = sz > b->p.max_bytes, created = false;
-    if (alone) {
-        if (!(bt = batch_get(b, k, now))) return -ENOMEM;
-    } else {
-        if (!b->open[k]) {
-            if (!(b->open[k] = batch_get(b, k, now))) return -ENOMEM;
-            created = true;
-        }
-        bt = b->open[k];
-    }
     uint32_t i = bt->n++;
     bt->ops[i] = op;
     op->bt = bt;
     bt->keys[i] = op->key;
-    bt->ptrs[i] = k == KVB_OP_PUT ? (void *)op->val : op->buf;
+    bt->ptrs[i] = op->kind == KVB_OP_PUT ? (void *)op->val : op->buf;
     bt->lens[i] = op->len;
     bt->bytes += sz;
-    *seq = bt->seq;
     op_accepted(b);
     kvb_gauge(&b->st->queued_ops, 1);
-    if (alone) {
-        /* A lone oversize op: queue it behind the batches already sealed. */
-        struct batch *save = b->open[k];
-        b->open[k] = bt;
-        seal(b, k, KVB_FLUSH_MAX_BYTES);
-        b->open[k] = save;
-    } else if (bt->n >= b->p.max_ops) {
-        seal(b, k, KVB_FLUSH_MAX_OPS);
-    } else if (bt->bytes >= b->p.max_bytes) {
-        seal(b, k, KVB_FLUSH_MAX_BYTES);
+}
+
+/*
+ * bt, just opened by op at `now`, is still forming and a slot is free: it
+ * needs a window timer - its opener's own wait if that is a synchronous
+ * caller, else the flusher's. (With no slot free a completion arms it.) Lock
+ * held.
+ */
+static void arm_opener_timer(struct kvb_batcher *b, struct batch *bt, struct kvb_op *op,
+                             uint64_t now)
+{
+    if (!(op->flags & (OPF_ASYNC | OPF_WRITEBACK))) {
+        bt->timer_owner = true;
+        op->flags |= OPF_TIMER;
     } else {
+        nudge_flusher(b, now + b->p.window_ns);
+    }
+}
+
+/*
+ * Appends op to the forming batch of its kind, sealing it at max_ops or
+ * max_bytes; an op over max_bytes goes alone, behind the batches already
+ * sealed. *seq is the batch's. Lock held. -ENOMEM if no batch could be made.
+ */
+static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64_t *seq)
+{
+    int k = op->kind;
+    uint64_t sz = op_bytes(op);
+    if (sz > b->p.max_bytes) {
+        struct batch *bt = batch_get(b, k, now);
+        if (!bt) return -ENOMEM;
+        batch_add(b, bt, op, sz);
+        *seq = bt->seq;
+        ready_push(b, bt, KVB_FLUSH_MAX_BYTES);
+        return 0;
+    }
+    bool created = !b->open[k];
+    if (created && !(b->open[k] = batch_get(b, k, now))) return -ENOMEM;
+    struct batch *bt = b->open[k];
+    batch_add(b, bt, op, sz);
+    *seq = bt->seq;
+    if (bt->n >= b->p.max_ops)
+        seal(b, k, KVB_FLUSH_MAX_OPS);
+    else if (bt->bytes >= b->p.max_bytes)
+        seal(b, k, KVB_FLUSH_MAX_BYTES);
+    else
         seal_if_due(b);
-    }
-    /*
-     * A batch left forming needs a timer: its opener's own wait if that is a
-     * synchronous caller, else the flusher's (unless no slot could take it
-     * anyway: a completion arms it then).
-     */
-    if (created && b->open[k] == bt && slot_free(b)) {
-        if (!(op->flags & (OPF_ASYNC | OPF_WRITEBACK))) {
-            bt->timer_owner = true;
-            op->flags |= OPF_TIMER;
-        } else {
-            nudge_flusher(b, now + b->p.window_ns);
-        }
-    }
+    if (created && b->open[k] == bt && slot_free(b)) arm_opener_timer(b, bt, op, now);
     return 0;
 }
 
@@ -849,6 +900,16 @@ static void count_unbatched(struct kvb_stats *st, const struct kvb_op *op)
 }
 
 /*
+ * Adaptive, and nothing of kind waits or travels: an op of kind may go at
+ * once, as its caller's own single-key call. Lock held.
+ */
+static bool idle_for(const struct kvb_batcher *b, int kind)
+{
+    return b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0 && !b->ready_head &&
+           !b->open[kind];
+}
+
+/*
  * Queues op and sends whatever may go now from this thread. For sync ops in
  * an idle batcher with adaptive policy, *direct is set instead: the caller
  * performs the real single-key call itself (no thread hand-off) while
@@ -875,8 +936,7 @@ static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *d
     } else if (track && (rc = track_put(b, NULL, op)) < 0) {
         goto out;
     }
-    if (direct && b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0 && !b->ready_head &&
-        !b->open[op->kind] && !track) {
+    if (direct && !track && idle_for(b, op->kind)) {
         b->inflight++; /* the caller's own call holds the slot */
         op_accepted(b);
         *direct = true;
@@ -1006,11 +1066,13 @@ static void op_init(struct kvb_op *op, struct kvb_batcher *b, int kind, const ch
 }
 
 /* Write-behind put: copy key and value, reserve space (waiting for it), queue. */
-static int put_writeback(struct kvb_batcher *b, const char *key, const void *val, size_t len)
+/* A write-behind op: one block holding the op, its key and its value. */
+static struct kvb_op *writeback_op(struct kvb_batcher *b, const char *key, const void *val,
+                                   size_t len)
 {
     size_t klen = strlen(key) + 1;
     struct kvb_op *op = malloc(sizeof(*op) + klen + len);
-    if (!op) return -ENOMEM;
+    if (!op) return NULL;
     char *kcopy = (char *)(op + 1);
     memcpy(kcopy, key, klen);
     if (len) memcpy(kcopy + klen, val, len);
@@ -1018,7 +1080,12 @@ static int put_writeback(struct kvb_batcher *b, const char *key, const void *val
     op->val = kcopy + klen;
     op->len = len;
     op->flags = OPF_WRITEBACK;
+    return op;
+}
 
+/* Reserves len write-behind bytes, waiting while KVBATCH_WRITEBACK_BYTES are held. */
+static void writeback_reserve(struct kvb_batcher *b, size_t len)
+{
     pthread_mutex_lock(&b->lock);
     while (b->wb_bytes > 0 && b->wb_bytes + len > b->p.writeback_bytes) {
         /*
@@ -1033,14 +1100,27 @@ static int put_writeback(struct kvb_batcher *b, const char *key, const void *val
     b->wb_bytes += len;
     kvb_gauge(&b->st->writeback_bytes, (int64_t)len);
     pthread_mutex_unlock(&b->lock);
+}
 
+/* Gives back a reservation whose put was not queued, and wakes the writers waiting for it. */
+static void writeback_unreserve(struct kvb_batcher *b, size_t len)
+{
+    pthread_mutex_lock(&b->lock);
+    b->wb_bytes -= len;
+    if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
+    pthread_mutex_unlock(&b->lock);
+    kvb_gauge(&b->st->writeback_bytes, -(int64_t)len);
+}
+
+/* Write-behind put: copy key and value, reserve space (waiting for it), queue. */
+static int put_writeback(struct kvb_batcher *b, const char *key, const void *val, size_t len)
+{
+    struct kvb_op *op = writeback_op(b, key, val, len);
+    if (!op) return -ENOMEM;
+    writeback_reserve(b, len);
     int rc = enqueue(b, op, true, NULL);
     if (rc < 0) {
-        pthread_mutex_lock(&b->lock);
-        b->wb_bytes -= len;
-        if (b->state_waiters) pthread_cond_broadcast(&b->state_cv);
-        pthread_mutex_unlock(&b->lock);
-        kvb_gauge(&b->st->writeback_bytes, -(int64_t)len);
+        writeback_unreserve(b, len);
         free(op);
     }
     return rc;

@@ -45,11 +45,17 @@ static uint64_t load(const _Atomic uint64_t *c)
     return atomic_load_explicit(c, memory_order_relaxed);
 }
 
+/* HELP and TYPE lines of one metric family. */
+static void family(struct out *o, const char *name, const char *type, const char *help)
+{
+    put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
 /* One counter family with an op label. */
 static void render_per_op(struct out *o, const char *name, const char *help,
                           const _Atomic uint64_t v[KVB_OP_KINDS])
 {
-    put(o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    family(o, name, "counter", help);
     for (int k = 0; k < KVB_OP_KINDS; k++)
         put(o, "%s{op=\"%s\"} %llu\n", name, op_label(k), (unsigned long long)load(&v[k]));
 }
@@ -59,7 +65,7 @@ static void render_hist(struct out *o, const char *name, const char *help, const
                         double scale)
 {
     uint64_t cum = 0;
-    put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    family(o, name, "histogram", help);
     for (size_t i = 0; i < h->nbounds; i++) {
         cum += load(&h->bucket[i]);
         put(o, "%s_bucket{le=\"%.9g\"} %llu\n", name, (double)h->bounds[i] / scale,
@@ -72,6 +78,29 @@ static void render_hist(struct out *o, const char *name, const char *help, const
     put(o, "%s_count %llu\n", name, (unsigned long long)cum);
 }
 
+/* One gauge without labels. */
+static void render_gauge(struct out *o, const char *name, const char *help,
+                         const _Atomic int64_t *g)
+{
+    family(o, name, "gauge", help);
+    put(o, "%s %lld\n", name, (long long)atomic_load_explicit(g, memory_order_relaxed));
+}
+
+/* kvbatch_errors_total{op,status}; ENOENT always shown (an ordinary miss) so rates work. */
+static void render_errors(struct out *o, const struct kvb_stats *s)
+{
+    family(o, "kvbatch_errors_total", "counter",
+           "Calls that returned a negative status, per op and status.");
+    for (int k = 0; k < KVB_OP_KINDS; k++)
+        for (int c = 0; c < KVB_ST_CLASSES; c++) {
+            uint64_t v = load(&s->errors[k][c]);
+            if (v || c == KVB_ST_ENOENT)
+                put(o, "kvbatch_errors_total{op=\"%s\",status=\"%s\"} %llu\n", op_label(k),
+                    kvb_status_label(c), (unsigned long long)v);
+        }
+}
+
+/* The families in the order of docs/shim.md's table. */
 size_t kvb_stats_render(const struct kvb_stats *s, char *buf, size_t cap)
 {
     struct out o = {buf, cap, 0};
@@ -83,43 +112,20 @@ size_t kvb_stats_render(const struct kvb_stats *s, char *buf, size_t cap)
     render_per_op(&o, "kvbatch_direct_ops_total",
                   "Calls passed straight to the real single-key function (not batched).",
                   s->direct_ops);
-
-    put(&o, "# HELP kvbatch_errors_total Calls that returned a negative status, per op and "
-            "status.\n# TYPE kvbatch_errors_total counter\n");
-    for (int k = 0; k < KVB_OP_KINDS; k++)
-        for (int c = 0; c < KVB_ST_CLASSES; c++) {
-            uint64_t v = load(&s->errors[k][c]);
-            /* ENOENT on get is an ordinary miss: always shown so rates work. */
-            if (v || c == KVB_ST_ENOENT)
-                put(&o, "kvbatch_errors_total{op=\"%s\",status=\"%s\"} %llu\n", op_label(k),
-                    kvb_status_label(c), (unsigned long long)v);
-        }
-
-    put(&o, "# HELP kvbatch_flush_total Batches sent, per reason.\n"
-            "# TYPE kvbatch_flush_total counter\n");
+    render_errors(&o, s);
+    family(&o, "kvbatch_flush_total", "counter", "Batches sent, per reason.");
     for (int r = 0; r < KVB_FLUSH_REASONS; r++)
         put(&o, "kvbatch_flush_total{reason=\"%s\"} %llu\n", flush_label(r),
             (unsigned long long)load(&s->flushes[r]));
-
-    put(&o,
-        "# HELP kvbatch_writeback_errors_total Write-behind puts that failed after "
-        "returning 0.\n# TYPE kvbatch_writeback_errors_total counter\n"
-        "kvbatch_writeback_errors_total %llu\n",
+    family(&o, "kvbatch_writeback_errors_total", "counter",
+           "Write-behind puts that failed after returning 0.");
+    put(&o, "kvbatch_writeback_errors_total %llu\n",
         (unsigned long long)load(&s->writeback_errors));
-
-    put(&o,
-        "# HELP kvbatch_queued_ops Ops accepted and not yet sent.\n"
-        "# TYPE kvbatch_queued_ops gauge\nkvbatch_queued_ops %lld\n",
-        (long long)atomic_load_explicit(&s->queued_ops, memory_order_relaxed));
-    put(&o,
-        "# HELP kvbatch_inflight_batches Batches sent and not yet completed.\n"
-        "# TYPE kvbatch_inflight_batches gauge\nkvbatch_inflight_batches %lld\n",
-        (long long)atomic_load_explicit(&s->inflight_batches, memory_order_relaxed));
-    put(&o,
-        "# HELP kvbatch_writeback_pending_bytes Value bytes held for write-behind puts.\n"
-        "# TYPE kvbatch_writeback_pending_bytes gauge\nkvbatch_writeback_pending_bytes %lld\n",
-        (long long)atomic_load_explicit(&s->writeback_bytes, memory_order_relaxed));
-
+    render_gauge(&o, "kvbatch_queued_ops", "Ops accepted and not yet sent.", &s->queued_ops);
+    render_gauge(&o, "kvbatch_inflight_batches", "Batches sent and not yet completed.",
+                 &s->inflight_batches);
+    render_gauge(&o, "kvbatch_writeback_pending_bytes", "Value bytes held for write-behind puts.",
+                 &s->writeback_bytes);
     render_hist(&o, "kvbatch_batch_ops", "Ops per batch.", &s->batch_ops, 1.0);
     render_hist(&o, "kvbatch_batch_bytes", "Value bytes per batch.", &s->batch_bytes, 1.0);
     render_hist(&o, "kvbatch_queue_delay_seconds", "Time from a call to its batch being sent.",
