@@ -1,7 +1,7 @@
 /*
- * config.h - the shim's environment variables: one parser for sizes and
- * durations, range checks, and a loader that turns KVBATCH_* into a
- * struct kvb_config. Pure functions (the environment is read through a
+ * config.h - the shim's environment variables: range checks over
+ * common/parse.h's grammar of counts, sizes and durations, and a loader
+ * that turns KVBATCH_* into a struct kvb_config. Pure functions (the environment is read through a
  * caller-supplied getter), so they are unit-tested and fuzzed directly.
  */
 #ifndef KVB_CONFIG_H
