@@ -3,7 +3,7 @@
  *
  *   kvbatch-stat FILE             one summary: rates since the last look
  *   kvbatch-stat -s FILE          the same, since the shim started
- *   kvbatch-stat -w SECONDS FILE  one line per interval, like vmstat
+ *   kvbatch-stat -w SECONDS FILE  one line per interval, like vmstat (-n COUNT lines)
  *   kvbatch-stat --json FILE      totals and rates since the shim started, as JSON
  *
  * It reads only the Prometheus text the shim writes (KVBATCH_STATS_FILE).

@@ -134,22 +134,21 @@ struct bench_common {
     int quiet;  /* no progress line */
 };
 
-/* Their option table entries: --servers first, the rest last in a command's table. */
+/*
+ * Their option table entries: --servers first, the rest last in a command's
+ * table (kept one entry a line, as in the tables that use them).
+ */
+/* clang-format off */
 #define BENCH_OPT_SERVERS(c)                                                                       \
-    {                                                                                              \
-        "servers", 0, KVOPT_STRING, KVOPT_TO((c).servers), "S", "host:port[,host:port]",           \
-            .dflt = "$KVSTORE_SERVERS or " KVS_DEFAULT_SERVERS                                     \
-    }
+    {"servers", 0, KVOPT_STRING, KVOPT_TO((c).servers), "S", "host:port[,host:port]",             \
+     .dflt = "$KVSTORE_SERVERS or " KVS_DEFAULT_SERVERS}
 #define BENCH_OPTS_OUTPUT(c)                                                                       \
-    {"repeat",    0,                                                                               \
-     KVOPT_COUNT, KVOPT_TO((c).repeat),                                                            \
-     "R",         "runs of each measurement; each is printed, then the median",                    \
-     .lo = 1,     .hi = 64},                                                                       \
-        {"csv", 0, KVOPT_STRING, KVOPT_TO((c).csv), "FILE", "write results as CSV"},               \
-        {"json", 0, KVOPT_STRING, KVOPT_TO((c).json), "FILE", "write results as JSON"},            \
-    {                                                                                              \
-        "quiet", 0, KVOPT_FLAG, KVOPT_TO((c).quiet), NULL, "no progress line"                      \
-    }
+    {"repeat", 0, KVOPT_COUNT, KVOPT_TO((c).repeat), "R",                                         \
+     "runs of each measurement; the median of several is printed", .lo = 1, .hi = 64},           \
+    {"csv", 0, KVOPT_STRING, KVOPT_TO((c).csv), "FILE", "write results as CSV"},                   \
+    {"json", 0, KVOPT_STRING, KVOPT_TO((c).json), "FILE", "write results as JSON"},                \
+    {"quiet", 0, KVOPT_FLAG, KVOPT_TO((c).quiet), NULL, "no progress line"}
+/* clang-format on */
 
 /*
  * Opens the client on c->servers and the output files; on failure says why

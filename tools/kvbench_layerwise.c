@@ -7,9 +7,10 @@
  * stream). Save: layer i's slices are put right after layer i's compute; what
  * the engine feels is the transfer time it is exposed to: the save round's
  * time beyond its compute (the tail after the last layer's compute, plus any
- * stall for a staging buffer still being transferred). Load: the I/O thread fetches layers in order
- * while the compute thread waits layer by layer; what the engine feels is the wait per layer. A
- * ring of LAYER_RING staging buffers bounds memory, as GPU staging does.
+ * stall for a staging buffer still being transferred). Load: the I/O thread
+ * fetches layers in order while the compute thread waits layer by layer; what
+ * the engine feels is the wait per layer. A ring of LAYER_RING staging
+ * buffers bounds memory, as GPU staging does.
  *
  * Keys: model@tp@rank@chunkhash@layer, one slice per (block, layer) of
  * block_tokens * 4 KiB / tp bytes (K+V, fp16, 8 KV heads x 128 dims).

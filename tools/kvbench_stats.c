@@ -1,7 +1,7 @@
 /*
- * kvbench_stats.c - latency histograms, result lines, CSV/JSON output,
- * progress line and the client + output session shared by
- * every kvbench workload.
+ * kvbench_stats.c - what every kvbench workload shares: latency histograms,
+ * result lines, CSV/JSON output, the progress line, opening the client and
+ * the output files (a session), the names of ops and paths.
  */
 #include "kvbench.h"
 
