@@ -131,6 +131,11 @@ void kvc_defer_fini(kvs_client *c);
 
 /* Starts op; afterwards it completes on its own (callback, or kvc_op_wait). 0 or -ENOMEM. */
 int kvc_op_launch(struct kvs_op *op, const struct op_args *a);
+/*
+ * Submits a heap op's reqs[s] to server s, for every server (the caller set
+ * them up; op->done is NULL), and waits until all are done.
+ */
+void kvc_op_run_per_server(struct kvs_op *op);
 
 /* ---- flush.c ---- */
 

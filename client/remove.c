@@ -23,8 +23,6 @@ ssize_t kvs_remove_matching(kvs_client *c, const char *pattern)
     size_t ns = c->nservers;
     struct kvs_op *op = kvc_op_alloc(c, KVS_OP_REMOVE_MATCHING, ns);
     if (!op) return -ENOMEM;
-    op->epoch = kvc_outstanding_inc(c);
-    atomic_fetch_add(&op->parts, ns);
     for (size_t s = 0; s < ns; s++) {
         struct kvs_key_io *k = &op->keys[s];
         struct kvs_req *req = &op->reqs[s];
@@ -38,10 +36,8 @@ ssize_t kvs_remove_matching(kvs_client *c, const char *pattern)
         req->keys = k;
         req->done = remove_done;
         req->arg = op;
-        c->servers[s].ops->submit(c->servers[s].conn, req);
     }
-    kvc_op_put(op, true);
-    kvc_op_wait(op);
+    kvc_op_run_per_server(op);
     /* A server that could not answer fails the call: its keys may still be there. */
     ssize_t total = 0;
     int first_err = 0;

@@ -47,6 +47,49 @@ static void stats_done(struct kvs_req *req)
     kvc_op_put(op, false);
 }
 
+/* Sends one STATS request per server, texts[s * STATS_TEXT_MAX] for server s, and waits for all. */
+static void fetch_stats(kvs_client *c, struct kvs_op *op, char *texts)
+{
+    for (size_t s = 0; s < c->nservers; s++) {
+        struct kvs_req *req = &op->reqs[s];
+        memset(req, 0, sizeof(*req));
+        req->opcode = KVS_OP_STATS;
+        req->text = texts + s * STATS_TEXT_MAX;
+        req->text_cap = STATS_TEXT_MAX;
+        req->done = stats_done;
+        req->arg = op;
+    }
+    kvc_op_run_per_server(op);
+}
+
+/*
+ * Appends server sv's block at buf[at]: "# server NAME", its STATS text (or
+ * "# error ..."), then this client's counters of the link to it. Returns
+ * the length the text would have had so far.
+ */
+static size_t render_server(char *buf, size_t cap, size_t at, const struct server_link *sv,
+                            const struct kvs_req *req)
+{
+    char line[400];
+    int len = snprintf(line, sizeof(line), "# server %s\n", sv->ep.name);
+    at = append(buf, cap, at, line, (size_t)len);
+    if (req->status < 0) {
+        len = snprintf(line, sizeof(line), "# error %s\n", kvc_strerror(req->status));
+        at = append(buf, cap, at, line, (size_t)len);
+    } else {
+        size_t tlen = req->text_len < req->text_cap ? req->text_len : req->text_cap;
+        at = append(buf, cap, at, req->text, tlen);
+        if (tlen > 0 && req->text[tlen - 1] != '\n') at = append(buf, cap, at, "\n", 1);
+    }
+    /* This client's side of the link to that server: frames, syscalls, reconnects... */
+    if (sv->ops->counters) {
+        struct counter_sink sink = {buf, cap, at};
+        sv->ops->counters(sv->conn, emit_counter, &sink);
+        at = sink.at;
+    }
+    return at;
+}
+
 ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap)
 {
     if (!c || (!buf && cap > 0)) return -EINVAL;
@@ -58,44 +101,16 @@ ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap)
         free(texts);
         return -ENOMEM;
     }
-    op->epoch = kvc_outstanding_inc(c);
-    atomic_fetch_add(&op->parts, ns);
-    for (size_t s = 0; s < ns; s++) {
-        struct kvs_req *req = &op->reqs[s];
-        memset(req, 0, sizeof(*req));
-        req->opcode = KVS_OP_STATS;
-        req->text = texts + s * STATS_TEXT_MAX;
-        req->text_cap = STATS_TEXT_MAX;
-        req->done = stats_done;
-        req->arg = op;
-        c->servers[s].ops->submit(c->servers[s].conn, req);
-    }
-    kvc_op_put(op, true);
-    kvc_op_wait(op);
+    fetch_stats(c, op, texts);
 
     size_t at = 0;
     int failed = 0, first_err = 0;
     for (size_t s = 0; s < ns; s++) {
-        struct kvs_req *req = &op->reqs[s];
-        char line[400];
-        int len = snprintf(line, sizeof(line), "# server %s\n", c->servers[s].ep.name);
-        at = append(buf, cap, at, line, (size_t)len);
+        const struct kvs_req *req = &op->reqs[s];
+        at = render_server(buf, cap, at, &c->servers[s], req);
         if (req->status < 0) {
-            len = snprintf(line, sizeof(line), "# error %s\n", kvc_strerror(req->status));
-            at = append(buf, cap, at, line, (size_t)len);
             failed++;
             if (!first_err) first_err = req->status;
-        } else {
-            size_t tlen = req->text_len < req->text_cap ? req->text_len : req->text_cap;
-            at = append(buf, cap, at, req->text, tlen);
-            if (tlen > 0 && req->text[tlen - 1] != '\n') at = append(buf, cap, at, "\n", 1);
-        }
-        /* This client's side of the link to that server: frames, syscalls, reconnects... */
-        struct server_link *sv = &c->servers[s];
-        if (sv->ops->counters) {
-            struct counter_sink sink = {buf, cap, at};
-            sv->ops->counters(sv->conn, emit_counter, &sink);
-            at = sink.at;
         }
     }
     if (buf && cap > 0) buf[at < cap - 1 ? at : cap - 1] = '\0';

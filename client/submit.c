@@ -62,16 +62,20 @@ static void init_req(struct kvs_req *req, struct kvs_op *op, struct kvs_key_io *
     req->arg = op;
 }
 
+/* The index of the server that owns the key (no hashing with one server). */
+static size_t server_of(const kvs_client *c, const char *key, size_t klen)
+{
+    if (c->nservers == 1) return 0;
+    return kvs_route_pick(c->server_hashes, c->nservers, kvs_route_key_hash(key, klen));
+}
+
 /* One key: no routing tables, no allocation. */
 static void launch_single(struct kvs_op *op, const struct op_args *a)
 {
     kvs_client *c = op->c;
     size_t klen = 0;
     int st = check_key(a, 0, &klen);
-    struct server_link *s = &c->servers[0];
-    if (st == 0 && c->nservers > 1)
-        s = &c->servers[kvs_route_pick(c->server_hashes, c->nservers,
-                                       kvs_route_key_hash(a->keys[0], klen))];
+    struct server_link *s = &c->servers[st == 0 ? server_of(c, a->keys[0], klen) : 0];
     struct kvs_limits lim;
     if (st == 0) st = s->ops->connect(s->conn, &lim);
     if (st == 0) st = check_limits(a, 0, klen, &lim);
@@ -85,6 +89,104 @@ static void launch_single(struct kvs_op *op, const struct op_args *a)
     s->ops->submit(s->conn, &op->req1);
 }
 
+#define NO_SERVER UINT32_MAX /* the key is answered already: nothing to send */
+
+/* A batch on its way out, in one allocation (lims first). */
+struct batch_plan {
+    struct kvs_limits *lims; /* per server: its limits, once connected */
+    int *conn_err;           /* per server: its connection error, or 0 */
+    uint32_t *count;         /* per server: keys to send */
+    uint32_t *begin, *fill;  /* per server: where its keys start in op->keys, and the next one */
+    uint32_t *where;         /* per key: its server, or NO_SERVER */
+    uint32_t *klens;         /* per key: its length */
+};
+
+/* Carves p's arrays out of one allocation, which it returns (NULL: out of memory). */
+static void *plan_alloc(struct batch_plan *p, size_t ns, size_t n)
+{
+    size_t size = ns * (sizeof(struct kvs_limits) + sizeof(int) + 3 * sizeof(uint32_t)) +
+                  n * 2 * sizeof(uint32_t);
+    struct kvs_limits *lims = malloc(size);
+    if (!lims) return NULL;
+    p->lims = lims;
+    p->where = (uint32_t *)(lims + ns);
+    p->klens = p->where + n;
+    p->count = p->klens + n;
+    p->begin = p->count + ns;
+    p->fill = p->begin + ns;
+    p->conn_err = (int *)(p->fill + ns);
+    return lims;
+}
+
+/* Local checks and routing: each key gets its server, or its status and NO_SERVER. */
+static void route_keys(struct kvs_op *op, const struct op_args *a, struct batch_plan *p)
+{
+    kvs_client *c = op->c;
+    memset(p->count, 0, c->nservers * sizeof(*p->count));
+    for (size_t i = 0; i < a->n; i++) {
+        size_t klen = 0;
+        int st = check_key(a, i, &klen);
+        p->where[i] = NO_SERVER;
+        if (st < 0) {
+            kvc_op_set_result(op, (uint32_t)i, st);
+            continue;
+        }
+        p->klens[i] = (uint32_t)klen;
+        p->where[i] = (uint32_t)server_of(c, a->keys[i], klen);
+        p->count[p->where[i]]++;
+    }
+}
+
+/*
+ * Connects the servers that have keys, then checks each key against its
+ * server: a key whose server is down or whose limits it exceeds gets that
+ * status here. Counts what will be sent.
+ */
+static void check_servers(struct kvs_op *op, const struct op_args *a, struct batch_plan *p)
+{
+    kvs_client *c = op->c;
+    for (size_t s = 0; s < c->nservers; s++)
+        p->conn_err[s] =
+            p->count[s] ? c->servers[s].ops->connect(c->servers[s].conn, &p->lims[s]) : 0;
+    memset(p->count, 0, c->nservers * sizeof(*p->count));
+    for (size_t i = 0; i < a->n; i++) {
+        uint32_t s = p->where[i];
+        if (s == NO_SERVER) continue;
+        int st = p->conn_err[s] ? p->conn_err[s] : check_limits(a, i, p->klens[i], &p->lims[s]);
+        if (st < 0) {
+            kvc_op_set_result(op, (uint32_t)i, st);
+            p->where[i] = NO_SERVER;
+            continue;
+        }
+        p->count[s]++;
+    }
+}
+
+/* Groups the keys to send per server, in call order, and submits one req per server. */
+static void submit_parts(struct kvs_op *op, const struct op_args *a, struct batch_plan *p)
+{
+    kvs_client *c = op->c;
+    uint32_t at = 0, nreqs = 0;
+    for (size_t s = 0; s < c->nservers; s++) {
+        p->begin[s] = p->fill[s] = at;
+        at += p->count[s];
+        if (p->count[s]) nreqs++;
+    }
+    for (size_t i = 0; i < a->n; i++)
+        if (p->where[i] != NO_SERVER)
+            fill_key(&op->keys[p->fill[p->where[i]]++], a, i, p->klens[i]);
+
+    /* Count every part before submitting any: a part may complete at once. */
+    atomic_fetch_add(&op->parts, nreqs);
+    uint32_t r = 0;
+    for (size_t s = 0; s < c->nservers; s++) {
+        if (!p->count[s]) continue;
+        init_req(&op->reqs[r], op, &op->keys[p->begin[s]], p->count[s]);
+        c->servers[s].ops->submit(c->servers[s].conn, &op->reqs[r]);
+        r++;
+    }
+}
+
 /*
  * Several keys: validate, route, connect the servers involved, group the
  * valid keys per server (in call order) and submit one req per server.
@@ -92,68 +194,13 @@ static void launch_single(struct kvs_op *op, const struct op_args *a)
  */
 static int launch_batch(struct kvs_op *op, const struct op_args *a)
 {
-    kvs_client *c = op->c;
-    size_t ns = c->nservers, n = a->n;
-    const uint32_t NONE = UINT32_MAX;
-    /* Per key: its server (or NONE: already answered) and key length; per server: the rest. */
-    size_t size = n * 2 * sizeof(uint32_t) + ns * (3 * sizeof(uint32_t) + sizeof(int)) +
-                  ns * sizeof(struct kvs_limits);
-    struct kvs_limits *lims = malloc(size);
-    if (!lims) return -ENOMEM;
-    uint32_t *where = (uint32_t *)(lims + ns), *klens = where + n;
-    uint32_t *count = klens + n, *begin = count + ns, *fill = begin + ns;
-    int *conn_err = (int *)(fill + ns);
-
-    memset(count, 0, ns * sizeof(*count));
-    for (size_t i = 0; i < n; i++) {
-        size_t klen = 0;
-        int st = check_key(a, i, &klen);
-        where[i] = NONE;
-        if (st < 0) {
-            kvc_op_set_result(op, (uint32_t)i, st);
-            continue;
-        }
-        klens[i] = (uint32_t)klen;
-        where[i] = ns == 1 ? 0
-                           : (uint32_t)kvs_route_pick(c->server_hashes, ns,
-                                                      kvs_route_key_hash(a->keys[i], klen));
-        count[where[i]]++;
-    }
-    for (size_t s = 0; s < ns; s++)
-        conn_err[s] = count[s] ? c->servers[s].ops->connect(c->servers[s].conn, &lims[s]) : 0;
-
-    /* Server-dependent checks; count what will be sent. */
-    memset(count, 0, ns * sizeof(*count));
-    for (size_t i = 0; i < n; i++) {
-        if (where[i] == NONE) continue;
-        uint32_t s = where[i];
-        int st = conn_err[s] ? conn_err[s] : check_limits(a, i, klens[i], &lims[s]);
-        if (st < 0) {
-            kvc_op_set_result(op, (uint32_t)i, st);
-            where[i] = NONE;
-            continue;
-        }
-        count[s]++;
-    }
-    uint32_t at = 0, nreqs = 0;
-    for (size_t s = 0; s < ns; s++) {
-        begin[s] = fill[s] = at;
-        at += count[s];
-        if (count[s]) nreqs++;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (where[i] != NONE) fill_key(&op->keys[fill[where[i]]++], a, i, klens[i]);
-
-    /* Count every part before submitting any: a part may complete at once. */
-    atomic_fetch_add(&op->parts, nreqs);
-    uint32_t r = 0;
-    for (size_t s = 0; s < ns; s++) {
-        if (!count[s]) continue;
-        init_req(&op->reqs[r], op, &op->keys[begin[s]], count[s]);
-        c->servers[s].ops->submit(c->servers[s].conn, &op->reqs[r]);
-        r++;
-    }
-    free(lims);
+    struct batch_plan p;
+    void *mem = plan_alloc(&p, op->c->nservers, a->n);
+    if (!mem) return -ENOMEM;
+    route_keys(op, a, &p);
+    check_servers(op, a, &p);
+    submit_parts(op, a, &p);
+    free(mem);
     return 0;
 }
 
@@ -171,4 +218,16 @@ int kvc_op_launch(struct kvs_op *op, const struct op_args *a)
     }
     kvc_op_put(op, true);
     return 0;
+}
+
+void kvc_op_run_per_server(struct kvs_op *op)
+{
+    kvs_client *c = op->c;
+    op->epoch = kvc_outstanding_inc(c);
+    /* Count every part before submitting any: a part may complete at once. */
+    atomic_fetch_add(&op->parts, c->nservers);
+    for (size_t s = 0; s < c->nservers; s++)
+        c->servers[s].ops->submit(c->servers[s].conn, &op->reqs[s]);
+    kvc_op_put(op, true);
+    kvc_op_wait(op);
 }
