@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "status.h"
+
 enum kvb_opkind { KVB_OP_PUT, KVB_OP_GET, KVB_OP_EXISTS, KVB_OP_KINDS };
 
 enum kvb_flush_reason {
@@ -24,23 +26,6 @@ enum kvb_flush_reason {
     KVB_FLUSH_EXPLICIT,
     KVB_FLUSH_EXIT,
     KVB_FLUSH_REASONS
-};
-
-/* Status labels for kvbatch_errors_total; the last one collects anything else. */
-enum kvb_status_class {
-    KVB_ST_ENOENT,
-    KVB_ST_ERANGE,
-    KVB_ST_E2BIG,
-    KVB_ST_ENOSPC,
-    KVB_ST_EINVAL,
-    KVB_ST_ENOMEM,
-    KVB_ST_ECONNREFUSED,
-    KVB_ST_ECONNRESET,
-    KVB_ST_ETIMEDOUT,
-    KVB_ST_EIO,
-    KVB_ST_EPROTO,
-    KVB_ST_OTHER,
-    KVB_ST_CLASSES
 };
 
 #define KVB_HIST_MAX_BUCKETS 24
@@ -59,7 +44,7 @@ struct kvb_stats {
     _Atomic uint64_t batches[KVB_OP_KINDS];
     _Atomic uint64_t bytes[KVB_OP_KINDS];
     _Atomic uint64_t direct_ops[KVB_OP_KINDS]; /* passed to the real single-key call */
-    _Atomic uint64_t errors[KVB_OP_KINDS][KVB_ST_CLASSES];
+    _Atomic uint64_t errors[KVB_OP_KINDS][KVS_STATUS_CLASSES]; /* by common/status.h class */
     _Atomic uint64_t flushes[KVB_FLUSH_REASONS];
     _Atomic uint64_t writeback_errors;
     _Atomic int64_t queued_ops;       /* gauge: accepted, not yet sent */
@@ -73,10 +58,6 @@ struct kvb_stats {
 
 /* Zeroes s and attaches the bucket bounds. */
 void kvb_stats_init(struct kvb_stats *s);
-
-/* The label for a negative status ("ENOENT"...), and its class. */
-enum kvb_status_class kvb_status_class(long status);
-const char *kvb_status_label(enum kvb_status_class c);
 
 /* Bucket index of v in h (nbounds for +Inf). */
 size_t kvb_hist_index(const struct kvb_hist *h, uint64_t v);
@@ -110,7 +91,7 @@ static inline uint64_t kvb_result_bytes(enum kvb_opkind k, ssize_t r, size_t put
 /* Counts one op's result: success adds nothing, a negative status one error. */
 static inline void kvb_count_result(struct kvb_stats *s, enum kvb_opkind k, long status)
 {
-    if (status < 0) kvb_count(&s->errors[k][kvb_status_class(status)], 1);
+    if (status < 0) kvb_count(&s->errors[k][kvs_status_class(status)], 1);
 }
 
 #endif

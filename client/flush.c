@@ -9,6 +9,8 @@
  */
 #include "client_int.h"
 
+#include "status.h"
+
 #include <errno.h>
 #include <time.h>
 
@@ -31,15 +33,9 @@ void kvc_flush_fini(kvs_client *c)
     pthread_mutex_destroy(&c->mu);
 }
 
-static bool is_transport_error(int status)
-{
-    return status == -ECONNREFUSED || status == -ECONNRESET || status == -ETIMEDOUT ||
-           status == -EIO || status == -EPROTO;
-}
-
 void kvc_note_error(kvs_client *c, int status)
 {
-    if (!is_transport_error(status)) return;
+    if (!kvs_status_is_transport(status)) return;
     int expected = 0;
     atomic_compare_exchange_strong(&c->first_error, &expected, status);
 }

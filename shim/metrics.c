@@ -92,11 +92,11 @@ static void render_errors(struct out *o, const struct kvb_stats *s)
     family(o, "kvbatch_errors_total", "counter",
            "Calls that returned a negative status, per op and status.");
     for (int k = 0; k < KVB_OP_KINDS; k++)
-        for (int c = 0; c < KVB_ST_CLASSES; c++) {
+        for (int c = 0; c < KVS_STATUS_CLASSES; c++) {
             uint64_t v = load(&s->errors[k][c]);
-            if (v || c == KVB_ST_ENOENT)
+            if (v || c == KVS_STATUS_C_ENOENT)
                 put(o, "kvbatch_errors_total{op=\"%s\",status=\"%s\"} %llu\n", op_label(k),
-                    kvb_status_label(c), (unsigned long long)v);
+                    kvs_status_class_name(c), (unsigned long long)v);
         }
 }
 

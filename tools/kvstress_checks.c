@@ -15,36 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "status.h"
 #include "values.h"
 
 const char *errno_label(int e)
 {
-    switch (e) {
-    case ENOENT:
-        return "ENOENT";
-    case ERANGE:
-        return "ERANGE";
-    case E2BIG:
-        return "E2BIG";
-    case ENOSPC:
-        return "ENOSPC";
-    case EINVAL:
-        return "EINVAL";
-    case ENOMEM:
-        return "ENOMEM";
-    case ECONNREFUSED:
-        return "ECONNREFUSED";
-    case ECONNRESET:
-        return "ECONNRESET";
-    case ETIMEDOUT:
-        return "ETIMEDOUT";
-    case EIO:
-        return "EIO";
-    case EPROTO:
-        return "EPROTO";
-    default:
-        return "other";
-    }
+    return kvs_status_class_name(kvs_status_class(-e));
 }
 
 /* Value of the metric line starting with name (labels included) in text, or -1. */
@@ -123,20 +99,19 @@ void check_shim_stats(struct shim_check *sc, double closed_at)
             sc->ok = 0;
         }
         /* Per status: the shim's errors = what callers saw (+ write-behind failures). */
-        static const int codes[] = {ENOENT,       ERANGE,     E2BIG,     ENOSPC, EINVAL, ENOMEM,
-                                    ECONNREFUSED, ECONNRESET, ETIMEDOUT, EIO,    EPROTO};
         double total = 0, mine_total = 0;
-        for (size_t c = 0; c < sizeof(codes) / sizeof(codes[0]); c++) {
+        for (int c = 0; c < KVS_STATUS_C_OTHER; c++) {
+            int e = -kvs_status_class_code(c);
             snprintf(name, sizeof(name), "kvbatch_errors_total{op=\"%s\",status=\"%s\"}", opname[k],
-                     errno_label(codes[c]));
+                     kvs_status_class_name(c));
             double v = metric(text, name);
             if (v < 0) v = 0;
             total += v;
-            double mine = (double)atomic_load(&fig.single_err[k][codes[c]]);
+            double mine = (double)atomic_load(&fig.single_err[k][e]);
             mine_total += mine;
             if (!wb_mode && v != mine) {
                 fprintf(stderr, "kvstress: shim counted %.0f %s %s errors, kvstress saw %.0f\n", v,
-                        opname[k], errno_label(codes[c]), mine);
+                        opname[k], kvs_status_class_name(c), mine);
                 sc->ok = 0;
             }
         }

@@ -6,6 +6,8 @@
  */
 #include "wire.h"
 
+#include "status.h"
+
 #include <errno.h>
 #include <string.h>
 
@@ -137,27 +139,7 @@ void kvs_wire_status_encode(uint8_t out[KVS_WIRE_STATUS_LEN], int32_t status, ui
 
 int kvs_wire_status_known(int32_t status)
 {
-    switch (status) {
-    case 0:
-    case 1:
-    case -ENOENT:
-    case -ERANGE:
-    case -E2BIG:
-    case -ENOSPC:
-    case -EINVAL:
-    case -ENOMEM:
-    case -EIO:
-    case -EPROTO:
-    case -EBADMSG:
-    case -ENOTSUP:
-    case -EMSGSIZE:
-    case -EBUSY:
-    case -EACCES:
-    case -ETIMEDOUT:
-        return 1;
-    default:
-        return 0;
-    }
+    return kvs_status_on_wire(status);
 }
 
 int kvs_wire_status_decode(const uint8_t in[KVS_WIRE_STATUS_LEN], uint8_t req_opcode,

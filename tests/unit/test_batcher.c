@@ -208,8 +208,8 @@ static void test_get_semantics(void **state)
     assert_int_equal(kvb_exists(e.b, "k"), 1);
     assert_int_equal(kvb_put(e.b, "empty", "", 0), 0);
     assert_int_equal(kvb_get(e.b, "empty", buf, sizeof(buf)), 0);
-    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_GET][KVB_ST_ERANGE]), 1);
-    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_GET][KVB_ST_ENOENT]), 1);
+    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_GET][KVS_STATUS_C_ERANGE]), 1);
+    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_GET][KVS_STATUS_C_ENOENT]), 1);
     assert_int_equal(kvb_args_batchable(NULL, "v", 1), 0);
     assert_int_equal(kvb_args_batchable("", "v", 1), 0);
     assert_int_equal(kvb_args_batchable("k", NULL, 1), 0);
@@ -245,8 +245,8 @@ static void test_error_fanout_async(void **state)
     assert_int_equal(kvb_wait(ops[1]), -EIO);
     assert_int_equal(kvb_wait(ops[2]), 3);
     assert_int_equal(kvb_wait(ops[3]), -EIO);
-    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_PUT][KVB_ST_EIO]), 2);
-    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_GET][KVB_ST_EIO]), 2);
+    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_PUT][KVS_STATUS_C_EIO]), 2);
+    assert_int_equal(atomic_load(&e.st.errors[KVB_OP_GET][KVS_STATUS_C_EIO]), 2);
     assert_int_equal(atomic_load(&e.st.ops[KVB_OP_PUT]), 4);
     assert_int_equal(atomic_load(&e.st.ops[KVB_OP_GET]), 4);
     fake_env_down(&e);

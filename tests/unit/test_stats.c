@@ -97,7 +97,7 @@ static void test_hist_index(void **state)
     assert_int_equal(kvb_hist_index(&st.batch_ops, 2), 1);
     assert_int_equal(kvb_hist_index(&st.batch_ops, 3), 2);
     assert_int_equal(kvb_hist_index(&st.batch_ops, 1u << 30), st.batch_ops.nbounds);
-    assert_string_equal(kvb_status_label(kvb_status_class(-ETIMEDOUT)), "ETIMEDOUT");
+    assert_string_equal(kvs_status_class_name(kvs_status_class(-ETIMEDOUT)), "ETIMEDOUT");
 }
 
 static void test_atomic_write_and_promtool(void **state)
