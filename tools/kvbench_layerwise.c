@@ -131,59 +131,87 @@ static void note(struct lw_request *rq, int layer, int b, ssize_t st)
     }
 }
 
-/* Moves one layer's slices (put or get) with the configured path. */
-static void transfer_layer(struct lw_request *rq, int layer)
+/* One call per slice. */
+static void transfer_single(struct lw_request *rq, int layer, char **keys, char *buf, int put)
+{
+    const struct lw_config *cfg = rq->cfg;
+    for (int b = 0; b < cfg->blocks; b++) {
+        char *p = buf + (size_t)b * cfg->slice;
+        uint64_t t0 = kvs_now_ns();
+        ssize_t st = put ? kvs_put(cfg->client, keys[b], p, cfg->slice)
+                         : kvs_get(cfg->client, keys[b], p, cfg->slice);
+        bench_hist_add(&rq->op_lat, kvs_now_ns() - t0, 1);
+        note(rq, layer, b, st);
+    }
+}
+
+/* The whole layer in one batch call; each slice waited for the call. */
+static void transfer_batch(struct lw_request *rq, int layer, char **keys, char *buf, int put)
 {
     const struct lw_config *cfg = rq->cfg;
     int n = cfg->blocks;
-    char **keys = &rq->keys[(size_t)layer * (size_t)n];
+    const void *vals[n];
+    void *bufs[n];
+    size_t lens[n];
+    int status[n];
+    ssize_t results[n];
+    for (int b = 0; b < n; b++) {
+        vals[b] = bufs[b] = buf + (size_t)b * cfg->slice;
+        lens[b] = cfg->slice;
+    }
+    const char *const *k = (const char *const *)keys;
+    uint64_t t0 = kvs_now_ns();
+    int call = put ? kvs_batch_put(cfg->client, (size_t)n, k, vals, lens, status)
+                   : kvs_batch_get(cfg->client, (size_t)n, k, bufs, lens, results);
+    bench_hist_add(&rq->op_lat, kvs_now_ns() - t0, (uint64_t)n);
+    for (int b = 0; b < n; b++)
+        note(rq, layer, b, call < 0 ? call : put ? status[b] : results[b]);
+}
+
+/* Every slice's async call issued, then each waited in order. */
+static void transfer_async(struct lw_request *rq, int layer, char **keys, char *buf, int put)
+{
+    const struct lw_config *cfg = rq->cfg;
+    int n = cfg->blocks;
+    kvs_op *ops[n];
+    uint64_t t0 = kvs_now_ns();
+    for (int b = 0; b < n; b++) {
+        char *p = buf + (size_t)b * cfg->slice;
+        int rc = put ? kvs_put_async(cfg->client, keys[b], p, cfg->slice, &ops[b])
+                     : kvs_get_async(cfg->client, keys[b], p, cfg->slice, &ops[b]);
+        if (rc < 0) ops[b] = NULL, note(rq, layer, b, rc);
+    }
+    for (int b = 0; b < n; b++) {
+        if (!ops[b]) continue;
+        ssize_t st = kvs_wait(ops[b]);
+        bench_hist_add(&rq->op_lat, kvs_now_ns() - t0, 1);
+        note(rq, layer, b, st);
+    }
+}
+
+/* Moves one layer's slices (put on save, get on load) with the configured path. */
+static void transfer_layer(struct lw_request *rq, int layer)
+{
+    const struct lw_config *cfg = rq->cfg;
+    char **keys = &rq->keys[(size_t)layer * (size_t)cfg->blocks];
     char *buf = layer_buf(rq, layer);
     int put = rq->phase == PHASE_SAVE;
+    if (cfg->mode == BENCH_SINGLE)
+        transfer_single(rq, layer, keys, buf, put);
+    else if (cfg->mode == BENCH_BATCH)
+        transfer_batch(rq, layer, keys, buf, put);
+    else
+        transfer_async(rq, layer, keys, buf, put);
+    atomic_fetch_add_explicit(rq->done, (uint64_t)cfg->blocks, memory_order_relaxed);
+}
 
-    if (cfg->mode == BENCH_SINGLE) {
-        for (int b = 0; b < n; b++) {
-            char *p = buf + (size_t)b * cfg->slice;
-            uint64_t t0 = kvs_now_ns();
-            ssize_t st = put ? kvs_put(cfg->client, keys[b], p, cfg->slice)
-                             : kvs_get(cfg->client, keys[b], p, cfg->slice);
-            bench_hist_add(&rq->op_lat, kvs_now_ns() - t0, 1);
-            note(rq, layer, b, st);
-        }
-    } else if (cfg->mode == BENCH_BATCH) {
-        const void *vals[n];
-        void *bufs[n];
-        size_t lens[n];
-        int status[n];
-        ssize_t results[n];
-        for (int b = 0; b < n; b++) {
-            vals[b] = bufs[b] = buf + (size_t)b * cfg->slice;
-            lens[b] = cfg->slice;
-        }
-        uint64_t t0 = kvs_now_ns();
-        int call = put ? kvs_batch_put(cfg->client, (size_t)n, (const char *const *)keys, vals,
-                                       lens, status)
-                       : kvs_batch_get(cfg->client, (size_t)n, (const char *const *)keys, bufs,
-                                       lens, results);
-        bench_hist_add(&rq->op_lat, kvs_now_ns() - t0, (uint64_t)n);
-        for (int b = 0; b < n; b++)
-            note(rq, layer, b, call < 0 ? call : put ? status[b] : results[b]);
-    } else {
-        kvs_op *ops[n];
-        uint64_t t0 = kvs_now_ns();
-        for (int b = 0; b < n; b++) {
-            char *p = buf + (size_t)b * cfg->slice;
-            int rc = put ? kvs_put_async(cfg->client, keys[b], p, cfg->slice, &ops[b])
-                         : kvs_get_async(cfg->client, keys[b], p, cfg->slice, &ops[b]);
-            if (rc < 0) ops[b] = NULL, note(rq, layer, b, rc);
-        }
-        for (int b = 0; b < n; b++) {
-            if (!ops[b]) continue;
-            ssize_t st = kvs_wait(ops[b]);
-            bench_hist_add(&rq->op_lat, kvs_now_ns() - t0, 1);
-            note(rq, layer, b, st);
-        }
-    }
-    atomic_fetch_add_explicit(rq->done, (uint64_t)n, memory_order_relaxed);
+/* Sets a layer counter (produced or consumed) under rq->mu and wakes the other thread. */
+static void advance(struct lw_request *rq, int *counter, int layers)
+{
+    pthread_mutex_lock(&rq->mu);
+    *counter = layers;
+    pthread_cond_broadcast(&rq->cv);
+    pthread_mutex_unlock(&rq->mu);
 }
 
 /* The connector's transfer stream: saves or loads layers in order. */
@@ -201,13 +229,7 @@ static void *io_main(void *arg)
             return NULL;
         }
         transfer_layer(rq, i);
-        pthread_mutex_lock(&rq->mu);
-        if (rq->phase == PHASE_SAVE)
-            rq->consumed = i + 1;
-        else
-            rq->produced = i + 1;
-        pthread_cond_broadcast(&rq->cv);
-        pthread_mutex_unlock(&rq->mu);
+        advance(rq, rq->phase == PHASE_SAVE ? &rq->consumed : &rq->produced, i + 1);
     }
     return NULL;
 }
@@ -236,60 +258,61 @@ static int check_layer(struct lw_request *rq, int layer)
     return bad;
 }
 
-/* The model: computes layer after layer; saves behind it or waits for loads ahead of it. */
-static int compute_round(struct lw_request *rq)
+/*
+ * The model on save: computes layer after layer into a free staging buffer,
+ * which the I/O thread puts behind it. Exposed: the round's time beyond the
+ * compute itself (the tail after the last layer, and any stall for a staging
+ * buffer the transfers had not freed yet).
+ */
+static int save_round(struct lw_request *rq)
 {
     const struct lw_config *cfg = rq->cfg;
+    uint64_t compute_spent = 0, round_start = kvs_now_ns();
     int rc = 0;
-    uint64_t total_wait = 0, compute_spent = 0, round_start = kvs_now_ns();
     for (int i = 0; i < cfg->layers && rc == 0; i++) {
-        if (rq->phase == PHASE_SAVE) {
-            pthread_mutex_lock(&rq->mu);
-            rc = WAIT_UNTIL(rq, i - rq->consumed < LAYER_RING); /* staging buffer free */
-            pthread_mutex_unlock(&rq->mu);
-            if (rc < 0) break;
-            uint64_t t0 = kvs_now_ns();
-            produce_layer(rq, i);
-            bench_sleep_ns(cfg->compute_ns);
-            compute_spent += kvs_now_ns() - t0; /* as slept: sleeps overshoot a little */
-            pthread_mutex_lock(&rq->mu);
-            rq->produced = i + 1;
-            pthread_cond_broadcast(&rq->cv);
-            pthread_mutex_unlock(&rq->mu);
-        } else {
-            uint64_t t0 = kvs_now_ns();
-            pthread_mutex_lock(&rq->mu);
-            rc = WAIT_UNTIL(rq, rq->produced > i);
-            pthread_mutex_unlock(&rq->mu);
-            if (rc < 0) break;
-            uint64_t waited = kvs_now_ns() - t0;
-            bench_hist_add(&rq->layer_wait, waited, 1);
-            total_wait += waited;
-            if (cfg->verify) {
-                /* own counter: the io thread updates ops/errors meanwhile */
-                rq->bad_values += (uint64_t)check_layer(rq, i);
-            }
-            bench_sleep_ns(cfg->compute_ns);
-            pthread_mutex_lock(&rq->mu);
-            rq->consumed = i + 1;
-            pthread_cond_broadcast(&rq->cv);
-            pthread_mutex_unlock(&rq->mu);
-        }
+        pthread_mutex_lock(&rq->mu);
+        rc = WAIT_UNTIL(rq, i - rq->consumed < LAYER_RING);
+        pthread_mutex_unlock(&rq->mu);
+        if (rc < 0) break;
+        uint64_t t0 = kvs_now_ns();
+        produce_layer(rq, i);
+        bench_sleep_ns(cfg->compute_ns);
+        compute_spent += kvs_now_ns() - t0; /* as slept: sleeps overshoot a little */
+        advance(rq, &rq->produced, i + 1);
     }
     if (rc < 0) return rc;
-    if (rq->phase == PHASE_SAVE) {
-        pthread_mutex_lock(&rq->mu);
-        rc = WAIT_UNTIL(rq, rq->consumed == cfg->layers);
-        pthread_mutex_unlock(&rq->mu);
-        /* everything beyond the compute itself: the tail after the last layer and any stall
-         * waiting for a staging buffer the transfers had not freed yet */
-        uint64_t spent = kvs_now_ns() - round_start;
-        if (rc == 0)
-            bench_hist_add(&rq->exposed, spent > compute_spent ? spent - compute_spent : 0, 1);
-    } else {
-        bench_hist_add(&rq->exposed, total_wait, 1);
-    }
+    pthread_mutex_lock(&rq->mu);
+    rc = WAIT_UNTIL(rq, rq->consumed == cfg->layers);
+    pthread_mutex_unlock(&rq->mu);
+    uint64_t spent = kvs_now_ns() - round_start;
+    if (rc == 0) bench_hist_add(&rq->exposed, spent > compute_spent ? spent - compute_spent : 0, 1);
     return rc;
+}
+
+/*
+ * The model on load: waits for each layer the I/O thread fetched ahead of
+ * it, checks it, computes it. Exposed: the round's total wait.
+ */
+static int load_round(struct lw_request *rq)
+{
+    const struct lw_config *cfg = rq->cfg;
+    uint64_t total_wait = 0;
+    for (int i = 0; i < cfg->layers; i++) {
+        uint64_t t0 = kvs_now_ns();
+        pthread_mutex_lock(&rq->mu);
+        int rc = WAIT_UNTIL(rq, rq->produced > i);
+        pthread_mutex_unlock(&rq->mu);
+        if (rc < 0) return rc;
+        uint64_t waited = kvs_now_ns() - t0;
+        bench_hist_add(&rq->layer_wait, waited, 1);
+        total_wait += waited;
+        /* own counter: the io thread updates ops/errors meanwhile */
+        if (cfg->verify) rq->bad_values += (uint64_t)check_layer(rq, i);
+        bench_sleep_ns(cfg->compute_ns);
+        advance(rq, &rq->consumed, i + 1);
+    }
+    bench_hist_add(&rq->exposed, total_wait, 1);
+    return 0;
 }
 
 /* One request's thread: runs `rounds` rounds of the phase, each with a fresh I/O thread. */
@@ -305,7 +328,7 @@ static void *request_main(void *arg)
             fail(rq, -rc);
             break;
         }
-        rc = compute_round(rq);
+        rc = rq->phase == PHASE_SAVE ? save_round(rq) : load_round(rq);
         if (rc < 0) fail(rq, rc);
         pthread_join(io, NULL);
         if (rq->failed) break;
