@@ -1,5 +1,7 @@
 /*
- * config.c - parsing and range-checking of the KVBATCH_* variables.
+ * config.c - the KVBATCH_* variables. One table (vars[]) gives each its
+ * field, default, range and the text its error line names as accepted; the
+ * defaults, the loader and the description all walk it.
  */
 #include "config.h"
 
@@ -7,24 +9,160 @@
 #include "parse.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
+static const char *const policy_names[] = {"adaptive", "fixed", "off"};
+static const char *const put_mode_names[] = {"sync", "writeback"};
+static const char *const log_names[] = {"error", "warn", "info", "debug"};
+
+const char *kvb_policy_name(enum kvb_policy p)
+{
+    return (unsigned)p < 3 ? policy_names[p] : "?";
+}
+
+const char *kvb_put_mode_name(enum kvb_put_mode m)
+{
+    return (unsigned)m < 2 ? put_mode_names[m] : "?";
+}
+
+/* What a variable's value is, and so how it is parsed and stored. */
+enum var_kind {
+    VAR_KEYWORD,  /* one of `keywords`, stored as its index in an enum field */
+    VAR_COUNT,    /* an integer, in a uint32_t field */
+    VAR_SIZE,     /* bytes (common/parse.h's size grammar), in a uint64_t field */
+    VAR_DURATION, /* nanoseconds (its duration grammar), in a uint64_t field */
+    VAR_PATH,     /* a file path, %p expanded, in a KVB_STATS_PATH_MAX char field ("" = none) */
+};
+
+/* One KVBATCH_* variable: where it goes in struct kvb_config, its default and what it accepts. */
+struct var {
+    const char *name;
+    enum var_kind kind;
+    size_t offset;
+    uint64_t def, lo, hi;        /* keyword index, count, bytes or ns */
+    uint64_t unit_ns;            /* a duration's bare-number unit, also the unit it is shown in */
+    const char *const *keywords; /* VAR_KEYWORD: lo..hi index it */
+    const char *accepted;        /* for the error line */
+};
+
+#define FIELD(f)   offsetof(struct kvb_config, f)
+#define SIZE_UNITS "(bare number = bytes; units K, M, G, KiB, MiB, GiB)"
+
+/* Every variable, in the README's order (and the order errors are looked for). */
+static const struct var vars[] = {
+    {"KVBATCH_POLICY", VAR_KEYWORD, FIELD(policy), KVB_POLICY_ADAPTIVE, 0, 2, 0, policy_names,
+     "adaptive, fixed or off"},
+    {"KVBATCH_WINDOW_US", VAR_DURATION, FIELD(window_ns), 50 * KVS_NS_PER_US, 0, KVS_NS_PER_S,
+     KVS_NS_PER_US, NULL,
+     "a duration from 0 to 1s (bare number = microseconds; units ns, us, ms, s)"},
+    {"KVBATCH_MAX_OPS", VAR_COUNT, FIELD(max_ops), 128, 1, 65536, 0, NULL,
+     "an integer from 1 to 65536"},
+    {"KVBATCH_MAX_BYTES", VAR_SIZE, FIELD(max_bytes), 1ull << 20, 4096, 256ull << 20, 0, NULL,
+     "a size from 4K to 256MiB " SIZE_UNITS},
+    {"KVBATCH_MAX_INFLIGHT", VAR_COUNT, FIELD(max_inflight), 4, 1, 64, 0, NULL,
+     "an integer from 1 to 64"},
+    {"KVBATCH_PUT_MODE", VAR_KEYWORD, FIELD(put_mode), KVB_PUT_SYNC, 0, 1, 0, put_mode_names,
+     "sync or writeback"},
+    {"KVBATCH_WRITEBACK_BYTES", VAR_SIZE, FIELD(writeback_bytes), 64ull << 20, 64ull << 10,
+     64ull << 30, 0, NULL, "a size from 64K to 64GiB " SIZE_UNITS},
+    {"KVBATCH_STATS_FILE", VAR_PATH, FIELD(stats_file), 0, 0, 0, 0, NULL,
+     "a file path (up to 4095 bytes) where %p stands for the pid and %% for %"},
+    {"KVBATCH_STATS_INTERVAL_MS", VAR_DURATION, FIELD(stats_interval_ns), 1000 * KVS_NS_PER_MS,
+     10 * KVS_NS_PER_MS, 3600 * KVS_NS_PER_S, KVS_NS_PER_MS, NULL,
+     "a duration from 10ms to 3600s (bare number = milliseconds; units ms, s)"},
+    {"KVBATCH_EXIT_TIMEOUT_MS", VAR_DURATION, FIELD(exit_timeout_ns), 2000 * KVS_NS_PER_MS, 0,
+     60 * KVS_NS_PER_S, KVS_NS_PER_MS, NULL,
+     "a duration from 0 to 60s (bare number = milliseconds; units ms, s)"},
+    {"KVBATCH_LOG", VAR_KEYWORD, FIELD(log_level), KVB_LOG_WARN, 0, 3, 0, log_names,
+     "error, warn, info or debug"},
+};
+#define NVARS (sizeof(vars) / sizeof(vars[0]))
+
+/* Stores v into the field of var in cfg. */
+static void var_store(struct kvb_config *cfg, const struct var *var, uint64_t v)
+{
+    char *field = (char *)cfg + var->offset;
+    if (var->kind == VAR_KEYWORD) {
+        int e = (int)v;
+        memcpy(field, &e, sizeof(e)); /* the enum fields are int-sized */
+    } else if (var->kind == VAR_COUNT) {
+        uint32_t n = (uint32_t)v;
+        memcpy(field, &n, sizeof(n));
+    } else {
+        memcpy(field, &v, sizeof(v));
+    }
+}
+
+/* The value of var's field in cfg, as var_store took it. */
+static uint64_t var_value(const struct kvb_config *cfg, const struct var *var)
+{
+    const char *field = (const char *)cfg + var->offset;
+    if (var->kind == VAR_KEYWORD) {
+        int e;
+        memcpy(&e, field, sizeof(e));
+        return (uint64_t)e;
+    }
+    if (var->kind == VAR_COUNT) {
+        uint32_t n;
+        memcpy(&n, field, sizeof(n));
+        return n;
+    }
+    uint64_t v;
+    memcpy(&v, field, sizeof(v));
+    return v;
+}
+
+/* Parses text as var's kind into *v; 0, or -EINVAL (junk or out of range). Not for paths. */
+static int var_parse(const struct var *var, const char *text, uint64_t *v)
+{
+    int rc = -EINVAL;
+    switch (var->kind) {
+    case VAR_KEYWORD:
+        for (uint64_t i = var->lo; i <= var->hi; i++)
+            if (strcasecmp(text, var->keywords[i]) == 0) {
+                *v = i;
+                return 0;
+            }
+        return -EINVAL;
+    case VAR_COUNT:
+        rc = kvs_parse_uint(text, v);
+        break;
+    case VAR_SIZE:
+        rc = kvs_parse_size(text, v);
+        break;
+    case VAR_DURATION:
+        rc = kvs_parse_duration(text, var->unit_ns, v);
+        break;
+    case VAR_PATH:
+        return -EINVAL;
+    }
+    return rc < 0 || *v < var->lo || *v > var->hi ? -EINVAL : 0;
+}
+
+/* Sets var in cfg from text (a path with %p expanded for pid). 0, or -EINVAL: cfg unchanged. */
+static int var_set(struct kvb_config *cfg, const struct var *var, const char *text, long pid)
+{
+    uint64_t v;
+    if (var->kind == VAR_PATH) {
+        char path[KVB_STATS_PATH_MAX];
+        if (!*text) return 0; /* empty: none */
+        if (kvb_expand_path(text, pid, path, sizeof(path)) < 0) return -EINVAL;
+        memcpy((char *)cfg + var->offset, path, strlen(path) + 1);
+        return 0;
+    }
+    if (var_parse(var, text, &v) < 0) return -EINVAL;
+    var_store(cfg, var, v);
+    return 0;
+}
+
 void kvb_config_defaults(struct kvb_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->policy = KVB_POLICY_ADAPTIVE;
-    cfg->window_ns = 50 * KVS_NS_PER_US;
-    cfg->max_ops = 128;
-    cfg->max_bytes = 1ull << 20;
-    cfg->max_inflight = 4;
-    cfg->put_mode = KVB_PUT_SYNC;
-    cfg->writeback_bytes = 64ull << 20;
-    cfg->stats_file[0] = '\0';
-    cfg->stats_interval_ns = 1000 * KVS_NS_PER_MS;
-    cfg->exit_timeout_ns = 2000 * KVS_NS_PER_MS;
-    cfg->log_level = KVB_LOG_WARN;
+    for (size_t i = 0; i < NVARS; i++)
+        if (vars[i].kind != VAR_PATH) var_store(cfg, &vars[i], vars[i].def);
 }
 
 int kvb_expand_path(const char *pattern, long pid, char *out, size_t cap)
@@ -69,125 +207,15 @@ static void report(char *err, size_t errcap, int *failed, const char *name, cons
                  name, val, accepted);
 }
 
-/* A duration variable in [lo, hi] ns; a bare number is in unit_ns. */
-static void load_duration(kvb_getenv_fn get, const char *name, uint64_t unit_ns, uint64_t lo,
-                          uint64_t hi, const char *accepted, uint64_t *dst, char *err,
-                          size_t errcap, int *failed)
-{
-    const char *v = get(name);
-    uint64_t ns;
-    if (!v) return;
-    if (kvs_parse_duration(v, unit_ns, &ns) < 0 || ns < lo || ns > hi) {
-        report(err, errcap, failed, name, v, accepted);
-        return;
-    }
-    *dst = ns;
-}
-
-/* A size variable in [lo, hi] bytes. */
-static void load_size(kvb_getenv_fn get, const char *name, uint64_t lo, uint64_t hi,
-                      const char *accepted, uint64_t *dst, char *err, size_t errcap, int *failed)
-{
-    const char *v = get(name);
-    uint64_t bytes;
-    if (!v) return;
-    if (kvs_parse_size(v, &bytes) < 0 || bytes < lo || bytes > hi) {
-        report(err, errcap, failed, name, v, accepted);
-        return;
-    }
-    *dst = bytes;
-}
-
-/* A plain count in [lo, hi]. */
-static void load_count(kvb_getenv_fn get, const char *name, uint32_t lo, uint32_t hi,
-                       const char *accepted, uint32_t *dst, char *err, size_t errcap, int *failed)
-{
-    const char *v = get(name);
-    uint64_t n;
-    if (!v) return;
-    if (kvs_parse_uint(v, &n) < 0 || n < lo || n > hi) {
-        report(err, errcap, failed, name, v, accepted);
-        return;
-    }
-    *dst = (uint32_t)n;
-}
-
-/* A keyword from names[0..n); stores its index. */
-static void load_enum(kvb_getenv_fn get, const char *name, const char *const names[], int n,
-                      const char *accepted, int *dst, char *err, size_t errcap, int *failed)
-{
-    const char *v = get(name);
-    if (!v) return;
-    for (int i = 0; i < n; i++) {
-        if (strcasecmp(v, names[i]) == 0) {
-            *dst = i;
-            return;
-        }
-    }
-    report(err, errcap, failed, name, v, accepted);
-}
-
-static const char *const policy_names[] = {"adaptive", "fixed", "off"};
-static const char *const put_mode_names[] = {"sync", "writeback"};
-static const char *const log_names[] = {"error", "warn", "info", "debug"};
-
-const char *kvb_policy_name(enum kvb_policy p)
-{
-    return (unsigned)p < 3 ? policy_names[p] : "?";
-}
-
-const char *kvb_put_mode_name(enum kvb_put_mode m)
-{
-    return (unsigned)m < 2 ? put_mode_names[m] : "?";
-}
-
 int kvb_config_load(struct kvb_config *cfg, kvb_getenv_fn get, long pid, char *err, size_t errcap)
 {
-    int failed = 0, e;
+    int failed = 0;
     kvb_config_defaults(cfg);
     if (err && errcap) err[0] = '\0';
-
-    e = (int)cfg->log_level;
-    load_enum(get, "KVBATCH_LOG", log_names, 4, "error, warn, info or debug", &e, err, errcap,
-              &failed);
-    cfg->log_level = (enum kvb_log_level)e;
-    e = (int)cfg->policy;
-    load_enum(get, "KVBATCH_POLICY", policy_names, 3, "adaptive, fixed or off", &e, err, errcap,
-              &failed);
-    cfg->policy = (enum kvb_policy)e;
-    load_duration(get, "KVBATCH_WINDOW_US", KVS_NS_PER_US, 0, KVS_NS_PER_S,
-                  "a duration from 0 to 1s (bare number = microseconds; units ns, us, ms, s)",
-                  &cfg->window_ns, err, errcap, &failed);
-    load_count(get, "KVBATCH_MAX_OPS", 1, 65536, "an integer from 1 to 65536", &cfg->max_ops, err,
-               errcap, &failed);
-    load_size(get, "KVBATCH_MAX_BYTES", 4096, 256ull << 20,
-              "a size from 4K to 256MiB (bare number = bytes; units K, M, G, KiB, MiB, GiB)",
-              &cfg->max_bytes, err, errcap, &failed);
-    load_count(get, "KVBATCH_MAX_INFLIGHT", 1, 64, "an integer from 1 to 64", &cfg->max_inflight,
-               err, errcap, &failed);
-    e = (int)cfg->put_mode;
-    load_enum(get, "KVBATCH_PUT_MODE", put_mode_names, 2, "sync or writeback", &e, err, errcap,
-              &failed);
-    cfg->put_mode = (enum kvb_put_mode)e;
-    load_size(get, "KVBATCH_WRITEBACK_BYTES", 64ull << 10, 64ull << 30,
-              "a size from 64K to 64GiB (bare number = bytes; units K, M, G, KiB, MiB, GiB)",
-              &cfg->writeback_bytes, err, errcap, &failed);
-    load_duration(get, "KVBATCH_STATS_INTERVAL_MS", KVS_NS_PER_MS, 10 * KVS_NS_PER_MS,
-                  3600 * KVS_NS_PER_S,
-                  "a duration from 10ms to 3600s (bare number = milliseconds; units ms, s)",
-                  &cfg->stats_interval_ns, err, errcap, &failed);
-    load_duration(get, "KVBATCH_EXIT_TIMEOUT_MS", KVS_NS_PER_MS, 0, 60 * KVS_NS_PER_S,
-                  "a duration from 0 to 60s (bare number = milliseconds; units ms, s)",
-                  &cfg->exit_timeout_ns, err, errcap, &failed);
-
-    const char *path = get("KVBATCH_STATS_FILE");
-    if (path && *path) {
-        int r = kvb_expand_path(path, pid, cfg->stats_file, sizeof(cfg->stats_file));
-        if (r < 0) {
-            cfg->stats_file[0] = '\0';
-            report(err, errcap, &failed, "KVBATCH_STATS_FILE", path,
-                   "a file path (up to 4095 bytes) where %p stands for the pid and %% for %");
-        }
+    for (size_t i = 0; i < NVARS; i++) {
+        const char *text = get(vars[i].name);
+        if (text && var_set(cfg, &vars[i], text, pid) < 0)
+            report(err, errcap, &failed, vars[i].name, text, vars[i].accepted);
     }
     if (failed) {
         cfg->policy = KVB_POLICY_OFF;
@@ -196,21 +224,33 @@ int kvb_config_load(struct kvb_config *cfg, kvb_getenv_fn get, long pid, char *e
     return 0;
 }
 
+/* Appends "NAME=value\n" for var (a duration in its own unit) to out at *len. */
+static void describe_var(const struct kvb_config *cfg, const struct var *var, char *out, size_t cap,
+                         size_t *len)
+{
+    const char *field = (const char *)cfg + var->offset;
+    uint64_t v = var->kind == VAR_PATH ? 0 : var_value(cfg, var);
+    size_t room = *len < cap ? cap - *len : 0;
+    int n;
+    out = room ? out + *len : NULL;
+    if (var->kind == VAR_PATH)
+        n = snprintf(out, room, "%s=%s\n", var->name, *field ? field : "(none)");
+    else if (var->kind == VAR_KEYWORD)
+        n = snprintf(out, room, "%s=%s\n", var->name, var->keywords[v]);
+    else if (var->kind == VAR_DURATION)
+        n = snprintf(out, room, "%s=%llu%s\n", var->name, (unsigned long long)(v / var->unit_ns),
+                     var->unit_ns == KVS_NS_PER_US ? "us" : "ms");
+    else
+        n = snprintf(out, room, "%s=%llu\n", var->name, (unsigned long long)v);
+    if (n > 0) *len += (size_t)n;
+}
+
 size_t kvb_config_describe(const struct kvb_config *cfg, char *out, size_t cap)
 {
-    int n = snprintf(
-        out, cap,
-        "KVBATCH_POLICY=%s\nKVBATCH_WINDOW_US=%lluus\nKVBATCH_MAX_OPS=%u\n"
-        "KVBATCH_MAX_BYTES=%llu\nKVBATCH_MAX_INFLIGHT=%u\nKVBATCH_PUT_MODE=%s\n"
-        "KVBATCH_WRITEBACK_BYTES=%llu\nKVBATCH_STATS_FILE=%s\n"
-        "KVBATCH_STATS_INTERVAL_MS=%llums\nKVBATCH_EXIT_TIMEOUT_MS=%llums\n"
-        "KVBATCH_LOG=%s\n",
-        kvb_policy_name(cfg->policy), (unsigned long long)(cfg->window_ns / KVS_NS_PER_US),
-        cfg->max_ops, (unsigned long long)cfg->max_bytes, cfg->max_inflight,
-        kvb_put_mode_name(cfg->put_mode), (unsigned long long)cfg->writeback_bytes,
-        cfg->stats_file[0] ? cfg->stats_file : "(none)",
-        (unsigned long long)(cfg->stats_interval_ns / KVS_NS_PER_MS),
-        (unsigned long long)(cfg->exit_timeout_ns / KVS_NS_PER_MS), log_names[cfg->log_level]);
-    if (n < 0) return 0;
-    return (size_t)n < cap ? (size_t)n : (cap ? cap - 1 : 0);
+    size_t len = 0;
+    if (!cap) return 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < NVARS; i++)
+        describe_var(cfg, &vars[i], out, cap, &len);
+    return len < cap ? len : cap - 1;
 }
