@@ -69,65 +69,93 @@ static void run_single(struct worker *w, void *buf)
     }
 }
 
+/* The per-key arrays of one batch call of up to n keys. */
+struct batch_arrays {
+    const char **keys;
+    const void **vals;
+    void **outs;
+    size_t *lens;
+    int *status;
+    ssize_t *results;
+};
+
+static void batch_arrays_free(struct batch_arrays *a)
+{
+    free(a->results);
+    free(a->status);
+    free(a->lens);
+    free(a->outs);
+    free(a->vals);
+    free(a->keys);
+}
+
+/* Puts send bufs for every key; gets land in bufs + i * size. 0 or -ENOMEM. */
+static int batch_arrays_init(struct batch_arrays *a, size_t n, void *bufs, size_t size)
+{
+    a->keys = calloc(n, sizeof(*a->keys));
+    a->vals = calloc(n, sizeof(*a->vals));
+    a->outs = calloc(n, sizeof(*a->outs));
+    a->lens = calloc(n, sizeof(*a->lens));
+    a->status = calloc(n, sizeof(*a->status));
+    a->results = calloc(n, sizeof(*a->results));
+    if (!a->keys || !a->vals || !a->outs || !a->lens || !a->status || !a->results) {
+        batch_arrays_free(a);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        a->vals[i] = bufs;
+        a->outs[i] = (char *)bufs + i * size;
+        a->lens[i] = size;
+    }
+    return 0;
+}
+
+/* One batch call of the run's op over a->keys[0..k). */
+static int batch_call(const struct bench_basic *b, const struct batch_arrays *a, size_t k)
+{
+    if (b->op == BENCH_PUT)
+        return kvs_batch_put(b->client, k, a->keys, a->vals, a->lens, a->status);
+    if (b->op == BENCH_GET)
+        return kvs_batch_get(b->client, k, a->keys, a->outs, a->lens, a->results);
+    return kvs_batch_exists(b->client, k, a->keys, a->status);
+}
+
+/* Key i's outcome of a batch call that returned call: 0, or its negative status. */
+static ssize_t batch_key_status(const struct worker *w, const struct batch_arrays *a, size_t i,
+                                int call)
+{
+    const struct bench_basic *b = w->b;
+    if (call < 0) return call;
+    if (b->op == BENCH_PUT) return a->status[i];
+    if (b->op == BENCH_GET) return check_get(w, a->keys[i], a->outs[i], a->results[i]);
+    return a->status[i] == 1 ? 0 : a->status[i] == 0 ? -ENOENT : a->status[i];
+}
+
 /* Explicit batches of up to b->batch keys per call. */
 static int run_batch(struct worker *w, void *bufs)
 {
     const struct bench_basic *b = w->b;
     size_t n = (size_t)b->batch;
-    const char **keys = calloc(n, sizeof(*keys));
-    const void **vals = calloc(n, sizeof(*vals));
-    void **outs = calloc(n, sizeof(*outs));
-    size_t *lens = calloc(n, sizeof(*lens));
-    int *status = calloc(n, sizeof(*status));
-    ssize_t *results = calloc(n, sizeof(*results));
-    int rc = -ENOMEM;
-    if (!keys || !vals || !outs || !lens || !status || !results) goto out;
-    for (size_t i = 0; i < n; i++) {
-        vals[i] = bufs; /* puts send one buffer for every key */
-        outs[i] = (char *)bufs + i * b->size;
-        lens[i] = b->size;
-    }
+    struct batch_arrays a = {0};
+    if (batch_arrays_init(&a, n, bufs, b->size) < 0) return -ENOMEM;
     uint64_t idx = (uint64_t)w->id * 7919u;
     for (uint64_t j = 0; j < w->my_ops;) {
         uint64_t t0 = kvs_now_ns();
         if (t0 >= w->deadline_ns) break;
         size_t k = w->my_ops - j < n ? (size_t)(w->my_ops - j) : n;
         for (size_t i = 0; i < k; i++)
-            keys[i] = w->keys[(idx + j + i) % b->keys];
-        int call;
-        if (b->op == BENCH_PUT)
-            call = kvs_batch_put(b->client, k, keys, vals, lens, status);
-        else if (b->op == BENCH_GET)
-            call = kvs_batch_get(b->client, k, keys, outs, lens, results);
-        else
-            call = kvs_batch_exists(b->client, k, keys, status);
+            a.keys[i] = w->keys[(idx + j + i) % b->keys];
+        int call = batch_call(b, &a, k);
         uint64_t t1 = kvs_now_ns();
         bench_hist_add(&w->batch_lat, t1 - t0, 1);
         bench_hist_add(&w->op_lat, t1 - t0, k); /* each key waited for its whole batch */
-        for (size_t i = 0; i < k; i++) {
-            ssize_t st;
-            if (call < 0)
-                st = call;
-            else if (b->op == BENCH_PUT)
-                st = status[i];
-            else if (b->op == BENCH_GET)
-                st = check_get(w, keys[i], outs[i], results[i]);
-            else
-                st = status[i] == 1 ? 0 : status[i] == 0 ? -ENOENT : status[i];
-            note_status(w, st, b->op == BENCH_EXISTS ? 0 : b->size);
-        }
+        for (size_t i = 0; i < k; i++)
+            note_status(w, batch_key_status(w, &a, i, call), b->op == BENCH_EXISTS ? 0 : b->size);
         atomic_fetch_add_explicit(w->done, k, memory_order_relaxed);
         j += k;
     }
-    rc = 0;
-out:
-    free(results);
-    free(status);
-    free(lens);
-    free(outs);
-    free(vals);
-    free(keys);
-    return rc;
+    batch_arrays_free(&a);
+    return 0;
 }
 
 /* Up to b->batch single-key async ops in flight, waited in issue order. */
