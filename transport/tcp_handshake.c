@@ -16,44 +16,36 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* Waits for a non-blocking connect on fd to complete, until deadline (ms). 0 or a negative code. */
+static int wait_connected(int fd, uint64_t deadline)
+{
+    for (;;) {
+        uint64_t now = kvs_now_ms();
+        if (now >= deadline) return -ETIMEDOUT;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int n = poll(&p, 1, (int)(deadline - now));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -EIO;
+        if (n > 0) break;
+    }
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) err = errno;
+    return err ? tcp_sock_error(err) : 0;
+}
+
 /* Connects one address within deadline (ms); returns the fd or a negative code. */
 static int connect_addr(const struct addrinfo *ai, uint64_t deadline)
 {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) return -EIO;
     int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (rc < 0 && errno != EINPROGRESS) {
-        rc = tcp_sock_error(errno);
-        goto fail;
-    }
+    if (rc < 0) rc = errno == EINPROGRESS ? wait_connected(fd, deadline) : tcp_sock_error(errno);
     if (rc < 0) {
-        for (;;) {
-            uint64_t now = kvs_now_ms();
-            if (now >= deadline) {
-                rc = -ETIMEDOUT;
-                goto fail;
-            }
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            int n = poll(&p, 1, (int)(deadline - now));
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) {
-                rc = -EIO;
-                goto fail;
-            }
-            if (n > 0) break;
-        }
-        int err = 0;
-        socklen_t len = sizeof(err);
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) err = errno;
-        if (err) {
-            rc = tcp_sock_error(err);
-            goto fail;
-        }
+        close(fd);
+        return rc;
     }
     return fd;
-fail:
-    close(fd);
-    return rc;
 }
 
 /* Receives exactly n bytes before deadline (ms); the socket has a short SO_RCVTIMEO. */

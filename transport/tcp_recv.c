@@ -59,6 +59,23 @@ static int rx_tick(struct tcp_conn *c)
 }
 
 /*
+ * One recv of at most want bytes into `into`, counted: the bytes read, 0 when
+ * nothing came (a signal, or SO_RCVTIMEO's tick), or a negative code.
+ */
+static ssize_t rx_recv(struct tcp_conn *c, int fd, void *into, size_t want)
+{
+    ssize_t got = recv(fd, into, want, 0);
+    atomic_fetch_add_explicit(&c->n_recv_calls, 1, memory_order_relaxed);
+    if (got > 0) {
+        atomic_fetch_add_explicit(&c->n_bytes_recv, (unsigned long long)got, memory_order_relaxed);
+        return got;
+    }
+    if (got == 0) return -ECONNRESET;
+    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    return tcp_sock_error(errno);
+}
+
+/*
  * Reads n bytes of the current connection into dst (NULL: discard them).
  * While it waits it expires timed-out frames; if the frame being read
  * (rx_frame) passes its deadline, the connection is given up (-ETIMEDOUT).
@@ -78,28 +95,15 @@ static int rx_read(struct tcp_conn *c, int fd, void *dst, size_t n)
             n -= take;
             continue;
         }
-        uint8_t *into = c->rx;
-        size_t want = TCP_RX_BUF;
-        if (out && n >= TCP_DIRECT_READ) {
-            into = out;
-            want = n;
-        }
+        bool direct = out && n >= TCP_DIRECT_READ;
         c->rx_pos = c->rx_len = 0;
-        ssize_t got = recv(fd, into, want, 0);
-        atomic_fetch_add_explicit(&c->n_recv_calls, 1, memory_order_relaxed);
-        if (got > 0) {
-            atomic_fetch_add_explicit(&c->n_bytes_recv, (unsigned long long)got,
-                                      memory_order_relaxed);
-            if (into == out) {
-                out += got;
-                n -= (size_t)got;
-            } else {
-                c->rx_len = (size_t)got;
-            }
-        } else if (got == 0) {
-            return -ECONNRESET;
-        } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
-            return tcp_sock_error(errno);
+        ssize_t got = rx_recv(c, fd, direct ? out : c->rx, direct ? n : TCP_RX_BUF);
+        if (got < 0) return (int)got;
+        if (direct) {
+            out += got;
+            n -= (size_t)got;
+        } else {
+            c->rx_len = (size_t)got;
         }
         int rc = rx_tick(c);
         if (rc < 0) return rc;
