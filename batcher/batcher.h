@@ -2,9 +2,10 @@
  * batcher.h - the time/size-window batcher: turns single-key calls from many
  * threads into calls of the library's asynchronous batch API.
  *
- * It depends only on include/kvstore.h, through a backend vtable (backend.h:
+ * It reaches the library below only through a backend vtable (backend.h:
  * the shim plugs in libkvstore's batch calls, backend_kvs.c; unit tests plug
- * in a fake).
+ * in a fake); of the rest it uses include/kvstore.h's types and common/'s
+ * clock and futex.
  * A batch is sent at the first of: its window since the first op, max_ops,
  * max_bytes; adaptive policy also sends at once when nothing is in flight.
  * Completion wakes exactly the callers of that batch.

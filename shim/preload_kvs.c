@@ -139,12 +139,12 @@ static int shim_async(int rc, struct kvb_op *kop, kvs_op **op)
 
 EXPORT int kvs_put_async(kvs_client *c, const char *key, const void *val, size_t len, kvs_op **op)
 {
-    struct kvb_op *kop = NULL;
     kvb_shim_init();
     if (!shim.real.kvs_put_async) return -ENOSYS;
     if (kvb_in_backend_call()) return shim.real.kvs_put_async(c, key, val, len, op);
     struct kvb_batcher *b = kvb_shim_batcher_for(c);
     if (b && op && kvb_args_batchable(key, val, len)) {
+        struct kvb_op *kop = NULL;
         int rc = kvb_put_async(b, key, val, len, &kop);
         return shim_async(rc, kop, op);
     }
@@ -155,13 +155,13 @@ EXPORT int kvs_put_async(kvs_client *c, const char *key, const void *val, size_t
 
 EXPORT int kvs_get_async(kvs_client *c, const char *key, void *buf, size_t cap, kvs_op **op)
 {
-    struct kvb_op *kop = NULL;
     kvb_shim_init();
     if (!shim.real.kvs_get_async) return -ENOSYS;
     if (kvb_in_backend_call()) return shim.real.kvs_get_async(c, key, buf, cap, op);
     struct kvb_batcher *b = kvb_shim_batcher_for(c);
     /* A size probe (NULL, 0) has no batch form: the real call answers it. */
     if (b && op && buf && kvb_args_batchable(key, buf, cap)) {
+        struct kvb_op *kop = NULL;
         int rc = kvb_get_async(b, key, buf, cap, &kop);
         return shim_async(rc, kop, op);
     }
