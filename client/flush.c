@@ -79,12 +79,8 @@ int kvc_wait_drained(kvs_client *c, int e, uint64_t deadline_ms)
             rc = -ETIMEDOUT;
             break;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t wait_ms = deadline_ms - now < 100 ? deadline_ms - now : 100;
-        ts.tv_nsec += (long)(wait_ms * 1000000ull);
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        struct timespec ts = kvs_realtime_in(wait_ms * KVS_NS_PER_MS);
         pthread_cond_timedwait(&c->idle, &c->mu, &ts);
     }
     atomic_fetch_sub(&c->flush_waiters, 1);

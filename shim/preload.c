@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "shim.h"
 
 struct kvb_shim shim = {
@@ -34,19 +35,12 @@ void kvb_shim_log(enum kvb_log_level lvl, const char *fmt, ...)
     (void)w;
 }
 
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* The stats file's text: settings, the batcher's counters, libkvstore's transport counters. */
 static size_t render_stats(void *arg, char *buf, size_t cap)
 {
     (void)arg;
     size_t n =
-        kvb_settings_render(&shim.cfg, !shim.batching, shim.start_time, wall_now(), buf, cap);
+        kvb_settings_render(&shim.cfg, !shim.batching, shim.start_time, kvs_wall_s(), buf, cap);
     if (n < cap) n += kvb_stats_render(&shim.stats, buf + n, cap - n);
     if (n < cap) {
         kvb_shim_transport_totals(&shim.transport);
@@ -89,7 +83,7 @@ static void fork_child(void)
     atomic_fetch_add(&shim.fork_gen, 1);
     atomic_fetch_add(&shim.table_version, 1);
     kvb_stats_init(&shim.stats);
-    shim.start_time = wall_now();
+    shim.start_time = kvs_wall_s();
     const char *pattern = getenv("KVBATCH_STATS_FILE");
     if (shim.statsfile.path[0] && pattern &&
         kvb_expand_path(pattern, (long)getpid(), path, sizeof(path)) < 0)
@@ -168,7 +162,7 @@ void kvb_shim_init(void)
                                             r->kvs_get,
                                             r->kvs_exists};
     kvb_stats_init(&shim.stats);
-    shim.start_time = wall_now();
+    shim.start_time = kvs_wall_s();
     load_config(have_lib);
     int rc = kvb_statsfile_init(&shim.statsfile, shim.cfg.stats_file, shim.cfg.stats_interval_ns,
                                 render_stats, NULL, kvb_shim_log);

@@ -80,14 +80,6 @@ static char *layer_buf(struct lw_request *rq, int layer)
     return rq->ring + (size_t)(layer % LAYER_RING) * (size_t)rq->cfg->blocks * rq->cfg->slice;
 }
 
-/* CLOCK_REALTIME ns from now: the deadline of pthread_cond_timedwait and pthread_timedjoin_np. */
-static struct timespec realtime_in(uint64_t ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return kvs_ns_to_timespec((uint64_t)ts.tv_sec * KVS_NS_PER_S + (uint64_t)ts.tv_nsec + ns);
-}
-
 /* Waits until pred holds (under rq->mu); 0, or -ETIMEDOUT past the deadline / on failure. */
 #define WAIT_UNTIL(rq, pred)                                                                       \
     ({                                                                                             \
@@ -97,7 +89,7 @@ static struct timespec realtime_in(uint64_t ns)
                 _rc = -ETIMEDOUT;                                                                  \
                 break;                                                                             \
             }                                                                                      \
-            struct timespec _ts = realtime_in(20000000);                                           \
+            struct timespec _ts = kvs_realtime_in(20000000);                                       \
             pthread_cond_timedwait(&(rq)->cv, &(rq)->mu, &_ts);                                    \
         }                                                                                          \
         if ((rq)->failed && !(pred)) _rc = -ECANCELED;                                             \
@@ -419,7 +411,7 @@ static int run_requests(struct lw_request *rqs, const struct lw_config *cfg, enu
                          total, cfg->seconds, cfg->quiet);
     for (int q = 0; q < started; q++) {
         for (;;) {
-            struct timespec ts = realtime_in(100000000);
+            struct timespec ts = kvs_realtime_in(100000000);
             if (pthread_timedjoin_np(tids[q], NULL, &ts) == 0) break;
             bench_progress_tick(&prog);
         }

@@ -503,7 +503,7 @@ int main(int argc, char **argv)
 
     if (opt.writeback_check && !o.fail) writeback_check(&o.wr);
     kvs_close(client);
-    check_shim_stats(&o.sc, wall_now());
+    check_shim_stats(&o.sc, kvs_wall_s());
     if (!opt.servers) kill_server(SIGTERM);
 
     o.secs = (double)(t_stop - t_start) / 1e9;

@@ -143,8 +143,6 @@ void *worker_main(void *arg);
 
 /* The metric label of an errno value, as the shim's stats file writes it ("other" if none). */
 const char *errno_label(int e);
-/* Wall-clock time, Unix seconds. */
-double wall_now(void);
 
 struct shim_check {
     int used, file_read, ok;

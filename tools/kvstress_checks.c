@@ -69,13 +69,6 @@ static char *read_stats_after(double after)
     return NULL;
 }
 
-double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 void check_shim_stats(struct shim_check *sc, double closed_at)
 {
     const char *pre = getenv("LD_PRELOAD");

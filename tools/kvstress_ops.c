@@ -261,9 +261,7 @@ static unsigned long long batch_limit_ms(void)
 /* Waits for the batch's callback at most limit_ms; 1 if it came. */
 static int batch_wait(struct worker *w, struct batch_slot *slot, unsigned long long limit_ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(limit_ms / 1000);
+    struct timespec ts = kvs_realtime_in(limit_ms * KVS_NS_PER_MS);
     pthread_mutex_lock(&w->lock);
     while (!atomic_load(&slot->done))
         if (pthread_cond_timedwait(&w->cv, &w->lock, &ts) == ETIMEDOUT) break;
