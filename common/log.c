@@ -1,5 +1,6 @@
 /*
- * log.c - libkvstore's diagnostics on stderr.
+ * log.c - diagnostics on stderr: kvs_log (libkvstore's) and the line writer
+ * every logger uses.
  *
  * KVSTORE_LOG=error|warn|info|debug picks the least severe level printed
  * (default warn). The variable is read once; a bad value is reported once and
@@ -12,18 +13,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static enum kvs_log_level log_threshold = KVS_LOG_WARN;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
+const char *const kvs_log_level_names[KVS_LOG_LEVELS] = {"error", "warn", "info", "debug"};
 
 static void log_init(void)
 {
     const char *env = getenv("KVSTORE_LOG");
     if (!env || !*env) return;
-    for (int i = 0; i <= KVS_LOG_DEBUG; i++) {
-        if (strcasecmp(env, level_names[i]) == 0) {
+    for (int i = 0; i < KVS_LOG_LEVELS; i++) {
+        if (strcasecmp(env, kvs_log_level_names[i]) == 0) {
             log_threshold = (enum kvs_log_level)i;
             return;
         }
@@ -38,14 +40,26 @@ int kvs_log_enabled(enum kvs_log_level level)
     return level <= log_threshold;
 }
 
+void kvs_log_vline(const char *prefix, const char *fmt, va_list ap)
+{
+    char line[1024];
+    size_t n = strnlen(prefix, 64);
+    memcpy(line, prefix, n);
+    int m = vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
+    if (m < 0) return;
+    n += (size_t)m < sizeof(line) - n - 2 ? (size_t)m : sizeof(line) - n - 2;
+    line[n++] = '\n';
+    ssize_t w = write(STDERR_FILENO, line, n);
+    (void)w; /* nowhere to report a failed diagnostic */
+}
+
 void kvs_log(enum kvs_log_level level, const char *fmt, ...)
 {
     if (!kvs_log_enabled(level)) return;
-    char line[512];
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "libkvstore[%s]: ", kvs_log_level_names[level]);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
+    kvs_log_vline(prefix, fmt, ap);
     va_end(ap);
-    /* One fprintf per line so that lines from several threads do not interleave. */
-    fprintf(stderr, "libkvstore[%s]: %s\n", level_names[level], line);
 }

@@ -16,7 +16,6 @@
 
 static const char *const policy_names[] = {"adaptive", "fixed", "off"};
 static const char *const put_mode_names[] = {"sync", "writeback"};
-static const char *const log_names[] = {"error", "warn", "info", "debug"};
 
 const char *kvb_policy_name(enum kvb_policy p)
 {
@@ -76,8 +75,8 @@ static const struct var vars[] = {
     {"KVBATCH_EXIT_TIMEOUT_MS", VAR_DURATION, FIELD(exit_timeout_ns), 2000 * KVS_NS_PER_MS, 0,
      60 * KVS_NS_PER_S, KVS_NS_PER_MS, NULL,
      "a duration from 0 to 60s (bare number = milliseconds; units ms, s)"},
-    {"KVBATCH_LOG", VAR_KEYWORD, FIELD(log_level), KVB_LOG_WARN, 0, 3, 0, log_names,
-     "error, warn, info or debug"},
+    {"KVBATCH_LOG", VAR_KEYWORD, FIELD(log_level), KVS_LOG_WARN, 0, KVS_LOG_LEVELS - 1, 0,
+     kvs_log_level_names, "error, warn, info or debug"},
 };
 #define NVARS (sizeof(vars) / sizeof(vars[0]))
 

@@ -10,9 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "log.h" /* enum kvs_log_level */
+
 enum kvb_policy { KVB_POLICY_ADAPTIVE, KVB_POLICY_FIXED, KVB_POLICY_OFF };
 enum kvb_put_mode { KVB_PUT_SYNC, KVB_PUT_WRITEBACK };
-enum kvb_log_level { KVB_LOG_ERROR, KVB_LOG_WARN, KVB_LOG_INFO, KVB_LOG_DEBUG };
 
 #define KVB_STATS_PATH_MAX 4096
 
@@ -27,7 +28,7 @@ struct kvb_config {
     char stats_file[KVB_STATS_PATH_MAX]; /* "" = no stats file; %p already expanded */
     uint64_t stats_interval_ns;
     uint64_t exit_timeout_ns;
-    enum kvb_log_level log_level;
+    enum kvs_log_level log_level;
 };
 
 /* Getter for one variable (getenv in the shim, a table in tests); NULL = unset. */

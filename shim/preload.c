@@ -20,19 +20,13 @@ struct kvb_shim shim = {
     .table_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
-void kvb_shim_log(enum kvb_log_level lvl, const char *fmt, ...)
+void kvb_shim_log(enum kvs_log_level lvl, const char *fmt, ...)
 {
-    char line[1024];
     va_list ap;
     if (lvl > shim.cfg.log_level) return;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+    kvs_log_vline("", fmt, ap);
     va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n > sizeof(line) - 2) n = (int)sizeof(line) - 2;
-    line[n++] = '\n';
-    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
-    (void)w;
 }
 
 /* The stats file's text: settings, the batcher's counters, libkvstore's transport counters. */
@@ -135,16 +129,16 @@ static void load_config(bool have_lib)
         (void)w;
     }
     if (!have_lib) {
-        kvb_shim_log(KVB_LOG_ERROR, "kvbatch: libkvstore not found (%s); pass-through", dlerror());
+        kvb_shim_log(KVS_LOG_ERROR, "kvbatch: libkvstore not found (%s); pass-through", dlerror());
         cfg->policy = KVB_POLICY_OFF;
     }
     shim.batching = cfg->policy != KVB_POLICY_OFF;
-    if (cfg->log_level >= KVB_LOG_INFO) {
+    if (cfg->log_level >= KVS_LOG_INFO) {
         char text[2048];
         kvb_config_describe(cfg, text, sizeof(text));
         for (char *save = NULL, *l = strtok_r(text, "\n", &save); l;
              l = strtok_r(NULL, "\n", &save))
-            kvb_shim_log(KVB_LOG_INFO, "kvbatch: %s", l);
+            kvb_shim_log(KVS_LOG_INFO, "kvbatch: %s", l);
     }
 }
 
@@ -166,7 +160,7 @@ void kvb_shim_init(void)
     load_config(have_lib);
     int rc = kvb_statsfile_init(&shim.statsfile, shim.cfg.stats_file, shim.cfg.stats_interval_ns,
                                 render_stats, NULL, kvb_shim_log);
-    if (rc < 0) kvb_shim_log(KVB_LOG_WARN, "kvbatch: no stats file: %s", strerror(-rc));
+    if (rc < 0) kvb_shim_log(KVS_LOG_WARN, "kvbatch: no stats file: %s", strerror(-rc));
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(at_exit);
     kvb_statsfile_start(&shim.statsfile, atomic_load(&shim.fork_gen));

@@ -45,7 +45,7 @@ static struct kvb_batcher *make_batcher(kvs_client *c)
         kvb_backend_release(&be);
     }
     if (!b)
-        kvb_shim_log(KVB_LOG_WARN,
+        kvb_shim_log(KVS_LOG_WARN,
                      "kvbatch: cannot create a batcher (%s); this client is not batched",
                      strerror(-rc));
     return b;
@@ -68,7 +68,7 @@ void kvb_shim_client_opened(kvs_client *c)
         atomic_store_explicit(&e->client, c, memory_order_release);
         b = NULL;
     } else if (shim.batching) {
-        kvb_shim_log(KVB_LOG_WARN, "kvbatch: more than %d clients open; this one is not batched",
+        kvb_shim_log(KVS_LOG_WARN, "kvbatch: more than %d clients open; this one is not batched",
                      KVB_SHIM_MAX_CLIENTS);
     }
     pthread_mutex_unlock(&shim.table_lock);
@@ -152,10 +152,10 @@ void kvb_shim_flush_all(void)
         if (!atomic_load(&e->client) || e->gen != gen || !e->b) continue;
         int rc = kvb_flush(e->b, KVB_FLUSH_EXIT, timeout);
         if (rc == -ETIMEDOUT)
-            kvb_shim_log(KVB_LOG_WARN, "kvbatch: exit: pending ops not acknowledged within %llums",
+            kvb_shim_log(KVS_LOG_WARN, "kvbatch: exit: pending ops not acknowledged within %llums",
                          (unsigned long long)(timeout / 1000000));
         else if (rc < 0)
-            kvb_shim_log(KVB_LOG_WARN, "kvbatch: exit: a write-behind put failed: %s",
+            kvb_shim_log(KVS_LOG_WARN, "kvbatch: exit: a write-behind put failed: %s",
                          strerror(-rc));
     }
 }

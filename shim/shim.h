@@ -98,7 +98,7 @@ extern struct kvb_shim shim;
 void kvb_shim_init(void);
 
 /* One line on stderr, if KVBATCH_LOG lets this level through. */
-void kvb_shim_log(enum kvb_log_level lvl, const char *fmt, ...)
+void kvb_shim_log(enum kvs_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* ---- preload_clients.c ---- */

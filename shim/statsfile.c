@@ -74,11 +74,11 @@ static void write_locked(struct kvb_statsfile *sf)
 {
     size_t n = sf->render(sf->arg, sf->text, sizeof(sf->text));
     if (n >= sizeof(sf->text)) {
-        sf->log(KVB_LOG_WARN, "kvbatch: stats text too long; %s not written", sf->path);
+        sf->log(KVS_LOG_WARN, "kvbatch: stats text too long; %s not written", sf->path);
         return;
     }
     int rc = kvb_write_file_atomic(sf->path, sf->text, n);
-    if (rc < 0) sf->log(KVB_LOG_DEBUG, "kvbatch: writing %s: %s", sf->path, strerror(-rc));
+    if (rc < 0) sf->log(KVS_LOG_DEBUG, "kvbatch: writing %s: %s", sf->path, strerror(-rc));
 }
 
 static void *writer_main(void *arg)
@@ -104,7 +104,7 @@ void kvb_statsfile_start(struct kvb_statsfile *sf, unsigned gen)
     if (pthread_attr_init(&a) == 0) {
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
         if (pthread_create(&t, &a, writer_main, sf))
-            sf->log(KVB_LOG_WARN, "kvbatch: cannot start the stats writer");
+            sf->log(KVS_LOG_WARN, "kvbatch: cannot start the stats writer");
         pthread_attr_destroy(&a);
     }
     write_locked(sf);

@@ -18,7 +18,7 @@
 /* Renders the whole file into buf; returns the length it needs (complete if < cap). */
 typedef size_t (*kvb_statsfile_render_fn)(void *arg, char *buf, size_t cap);
 /* Where the writer reports a failure (one line, as the shim logs). */
-typedef void (*kvb_statsfile_log_fn)(enum kvb_log_level lvl, const char *fmt, ...)
+typedef void (*kvb_statsfile_log_fn)(enum kvs_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 struct kvb_statsfile {

@@ -91,7 +91,7 @@ static void test_all_variables(void **state)
     assert_string_equal(c.stats_file, "/tmp/s-42.prom");
     assert_int_equal(c.stats_interval_ns, 250000000ull);
     assert_int_equal(c.exit_timeout_ns, 3000000000ull);
-    assert_int_equal(c.log_level, KVB_LOG_DEBUG);
+    assert_int_equal(c.log_level, KVS_LOG_DEBUG);
     kvb_config_describe(&c, text, sizeof(text));
     assert_non_null(strstr(text, "KVBATCH_POLICY=fixed\n"));
     assert_non_null(strstr(text, "KVBATCH_WINDOW_US=2000us\n"));

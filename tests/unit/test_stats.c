@@ -139,7 +139,7 @@ static size_t render_count(void *arg, char *buf, size_t cap)
     return (size_t)snprintf(buf, cap, "render %d\n", atomic_fetch_add(&renders, 1) + 1);
 }
 
-static void no_log(enum kvb_log_level lvl, const char *fmt, ...)
+static void no_log(enum kvs_log_level lvl, const char *fmt, ...)
 {
     (void)lvl;
     (void)fmt;
