@@ -67,24 +67,16 @@ static int parse_servers(kvs_client *c, const char *list)
     c->servers = calloc(max, sizeof(*c->servers));
     c->server_hashes = calloc(max, sizeof(*c->server_hashes));
     if (!c->servers || !c->server_hashes) return -ENOMEM;
-    const char *p = list;
-    for (;;) {
-        const char *end = strchr(p, ',');
-        if (!end) end = p + strlen(p);
-        while (p < end && (*p == ' ' || *p == '\t'))
-            p++;
-        const char *e = end;
-        while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
-            e--;
+    const char *p = list, *item;
+    size_t len;
+    while (kvs_list_next(&p, &item, &len)) {
         struct server_link *sv = &c->servers[c->nservers];
-        int rc = parse_endpoint(p, (size_t)(e - p), &sv->ep, &sv->ops);
+        int rc = parse_endpoint(item, len, &sv->ep, &sv->ops);
         if (rc < 0) return rc;
         for (size_t i = 0; i < c->nservers; i++)
             if (strcmp(c->servers[i].ep.name, sv->ep.name) == 0) return -EINVAL; /* listed twice */
         c->server_hashes[c->nservers] = kvs_route_server_hash(sv->ep.name);
         c->nservers++;
-        if (!*end) break;
-        p = end + 1;
     }
     return 0;
 }

@@ -122,6 +122,22 @@ int kvs_parse_duration_units(const char *s, uint64_t unit_ns, uint64_t *units)
     return 0;
 }
 
+int kvs_list_next(const char **p, const char **item, size_t *len)
+{
+    const char *s = *p;
+    if (!s) return 0;
+    const char *end = strchr(s, ',');
+    *p = end ? end + 1 : NULL;
+    if (!end) end = s + strlen(s);
+    while (s < end && (*s == ' ' || *s == '\t'))
+        s++;
+    while (end > s && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    *item = s;
+    *len = (size_t)(end - s);
+    return 1;
+}
+
 int kvs_parse_endpoint(const char *s, size_t len, unsigned flags, struct kvs_endpoint *ep)
 {
     static const char *const schemes[] = {"tcp", "rdma"};

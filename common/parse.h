@@ -58,4 +58,13 @@ struct kvs_endpoint {
  */
 int kvs_parse_endpoint(const char *s, size_t len, unsigned flags, struct kvs_endpoint *ep);
 
+/*
+ * The items of a comma-separated list ("a:1, b:2"): each call gives the next
+ * item in *item / *len without the blanks (space, tab) around it and returns
+ * 1; a list of n commas has n + 1 items (an empty one included, for the
+ * caller to refuse); then it returns 0. *p starts at the list and is the
+ * cursor (NULL once the list is done).
+ */
+int kvs_list_next(const char **p, const char **item, size_t *len);
+
 #endif /* KVS_PARSE_H */

@@ -17,8 +17,8 @@ $(call obj,$(MC_SRCS)): CPPFLAGS += $(addprefix -I,$(MOONCAKE_INCLUDE_DIRS))
 
 $(AR_MOONCAKE): $(call obj,$(MC_SRCS))
 
-$(LIBMOONCAKE): $(call obj,$(MC_SRCS)) mooncake/libkvstore_mooncake.map $(LIBKVSTORE)
-	$(CC) -shared -o $(BUILD)/lib/$(MC_SONAME) $(call obj,$(MC_SRCS)) $(LDFLAGS) \
+$(LIBMOONCAKE): $(call obj,$(MC_SRCS)) $(AR_COMMON) mooncake/libkvstore_mooncake.map $(LIBKVSTORE)
+	$(CC) -shared -o $(BUILD)/lib/$(MC_SONAME) $(call obj,$(MC_SRCS)) $(AR_COMMON) $(LDFLAGS) \
 	    -Wl,-soname,$(MC_SONAME) -Wl,--version-script=mooncake/libkvstore_mooncake.map \
 	    -Wl,-Bsymbolic-functions -Wl,-z,defs -L$(BUILD)/lib -Wl,--no-as-needed -lkvstore \
 	    -Wl,--as-needed -Wl,-rpath,'$$ORIGIN'
@@ -33,7 +33,7 @@ $(patsubst %,$(BUILD)/tests/integration/%,$(MC_TESTS)): private LDFLAGS += -L$(B
 
 # tests/integration/test_kvsmc.c: the drop-in's internal calls (kvsmc.h), from the archive.
 $(BUILD)/tests/integration/test_kvsmc: $(AR_MOONCAKE)
-$(BUILD)/tests/integration/test_kvsmc: private LDFLAGS += $(AR_MOONCAKE)
+$(BUILD)/tests/integration/test_kvsmc: private LDFLAGS += $(AR_MOONCAKE) $(AR_COMMON)
 
 .PHONY: install-mooncake
 install: install-mooncake

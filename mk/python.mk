@@ -32,11 +32,11 @@ $(BUILD)/obj/python/mooncake_store.o: CPPFLAGS += -I$(PY_INCLUDE) $(addprefix -I
 
 # One link line for the build tree's copy (rpath: the tree's lib/) and the installed
 # one (rpath: PREFIX/lib), so that either finds libkvstore.so.1 beside it.
-MC_PYLINK = $(CC) -shared $(call obj,python/mooncake_store.c) $(AR_MOONCAKE) $(LDFLAGS) \
+MC_PYLINK = $(CC) -shared $(call obj,python/mooncake_store.c) $(AR_MOONCAKE) $(AR_COMMON) $(LDFLAGS) \
     -Wl,--version-script=python/mooncake_store.map -L$(BUILD)/lib \
     -Wl,--no-as-needed -lkvstore -Wl,--as-needed
 
-$(MC_PYMOD): $(call obj,python/mooncake_store.c) $(AR_MOONCAKE) python/mooncake_store.map $(LIBKVSTORE)
+$(MC_PYMOD): $(call obj,python/mooncake_store.c) $(AR_MOONCAKE) $(AR_COMMON) python/mooncake_store.map $(LIBKVSTORE)
 	@mkdir -p $(dir $@)
 	$(MC_PYLINK) -o $@ -Wl,-rpath,'$$ORIGIN/../../lib'
 

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "kvstore.h"
+#include "parse.h"
 
 /* The C API is all that libkvstore_mooncake.so exports (mooncake/libkvstore_mooncake.map). */
 #define MC_API __attribute__((visibility("default")))
@@ -146,34 +147,25 @@ static char *server_list(const char *master, const char *scheme, int *err)
         *err = KVSMC_INTERNAL_ERROR;
         return NULL;
     }
-    size_t at = 0;
-    for (const char *p = master;;) {
-        const char *end = strchr(p, ',');
-        if (!end) end = p + strlen(p);
-        while (p < end && (*p == ' ' || *p == '\t'))
-            p++;
-        size_t len = (size_t)(end - p);
-        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
-        const char *sep = memmem(p, len, "://", 3);
-        if (sep && !((sep - p == 3 && strncmp(p, "tcp", 3) == 0) ||
-                     (sep - p == 4 && strncmp(p, "rdma", 4) == 0))) {
-            setup_error("server \"%.*s\": kvstored speaks tcp:// or rdma://, not %.*s", (int)len, p,
-                        (int)(sep - p + 3), p);
+    size_t at = 0, len;
+    const char *p = master, *item;
+    while (kvs_list_next(&p, &item, &len)) {
+        struct kvs_endpoint ep;
+        if (kvs_parse_endpoint(item, len, KVS_EP_SCHEME, &ep) < 0) {
+            setup_error("server \"%.*s\": expected [tcp://|rdma://]host:port", (int)len, item);
             free(out);
             *err = KVSMC_INVALID_PARAMS;
             return NULL;
         }
-        int n = snprintf(out + at, cap - at, "%s%s%s%.*s", at ? "," : "", sep ? "" : scheme,
-                         sep ? "" : "://", (int)len, p);
+        const char *sep = ep.scheme[0] ? "" : "://";
+        int n = snprintf(out + at, cap - at, "%s%s%s%.*s", at ? "," : "", *sep ? scheme : "", sep,
+                         (int)len, item);
         if (n < 0 || (size_t)n >= cap - at) { /* cannot happen: cap counts every byte */
             free(out);
             *err = KVSMC_INTERNAL_ERROR;
             return NULL;
         }
         at += (size_t)n;
-        if (!*end) break;
-        p = end + 1;
     }
     return out;
 }

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -260,6 +261,34 @@ static void test_endpoints_refused(void **state)
     assert_int_equal(kvs_parse_endpoint(NULL, 0, 0, &ep), -EINVAL);
 }
 
+/* The items of list, joined by '|' to compare with want. */
+static void list_is(const char *list, const char *want)
+{
+    char got[128] = "";
+    const char *p = list, *item;
+    size_t len, n = 0;
+    while (kvs_list_next(&p, &item, &len)) {
+        size_t at = strlen(got);
+        snprintf(got + at, sizeof(got) - at, "%s%.*s", n++ ? "|" : "", (int)len, item);
+    }
+    assert_null(p);
+    assert_string_equal(got, want);
+}
+
+static void test_lists(void **state)
+{
+    (void)state;
+    list_is("a:1", "a:1");
+    list_is("a:1,b:2", "a:1|b:2");
+    list_is(" a:1 ,\tb:2\t", "a:1|b:2");
+    list_is("", "");     /* one empty item, for the caller to refuse */
+    list_is("a,", "a|"); /* a trailing comma is one more, empty, item */
+    list_is(",,", "||");
+    const char *p = NULL, *item;
+    size_t len;
+    assert_int_equal(kvs_list_next(&p, &item, &len), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_duration_units),
         cmocka_unit_test(test_endpoints_accepted),
         cmocka_unit_test(test_endpoints_refused),
+        cmocka_unit_test(test_lists),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
