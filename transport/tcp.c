@@ -1,8 +1,7 @@
 /*
  * tcp.c - the TCP transport's vtable and a connection's life: created
  * without connecting, brought up on first use (with a backoff after a failed
- * attempt), lost (every frame in flight fails), destroyed, and reset in a
- * forked child. How the files of the transport divide the work, and the
+ * attempt), dropped, destroyed, and reset in a forked child. How the files of the transport divide the work, and the
  * invariants they keep: tcp_int.h.
  */
 #include "tcp_int.h"
@@ -19,42 +18,14 @@ static struct tcp_conn *tcp_of(struct kvs_conn *conn)
     return (struct tcp_conn *)conn;
 }
 
-/* ---- connection loss ---- */
-
-void tcp_conn_kill(struct tcp_conn *c, uint64_t gen, int status)
-{
-    pthread_mutex_lock(&c->mu);
-    if (!c->up || c->gen != gen) {
-        pthread_mutex_unlock(&c->mu);
-        return;
-    }
-    c->up = false;
-    shutdown(c->fd, SHUT_RDWR); /* wakes the reader and any blocked sender */
-    struct tcp_frame *list = c->pending;
-    c->pending = NULL;
-    bool closing = c->stop;
-    pthread_mutex_unlock(&c->mu);
-
-    atomic_fetch_add(&c->n_conn_lost, 1);
-    kvs_log(closing ? KVS_LOG_DEBUG : KVS_LOG_WARN, "tcp %s: connection %s (%s)", c->ep.name,
-            closing ? "closed" : "lost", strerror(-status));
-    struct tcp_frame *f, *tmp;
-    HASH_ITER(hh, list, f, tmp)
-    {
-        HASH_DELETE(hh, list, f);
-        tcp_frame_finish(f, status);
-    }
-}
-
 /* ---- bringing a connection up ---- */
 
-/* With c->mu held: true, with the limits and generation, if the connection is up. */
+/* With c->mu held: the connection's limits and generation; true if it is up (else stale). */
 static bool current(const struct tcp_conn *c, struct kvs_limits *lim, uint64_t *gen)
 {
-    if (!c->up) return false;
     *lim = c->lim;
     *gen = c->gen;
-    return true;
+    return c->up;
 }
 
 /* With c->mu held: 0 if a connection attempt may start now, else the error to return. */
@@ -175,6 +146,18 @@ static int tcp_connect(struct kvs_conn *conn, struct kvs_limits *lim)
     return tcp_conn_up(tcp_of(conn), lim, &gen);
 }
 
+static void tcp_submit(struct kvs_conn *conn, struct kvs_req *req)
+{
+    struct tcp_conn *c = tcp_of(conn);
+    struct kvs_limits lim;
+    uint64_t gen;
+    int rc = tcp_conn_up(c, &lim, &gen);
+    if (rc == 0)
+        tcp_send_req(c, req, &lim, gen);
+    else
+        tcp_fail_req(req, rc);
+}
+
 static void tcp_disconnect(struct kvs_conn *conn)
 {
     struct tcp_conn *c = tcp_of(conn);
@@ -254,8 +237,7 @@ static void tcp_fork_child(struct kvs_conn *conn)
     c->sendq_head = c->sendq_tail = NULL; /* the parent's jobs */
     c->last_err = 0;
     c->backoff_ms = 0;
-    HASH_CLEAR(hh,
-               c->pending); /* the parent's requests: their memory stays the parent's business */
+    tcp_pending_forget(c); /* the parent's requests: their memory stays the parent's business */
     c->rx_pos = c->rx_len = 0;
     c->rx_frame = NULL;
     pthread_mutex_init(&c->send_mu, NULL); /* a parent thread may have held it */

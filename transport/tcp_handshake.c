@@ -48,25 +48,6 @@ static int connect_addr(const struct addrinfo *ai, uint64_t deadline)
     return fd;
 }
 
-/* Receives exactly n bytes before deadline (ms); the socket has a short SO_RCVTIMEO. */
-static int recv_exact(int fd, void *buf, size_t n, uint64_t deadline)
-{
-    uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t got = recv(fd, p, n, 0);
-        if (got > 0) {
-            p += got;
-            n -= (size_t)got;
-            continue;
-        }
-        if (got == 0) return -ECONNRESET;
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) return tcp_sock_error(errno);
-        if (kvs_now_ms() >= deadline) return -ETIMEDOUT;
-    }
-    return 0;
-}
-
 static void set_timeout_opt(int fd, int opt, int ms)
 {
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
@@ -103,10 +84,10 @@ static int authenticate(struct tcp_conn *c, int fd, const uint8_t *hello_body, s
     kvs_wire_auth_encode(out + KVS_WIRE_HDR_LEN, a.client_nonce, a.mac);
     struct iovec iov = {.iov_base = out, .iov_len = sizeof(out)};
     int rc = tcp_send_all(c, fd, &iov, 1);
-    if (rc == 0) rc = recv_exact(fd, in, sizeof(in), deadline);
+    if (rc == 0) rc = tcp_recv_exact(fd, in, sizeof(in), deadline);
     if (rc < 0) return rc;
     if (kvs_wire_hdr_decode(in, &h, sizeof(body)) < 0) return -EPROTO;
-    rc = recv_exact(fd, body, h.body_len, deadline);
+    rc = tcp_recv_exact(fd, body, h.body_len, deadline);
     if (rc < 0) return rc;
     if (h.opcode == (KVS_OP_ERROR | KVS_OP_REPLY)) {
         if ((int32_t)kvs_get_u32(body) != -EACCES) return -EPROTO;
@@ -130,14 +111,14 @@ static int say_hello(struct tcp_conn *c, int fd, struct kvs_limits *lim, uint64_
     struct iovec iov = {.iov_base = out, .iov_len = sizeof(out)};
     int rc = tcp_send_all(c, fd, &iov, 1);
     if (rc < 0) return rc;
-    rc = recv_exact(fd, in, sizeof(in), deadline);
+    rc = tcp_recv_exact(fd, in, sizeof(in), deadline);
     if (rc < 0) return rc;
     rc = kvs_wire_hdr_decode(in, &h, 4096);
     if (rc < 0 || h.opcode != (KVS_OP_HELLO | KVS_OP_REPLY) || h.body_len < KVS_WIRE_HELLO_LEN ||
         h.body_len > 4096)
         return -EPROTO;
     uint8_t rest[4096];
-    rc = recv_exact(fd, rest, h.body_len, deadline);
+    rc = tcp_recv_exact(fd, rest, h.body_len, deadline);
     if (rc < 0) return rc;
     memcpy(body, rest, sizeof(body));
     struct kvs_wire_hello hello;

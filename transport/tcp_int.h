@@ -3,12 +3,17 @@
  * functions they call in each other. Private to transport/tcp*.c.
  *
  *   tcp.c            the vtable; a connection's life: create, bring up (with
- *                    backoff), lose, destroy, fork; counters
+ *                    backoff), disconnect, destroy, fork; counters
  *   tcp_handshake.c  opening one connection: resolve, connect, HELLO, AUTH
+ *   tcp_send.c       sending a request: register, sendmsg, the writer thread
+ *   tcp_recv.c       the reader thread: replies, values, timeouts
+ *   tcp_pending.c    the pending table of frames on the wire; connection loss
  *   tcp_frames.c     jobs and frames: cutting a request into wire frames,
  *                    their iovecs and scratch, and how they end
- *   tcp_send.c       submit: the sendmsg loop, the writer thread
- *   tcp_recv.c       the reader thread: replies, values, timeouts
+ *   tcp_io.c         blocking sends and receives on a socket
+ *
+ * Each file calls only files below it in this list (tcp_send.c reads
+ * tcp_recv.c's tcp_on_reader_thread).
  *
  * One connection per (client, server). Sending: a request (one per-server
  * sub-batch) becomes one job of one or more wire frames (split by the
@@ -155,21 +160,49 @@ static inline int tcp_sock_error(int err)
 }
 
 /* ---- tcp.c ---- */
+
 /*
  * Brings the connection up if it is down; *gen gets the connection's
  * generation and *lim its limits. 0 or a negative code.
  */
 int tcp_conn_up(struct tcp_conn *c, struct kvs_limits *lim, uint64_t *gen);
-/*
- * Marks connection gen down (if it still is the current one) and fails every
- * frame still pending on it with status. Callbacks run without locks held.
- */
-void tcp_conn_kill(struct tcp_conn *c, uint64_t gen, int status);
 
 /* ---- tcp_handshake.c ---- */
 
 /* Opens a connection and does HELLO (and AUTH); fills *lim. The fd or a negative code. */
 int tcp_open_connection(struct tcp_conn *c, struct kvs_limits *lim);
+
+/* ---- tcp_send.c ---- */
+
+/*
+ * Sends req on connection gen, whose limits are lim; req->done runs exactly
+ * once, here or later (every failure is reported per key).
+ */
+void tcp_send_req(struct tcp_conn *c, struct kvs_req *req, const struct kvs_limits *lim,
+                  uint64_t gen);
+
+/* ---- tcp_recv.c ---- */
+
+/* True on tcp reader threads (of any connection): they must never block in a send. */
+extern __thread bool tcp_on_reader_thread;
+/* The reader thread of connection arg (a struct tcp_conn). */
+void *tcp_reader_main(void *arg);
+
+/* ---- tcp_pending.c ---- */
+
+/* With c->mu held: job's frames go into the pending table (and the frames_sent counter). */
+void tcp_pending_add(struct tcp_conn *c, struct tcp_job *job);
+/* Takes the frame with this id out of the pending table (NULL: expired or unknown). */
+struct tcp_frame *tcp_pending_take(struct tcp_conn *c, uint64_t id);
+/* Fails the frames whose deadline has passed; called by the reader. */
+void tcp_pending_expire(struct tcp_conn *c, uint64_t now);
+/*
+ * Marks connection gen down (if it still is the current one) and fails every
+ * frame still pending on it with status. Callbacks run without locks held.
+ */
+void tcp_conn_kill(struct tcp_conn *c, uint64_t gen, int status);
+/* In a forked child: empties the table without touching the frames (the parent's). */
+void tcp_pending_forget(struct tcp_conn *c);
 
 /* ---- tcp_frames.c ---- */
 
@@ -188,7 +221,7 @@ void tcp_frame_finish(struct tcp_frame *f, int status);
 /* Fails every key of req with status and completes it (nothing was sent). */
 void tcp_fail_req(struct kvs_req *req, int status);
 
-/* ---- tcp_send.c ---- */
+/* ---- tcp_io.c ---- */
 
 /*
  * Sends *iov[0..*niov), advancing *iov and *niov past what went (the iovecs
@@ -198,14 +231,7 @@ void tcp_fail_req(struct kvs_req *req, int status);
 int tcp_send_iov(struct tcp_conn *c, int fd, struct iovec **iovp, int *niovp, int flags);
 /* Sends all of iov[0..niov) (modified in place); 0 or a negative code. */
 int tcp_send_all(struct tcp_conn *c, int fd, struct iovec *iov, int niov);
-/* The vtable's submit. */
-void tcp_submit(struct kvs_conn *conn, struct kvs_req *req);
-
-/* ---- tcp_recv.c ---- */
-
-/* True on tcp reader threads (of any connection): they must never block in a send. */
-extern __thread bool tcp_on_reader_thread;
-/* The reader thread of connection arg (a struct tcp_conn). */
-void *tcp_reader_main(void *arg);
+/* Receives exactly n bytes before deadline (ms); the socket has a short SO_RCVTIMEO. */
+int tcp_recv_exact(int fd, void *buf, size_t n, uint64_t deadline);
 
 #endif /* KVS_TCP_INT_H */

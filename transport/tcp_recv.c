@@ -15,28 +15,6 @@
 
 __thread bool tcp_on_reader_thread;
 
-/* Fails the frames whose deadline has passed; called by the reader. */
-static void expire_frames(struct tcp_conn *c, uint64_t now)
-{
-    struct tcp_frame *expired = NULL, *f, *tmp;
-    pthread_mutex_lock(&c->mu);
-    HASH_ITER(hh, c->pending, f, tmp)
-    {
-        if (f->deadline_ms > now) continue;
-        HASH_DELETE(hh, c->pending, f);
-        HASH_ADD(hh, expired, id, sizeof(f->id), f);
-    }
-    pthread_mutex_unlock(&c->mu);
-    HASH_ITER(hh, expired, f, tmp)
-    {
-        HASH_DELETE(hh, expired, f);
-        atomic_fetch_add(&c->n_timeouts, 1);
-        kvs_log(KVS_LOG_WARN, "tcp %s: request %llu timed out", c->ep.name,
-                (unsigned long long)f->id);
-        tcp_frame_finish(f, -ETIMEDOUT);
-    }
-}
-
 /*
  * Every TCP_TICK_MS while the reader reads: expires timed-out frames. 0, or
  * -ETIMEDOUT when the frame being read (rx_frame) is past its deadline (the
@@ -47,7 +25,7 @@ static int rx_tick(struct tcp_conn *c)
     uint64_t now = kvs_now_ms();
     if (now < c->next_scan_ms) return 0;
     c->next_scan_ms = now + TCP_TICK_MS;
-    expire_frames(c, now);
+    tcp_pending_expire(c, now);
     if (c->rx_frame && c->rx_frame->deadline_ms <= now) {
         atomic_fetch_add(&c->n_timeouts, 1);
         return -ETIMEDOUT;
@@ -109,17 +87,6 @@ static int rx_read(struct tcp_conn *c, int fd, void *dst, size_t n)
         if (rc < 0) return rc;
     }
     return 0;
-}
-
-/* Takes the frame with this id out of the pending table (NULL: expired or unknown). */
-static struct tcp_frame *take_frame(struct tcp_conn *c, uint64_t id)
-{
-    struct tcp_frame *f = NULL;
-    pthread_mutex_lock(&c->mu);
-    HASH_FIND(hh, c->pending, &id, sizeof(id), f);
-    if (f) HASH_DELETE(hh, c->pending, f);
-    pthread_mutex_unlock(&c->mu);
-    return f;
 }
 
 /* Reads the per-key entries of a keyed reply into frame f's keys. */
@@ -194,7 +161,7 @@ static int read_one_reply(struct tcp_conn *c, int fd)
         kvs_log(KVS_LOG_ERROR, "tcp %s: malformed reply header", c->ep.name);
         return -EPROTO;
     }
-    struct tcp_frame *f = take_frame(c, h.id);
+    struct tcp_frame *f = tcp_pending_take(c, h.id);
     if (!f) return rx_read(c, fd, NULL, h.body_len); /* it timed out: skip its reply */
 
     c->rx_frame = f;

@@ -8,55 +8,8 @@
 #include "tcp_int.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <sys/socket.h>
-
-/*
- * Sends *iov[0..*niov), advancing *iov and *niov past what went (the iovecs
- * are modified in place). 0 once all is sent, a negative code on error; with
- * MSG_DONTWAIT in flags, -EAGAIN when the socket buffer is full.
- */
-int tcp_send_iov(struct tcp_conn *c, int fd, struct iovec **iovp, int *niovp, int flags)
-{
-    struct iovec *iov = *iovp;
-    int niov = *niovp;
-    int rc = 0;
-    while (niov > 0) {
-        struct msghdr msg = {.msg_iov = iov,
-                             .msg_iovlen = (size_t)(niov < IOV_MAX ? niov : IOV_MAX)};
-        ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
-        atomic_fetch_add_explicit(&c->n_send_calls, 1, memory_order_relaxed);
-        if (sent < 0) {
-            if (errno == EINTR) continue;
-            if ((flags & MSG_DONTWAIT) && (errno == EAGAIN || errno == EWOULDBLOCK))
-                rc = -EAGAIN;
-            else
-                rc = tcp_sock_error(
-                    errno); /* EAGAIN here is SO_SNDTIMEO: the server stopped reading */
-            break;
-        }
-        atomic_fetch_add_explicit(&c->n_bytes_sent, (unsigned long long)sent, memory_order_relaxed);
-        while (niov > 0 && (size_t)sent >= iov->iov_len) {
-            sent -= (ssize_t)iov->iov_len;
-            iov++;
-            niov--;
-        }
-        if (niov > 0) {
-            iov->iov_base = (uint8_t *)iov->iov_base + sent;
-            iov->iov_len -= (size_t)sent;
-        }
-    }
-    *iovp = iov;
-    *niovp = niov;
-    return rc;
-}
-
-/* Sends all of iov[0..niov) (modified in place); 0 or a negative code. */
-int tcp_send_all(struct tcp_conn *c, int fd, struct iovec *iov, int niov)
-{
-    return tcp_send_iov(c, fd, &iov, &niov, 0);
-}
 
 /*
  * Writer thread: sends the queued jobs (the rest of them, if a reader sent a
@@ -139,9 +92,7 @@ static int register_job(struct tcp_conn *c, struct tcp_job *job, uint64_t gen, b
         if (pthread_create(&c->writer, NULL, writer_main, c) != 0) return -ENOMEM;
         c->writer_started = true;
     }
-    for (uint32_t i = 0; i < job->nframes; i++)
-        HASH_ADD(hh, c->pending, id, sizeof(job->frames[i].id), &job->frames[i]);
-    atomic_fetch_add_explicit(&c->n_frames, job->nframes, memory_order_relaxed);
+    tcp_pending_add(c, job);
     job->gen = gen;
     /* Queued jobs go first (one may be partly sent): queue behind them. */
     if (!have_send || c->sendq_head) {
@@ -173,15 +124,12 @@ static int send_job(struct tcp_conn *c, struct tcp_job *job, int fd, bool reader
     return JOB_QUEUED;
 }
 
-void tcp_submit(struct kvs_conn *conn, struct kvs_req *req)
+void tcp_send_req(struct tcp_conn *c, struct kvs_req *req, const struct kvs_limits *lim,
+                  uint64_t gen)
 {
-    struct tcp_conn *c = (struct tcp_conn *)conn;
-    struct kvs_limits lim;
-    uint64_t gen;
     struct tcp_job *job = NULL;
     /* Frames, headers and iovecs are built before taking any lock. */
-    int rc = tcp_conn_up(c, &lim, &gen);
-    if (rc == 0) rc = tcp_job_new(c, req, &lim, &job);
+    int rc = tcp_job_new(c, req, lim, &job);
     if (rc < 0) {
         tcp_fail_req(req, rc);
         return;
