@@ -122,6 +122,14 @@ int kvs_parse_duration_units(const char *s, uint64_t unit_ns, uint64_t *units)
     return 0;
 }
 
+int kvs_parse_listening(const char *text, const char *marker, struct kvs_endpoint *ep)
+{
+    const char *at = strstr(text, marker);
+    if (!at) return -ENOENT;
+    at += strlen(marker);
+    return kvs_parse_endpoint(at, strcspn(at, "\n"), 0, ep);
+}
+
 int kvs_list_next(const char **p, const char **item, size_t *len)
 {
     const char *s = *p;
@@ -178,6 +186,7 @@ int kvs_parse_endpoint(const char *s, size_t len, unsigned flags, struct kvs_end
     if (port > 65535 || (port == 0 && !(flags & KVS_EP_PORT0))) return -EINVAL;
     memcpy(e.host, host, hlen);
     snprintf(e.port, sizeof(e.port), "%u", port);
+    e.portno = port;
     snprintf(e.name, sizeof(e.name), "%.*s:%u", (int)(colon - s), s, port);
     *ep = e;
     return 0;

@@ -41,10 +41,11 @@ int kvs_parse_duration_units(const char *s, uint64_t unit_ns, uint64_t *units);
 
 /* One server or listening address. */
 struct kvs_endpoint {
-    char scheme[8]; /* "tcp" or "rdma" as written (a client may also set "auto"); "" if none */
-    char host[256]; /* name, IPv4 address or IPv6 address, without brackets */
-    char port[8];   /* decimal, no leading zeros */
-    char name[272]; /* "host:port" as written (brackets kept), port as above: the routing name */
+    char scheme[8];  /* "tcp" or "rdma" as written (a client may also set "auto"); "" if none */
+    char host[256];  /* name, IPv4 address or IPv6 address, without brackets */
+    char port[8];    /* decimal, no leading zeros (for getaddrinfo) */
+    unsigned portno; /* the same port as a number */
+    char name[272];  /* "host:port" as written (brackets kept), port as above: the routing name */
 };
 
 #define KVS_EP_SCHEME 1u /* a "tcp://" or "rdma://" prefix is allowed */
@@ -57,6 +58,14 @@ struct kvs_endpoint {
  * port is 1 to 5 digits, 1..65535 (0 too with KVS_EP_PORT0).
  */
 int kvs_parse_endpoint(const char *s, size_t len, unsigned flags, struct kvs_endpoint *ep);
+
+/*
+ * The address in kvstored's ready line ("listening on HOST:PORT",
+ * "rdma listening on HOST:PORT"): finds marker in text and parses what
+ * follows it, up to the end of the line or of text. 0, -ENOENT (no marker)
+ * or -EINVAL.
+ */
+int kvs_parse_listening(const char *text, const char *marker, struct kvs_endpoint *ep);
 
 /*
  * The items of a comma-separated list ("a:1, b:2"): each call gives the next

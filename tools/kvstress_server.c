@@ -29,9 +29,7 @@ int split_hostport(const char *s, char *host, size_t cap, int *port)
     if (hlen >= cap) return -EINVAL;
     memcpy(host, ep.name, hlen);
     host[hlen] = '\0';
-    uint64_t p;
-    if (kvs_parse_uint(ep.port, &p) < 0) return -EINVAL;
-    *port = (int)p;
+    *port = (int)ep.portno;
     return 0;
 }
 
@@ -85,13 +83,10 @@ int spawn_server(void)
         if (n <= 0) break;
         used += (size_t)n;
         line[used] = '\0';
-        char *at = strstr(line, "listening on ");
-        char *nl = at ? strchr(at, '\n') : NULL;
-        if (nl) {
-            *nl = '\0';
-            char *colon = strrchr(at, ':');
-            if (colon) port = (int)strtol(colon + 1, NULL, 10);
-        }
+        const char *at = strstr(line, "listening on ");
+        struct kvs_endpoint ep;
+        if (at && strchr(at, '\n') && kvs_parse_listening(at, "listening on ", &ep) == 0)
+            port = (int)ep.portno;
     }
     if (port <= 0) {
         fprintf(stderr, "kvstress: kvstored did not start\n");

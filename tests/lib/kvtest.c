@@ -4,6 +4,8 @@
  */
 #include "kvtest.h"
 
+#include "parse.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -85,21 +87,16 @@ static int spawn(struct kvt_server *s, int port)
     char line[256];
     int got = -1;
     alarm(20); /* a server that never says it is ready fails the test, not hangs it */
-    while (fgets(line, sizeof(line), out)) {
-        char *p = strstr(line, "listening on ");
-        if (!p) continue;
-        char *colon = strrchr(p, ':');
-        if (colon) got = atoi(colon + 1);
-        break;
-    }
+    struct kvs_endpoint ep;
+    int rc = -ENOENT;
+    while (rc == -ENOENT && fgets(line, sizeof(line), out))
+        rc = kvs_parse_listening(line, "listening on ", &ep);
+    if (rc == 0) got = (int)ep.portno;
     int rdma_got = 0;
-    while (got > 0 && rdma_addr && *rdma_addr && fgets(line, sizeof(line), out)) {
-        char *p = strstr(line, "rdma listening on ");
-        if (!p) continue;
-        char *colon = strrchr(p, ':');
-        if (colon) rdma_got = atoi(colon + 1);
-        break;
-    }
+    rc = -ENOENT;
+    while (got > 0 && rdma_addr && *rdma_addr && rc == -ENOENT && fgets(line, sizeof(line), out))
+        rc = kvs_parse_listening(line, "rdma listening on ", &ep);
+    if (rc == 0) rdma_got = (int)ep.portno;
     alarm(0);
     /* Keep draining its stdout in the background so that it never blocks on a full pipe. */
     if (got > 0 && fork() == 0) {

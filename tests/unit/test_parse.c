@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -189,6 +190,7 @@ static void endpoint_ok(const char *s, unsigned flags, const char *scheme, const
     assert_string_equal(ep.host, host);
     assert_string_equal(ep.port, port);
     assert_string_equal(ep.name, name);
+    assert_int_equal(ep.portno, strtoul(port, NULL, 10));
 }
 
 static void test_endpoints_accepted(void **state)
@@ -275,6 +277,25 @@ static void list_is(const char *list, const char *want)
     assert_string_equal(got, want);
 }
 
+static void test_listening_line(void **state)
+{
+    (void)state;
+    struct kvs_endpoint ep;
+    assert_int_equal(kvs_parse_listening("listening on 127.0.0.1:41234\n", "listening on ", &ep),
+                     0);
+    assert_string_equal(ep.host, "127.0.0.1");
+    assert_int_equal(ep.portno, 41234);
+    assert_int_equal(kvs_parse_listening("rdma listening on [::1]:7071", "rdma listening on ", &ep),
+                     0);
+    assert_string_equal(ep.host, "::1");
+    assert_int_equal(ep.portno, 7071);
+    assert_int_equal(kvs_parse_listening("kvstored: starting\n", "listening on ", &ep), -ENOENT);
+    assert_int_equal(kvs_parse_listening("listening on 127.0.0.1:\n", "listening on ", &ep),
+                     -EINVAL);
+    assert_int_equal(kvs_parse_listening("listening on 127.0.0.1:80 x\n", "listening on ", &ep),
+                     -EINVAL);
+}
+
 static void test_lists(void **state)
 {
     (void)state;
@@ -300,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_duration_units),
         cmocka_unit_test(test_endpoints_accepted),
         cmocka_unit_test(test_endpoints_refused),
+        cmocka_unit_test(test_listening_line),
         cmocka_unit_test(test_lists),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
