@@ -7,9 +7,11 @@
  * routing, one struct kvs_req per server, all in flight at once); the op
  * completes when its last part does. Sync calls wait for the op on the
  * caller's stack (no allocation for single keys). client_int.h lists the
- * other rooms: flush, stats, config, fork, errors.
+ * other rooms: flush, stats, config, fork, remove.
  */
 #include "client_int.h"
+
+#include "status.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -263,4 +265,11 @@ int kvs_unregister_buffer(kvs_client *c, void *ptr)
         if (rc < 0 && first == 0) first = rc;
     }
     return first;
+}
+
+/* ---- error names ---- */
+
+const char *kvs_strerror(int status)
+{
+    return kvs_status_text(status);
 }

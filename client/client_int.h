@@ -6,7 +6,7 @@
  * mistakes them for the API (kvs_*).
  *
  * Where each job lives:
- *   client.c   kvs_open / kvs_close and the public calls (single-key, async, batch)
+ *   client.c   kvs_open / kvs_close, the public calls (single-key, async, batch), kvs_strerror
  *   submit.c   an op's way out: local checks, routing, one kvs_req per server
  *   op.c       an op's life: results, completion, the completion thread, waiting
  *   flush.c    ops in flight per epoch (kvs_flush, kvs_close's drain), first error
@@ -14,7 +14,6 @@
  *   remove.c   kvs_remove_matching (one request to every server)
  *   config.c   the environment (timeouts, auth secret) and the server list
  *   fork.c     the live clients and the pthread_atfork handlers
- *   errors.c   kvs_strerror
  *   route.c    rendezvous hashing of keys onto servers
  *
  * Internals never call the exported kvs_* functions: a shim interposing on
@@ -173,10 +172,5 @@ int kvc_config_load(kvs_client *c, const char *servers);
 /* Adds c to the clients the fork handlers reach (registering them on first use). */
 void kvc_fork_track(kvs_client *c);
 void kvc_fork_untrack(kvs_client *c);
-
-/* ---- errors.c ---- */
-
-/* kvs_strerror's body; internals call this, never the exported symbol. */
-const char *kvc_strerror(int status);
 
 #endif /* KVS_CLIENT_INT_H */

@@ -7,6 +7,8 @@
  */
 #include "client_int.h"
 
+#include "status.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +76,7 @@ static size_t render_server(char *buf, size_t cap, size_t at, const struct serve
     int len = snprintf(line, sizeof(line), "# server %s\n", sv->ep.name);
     at = append(buf, cap, at, line, (size_t)len);
     if (req->status < 0) {
-        len = snprintf(line, sizeof(line), "# error %s\n", kvc_strerror(req->status));
+        len = snprintf(line, sizeof(line), "# error %s\n", kvs_status_text(req->status));
         at = append(buf, cap, at, line, (size_t)len);
     } else {
         size_t tlen = req->text_len < req->text_cap ? req->text_len : req->text_cap;
