@@ -28,6 +28,7 @@
 
 #include "clock.h"
 #include "opts.h"
+#include "status.h"
 
 const char *const opname[OP_KINDS] = {"put", "get"};
 
@@ -351,7 +352,7 @@ static void print_ops(void)
         printf("  %-6s %10" PRIu64 " %10" PRIu64 " %10" PRIu64 "  ", opname[k], is, ok, is - ok);
         for (int e = 1; e < NSTATUS; e++)
             if (fig.err[k][e])
-                printf(" %s=%" PRIu64, e == NSTATUS - 1 ? "other" : errno_label(e),
+                printf(" %s=%" PRIu64, kvs_status_class_name(kvs_status_class(-e)),
                        (uint64_t)atomic_load(&fig.err[k][e]));
         printf("\n");
     }

@@ -141,9 +141,6 @@ void *worker_main(void *arg);
 
 /* ---- checks against the shim (kvstress_checks.c) ---- */
 
-/* The metric label of an errno value, as the shim's stats file writes it ("other" if none). */
-const char *errno_label(int e);
-
 struct shim_check {
     int used, file_read, ok;
     double ops[OP_KINDS], errors[OP_KINDS], wb_errors;

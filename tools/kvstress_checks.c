@@ -18,11 +18,6 @@
 #include "status.h"
 #include "values.h"
 
-const char *errno_label(int e)
-{
-    return kvs_status_class_name(kvs_status_class(-e));
-}
-
 /* Value of the metric line starting with name (labels included) in text, or -1. */
 static double metric(const char *text, const char *name)
 {
