@@ -155,9 +155,8 @@ struct kvs_transport_ops {
 
     /*
      * Optional. Reports the transport's counters, one emit() per counter,
-     * with stable names: tcp reports frames_sent, send_syscalls, recv_syscalls,
-     * bytes_sent, bytes_received, reconnects, timeouts; rdma would report
-     * doorbells, work_requests, round_trips ... Values are monotonic.
+     * with stable names (each transport's counters function lists its own;
+     * docs/client.md names them all). Values are monotonic.
      */
     void (*counters)(struct kvs_conn *c, kvs_counter_fn emit, void *arg);
 
