@@ -1,32 +1,42 @@
 #!/bin/bash
-# bench-ab.sh [--rounds N] [--preload SO] KVSTORED_A KVSTORED_B -- KVBENCH ARGS...
+# bench-ab.sh [--rounds N] [--preload SO] [--client-a DIR] KVSTORED_A KVSTORED_B -- KVBENCH ARGS...
 # Two kvstored binaries (e.g. before and after a server change) side by side: both
 # run at once on private loopback ports, and the same kvbench command runs against
 # A then B, N rounds (default 5), order alternating per round. Per run it prints the
 # goodput and the server's CPU time (utime + stime from /proc) per GB moved, then
 # the medians and the per-pair ratios B/A. kvbench is $BUILD/bin/kvbench (BUILD
 # defaults to build); --preload runs it under LD_PRELOAD=SO (e.g. the shim).
+# --client-a DIR runs A's kvbench from the build DIR (DIR/bin/kvbench, and the
+# preloaded library of the same name from DIR/lib), so that a whole stack
+# (client, shim and server) is compared with another, not just the server.
 # Example: scripts/bench-ab.sh /tmp/kvstored.old build/bin/kvstored -- put --size 64K --threads 16 --seconds 2
 set -u
 BUILD=${BUILD:-build}
 ROUNDS=5
 PRELOAD=
+CLIENT_A=
 while [ $# -gt 0 ]; do
     case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --preload) PRELOAD=$(realpath "$2"); shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --client-a) CLIENT_A=$2; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) break ;;
     esac
 done
 if [ $# -lt 3 ] || [ "$3" != -- ]; then
-    echo "usage: bench-ab.sh [--rounds N] [--preload SO] KVSTORED_A KVSTORED_B -- KVBENCH ARGS..." >&2
+    echo "usage: bench-ab.sh [--rounds N] [--preload SO] [--client-a DIR] KVSTORED_A KVSTORED_B -- KVBENCH ARGS..." >&2
     exit 2
 fi
 BIN_A=$1 BIN_B=$2
 shift 3
-KVBENCH=$BUILD/bin/kvbench
-for b in "$BIN_A" "$BIN_B" "$KVBENCH"; do
+KVBENCH_B=$BUILD/bin/kvbench PRELOAD_B=$PRELOAD
+KVBENCH_A=$KVBENCH_B PRELOAD_A=$PRELOAD
+if [ -n "$CLIENT_A" ]; then
+    KVBENCH_A=$CLIENT_A/bin/kvbench
+    [ -n "$PRELOAD" ] && PRELOAD_A=$(realpath "$CLIENT_A/lib/$(basename "$PRELOAD")")
+fi
+for b in "$BIN_A" "$BIN_B" "$KVBENCH_A" "$KVBENCH_B"; do
     [ -x "$b" ] || { echo "bench-ab.sh: $b is not an executable" >&2; exit 2; }
 done
 TMP=$(mktemp -d)
@@ -59,9 +69,9 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # run NAME ROUND ARGS...: one kvbench run (one --repeat) against server NAME; appends
 # "MB/s cpu_s_per_GB" to $TMP/NAME.
 run() {
-    local pid_var=PID_$1 addr_var=ADDR_$1 t0 t1
+    local pid_var=PID_$1 addr_var=ADDR_$1 kvbench_var=KVBENCH_$1 preload_var=PRELOAD_$1 t0 t1
     t0=$(ticks "${!pid_var}")
-    timeout -k 5 600 env ${PRELOAD:+LD_PRELOAD="$PRELOAD"} "$KVBENCH" "${@:3}" --servers "${!addr_var}" \
+    timeout -k 5 600 env ${!preload_var:+LD_PRELOAD="${!preload_var}"} "${!kvbench_var}" "${@:3}" --servers "${!addr_var}" \
         --quiet --csv "$TMP/$1.r$2.csv" >/dev/null 2>&1 || echo "bench-ab.sh: kvbench failed ($1)" >&2
     t1=$(ticks "${!pid_var}")
     # bytes of the measured run (a get's prefill also costs the server: not subtracted, same for A and B)
