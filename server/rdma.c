@@ -51,8 +51,7 @@
 #include "clock.h"
 #include "wire.h"
 
-#define CTRL_MAX   (128u * 1024) /* one control message, either way */
-#define NRECV      8             /* receive buffers per connection */
+#define NRECV      8 /* receive buffers per connection */
 #define SEND_DEPTH 16
 #define PULL_MAX   KVS_WIRE_PULL_MAX_KEYS /* READs one PULL may post */
 #define PULL_WR_ID (UINT64_MAX - 1)       /* wr_id of a PULL's signaled last READ */
@@ -203,8 +202,8 @@ static void leases_drop_all(struct rconn *c)
 
 static int post_recv_on(struct rconn *c, struct ibv_qp *qp, uint32_t idx)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)(c->bufs + (size_t)idx * CTRL_MAX),
-                          .length = CTRL_MAX,
+    struct ibv_sge sge = {.addr = (uintptr_t)(c->bufs + (size_t)idx * KVS_WIRE_CTRL_MAX),
+                          .length = KVS_WIRE_CTRL_MAX,
                           .lkey = c->mr->lkey};
     struct ibv_recv_wr wr = {.wr_id = idx, .sg_list = &sge, .num_sge = 1}, *bad;
     return -ibv_post_recv(qp, &wr, &bad);
@@ -351,7 +350,7 @@ static int conn_accept(struct kvsd_rdma *r, struct rdma_cm_id *cid,
     c->id = cid;
     struct ibv_qp *own_qp = NULL;
     int rc = -ENOMEM;
-    size_t bytes = (size_t)(NRECV + 1) * CTRL_MAX;
+    size_t bytes = (size_t)(NRECV + 1) * KVS_WIRE_CTRL_MAX;
     if (posix_memalign((void **)&c->bufs, 4096, bytes) != 0) {
         c->bufs = NULL;
         goto fail;
@@ -445,7 +444,7 @@ fail:
 
 static uint8_t *send_buf(struct rconn *c)
 {
-    return c->bufs + (size_t)NRECV * CTRL_MAX;
+    return c->bufs + (size_t)NRECV * KVS_WIRE_CTRL_MAX;
 }
 
 static void send_reply(struct rconn *c, size_t len)
@@ -482,23 +481,19 @@ static void put_reply_hdr(uint8_t *out, uint8_t opcode, uint32_t count, uint32_t
 static void reply_error_and_kill(struct rconn *c, uint64_t id, int32_t status, const char *why)
 {
     uint8_t *out = send_buf(c);
-    size_t tlen = strlen(why);
-    put_reply_hdr(out, KVS_OP_ERROR, 0, (uint32_t)(4 + tlen), id);
-    kvs_put_u32(out + KVS_WIRE_HDR_LEN, (uint32_t)status);
-    memcpy(out + KVS_WIRE_HDR_LEN + 4, why, tlen);
-    send_reply(c, KVS_WIRE_HDR_LEN + 4 + tlen);
+    size_t blen = kvs_wire_error_encode(out + KVS_WIRE_HDR_LEN,
+                                        KVS_WIRE_CTRL_MAX - KVS_WIRE_HDR_LEN, status, why);
+    put_reply_hdr(out, KVS_OP_ERROR, 0, (uint32_t)blen, id);
+    send_reply(c, KVS_WIRE_HDR_LEN + blen);
     c->r->srv->counters.errors_protocol++;
     conn_kill(c, why);
 }
 
-static void put_slot(uint8_t *p, int32_t status, uint32_t token, uint64_t addr, uint32_t rkey,
-                     uint32_t len)
+/* A slot that was not handed out: status (< 0) and, for LEASE's -ERANGE, the value's length. */
+static void put_failed_slot(uint8_t *p, int32_t status, uint32_t len)
 {
-    kvs_put_u32(p, (uint32_t)status);
-    kvs_put_u32(p + 4, token);
-    kvs_put_u64(p + 8, addr);
-    kvs_put_u32(p + 16, rkey);
-    kvs_put_u32(p + 20, len);
+    struct kvs_wire_slot s = {.status = status, .token = KVS_WIRE_TOKEN_NONE, .len = len};
+    kvs_wire_slot_encode(p, &s);
 }
 
 /*
@@ -514,22 +509,20 @@ static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const ui
     size_t pool_size = kvsd_pool_size(kvsd_store_pool(st));
     int reserve = h->opcode == KVS_OP_RDMA_RESERVE;
     size_t off = 0;
-    if ((uint64_t)h->count * KVS_WIRE_SLOT_LEN + KVS_WIRE_HDR_LEN > CTRL_MAX) {
+    if ((uint64_t)h->count * KVS_WIRE_SLOT_LEN + KVS_WIRE_HDR_LEN > KVS_WIRE_CTRL_MAX) {
         reply_error_and_kill(c, h->id, -EMSGSIZE, "too many keys for one rdma message");
         return;
     }
     for (uint32_t i = 0; i < h->count; i++, out += KVS_WIRE_SLOT_LEN) {
-        struct kvs_wire_entry e;
-        if (h->body_len - off < KVS_WIRE_ENTRY_LEN || kvs_wire_entry_decode(body + off, &e) < 0 ||
-            h->body_len - off - KVS_WIRE_ENTRY_LEN < e.klen) {
+        struct kvs_wire_item e;
+        if (kvs_wire_key_entry_decode(body, h->body_len, &off, &e) < 0) {
             reply_error_and_kill(c, h->id, -EBADMSG, "malformed rdma entry");
             return;
         }
-        const uint8_t *key = body + off + KVS_WIRE_ENTRY_LEN;
-        off += KVS_WIRE_ENTRY_LEN + e.klen;
+        const uint8_t *key = e.key;
         srv->counters.keys[reserve ? KVS_OP_PUT : KVS_OP_GET]++;
         if (c->free_head == TOKEN_FREE) {
-            put_slot(out, -ENOSPC, TOKEN_FREE, 0, 0, 0);
+            put_failed_slot(out, -ENOSPC, 0);
             continue;
         }
         struct kvsd_item *it = NULL;
@@ -537,7 +530,7 @@ static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const ui
         if (reserve) {
             if (e.len > srv->limits.max_object) {
                 srv->counters.put_too_big++;
-                put_slot(out, -E2BIG, TOKEN_FREE, 0, 0, 0);
+                put_failed_slot(out, -E2BIG, 0);
                 continue;
             }
             status = kvsd_store_reserve(st, key, e.klen, e.len, &it);
@@ -549,7 +542,7 @@ static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const ui
                 status = -ENOENT;
             } else if (kvsd_item_len(it) > e.len) {
                 srv->counters.get_range++;
-                put_slot(out, -ERANGE, TOKEN_FREE, 0, 0, kvsd_item_len(it));
+                put_failed_slot(out, -ERANGE, kvsd_item_len(it));
                 kvsd_store_unpin(st, it);
                 continue;
             } else {
@@ -557,7 +550,7 @@ static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const ui
             }
         }
         if (status < 0) {
-            put_slot(out, status, TOKEN_FREE, 0, 0, 0);
+            put_failed_slot(out, status, 0);
             continue;
         }
         uint8_t *data = kvsd_item_data(st, it);
@@ -565,11 +558,15 @@ static void handle_slots(struct rconn *c, const struct kvs_wire_hdr *h, const ui
         /* Every range handed out lies inside the registered pool. */
         if (data < pool || (size_t)(data - pool) + len > pool_size) {
             reserve ? kvsd_store_abort(st, it) : kvsd_store_unpin(st, it);
-            put_slot(out, -EIO, TOKEN_FREE, 0, 0, 0);
+            put_failed_slot(out, -EIO, 0);
             continue;
         }
         uint32_t token = lease_take(c, it, reserve ? LEASE_RESERVE : LEASE_READ);
-        put_slot(out, 0, token, (uint64_t)(uintptr_t)data, c->r->pool_mr->rkey, len);
+        struct kvs_wire_slot slot = {.token = token,
+                                     .addr = (uint64_t)(uintptr_t)data,
+                                     .rkey = c->r->pool_mr->rkey,
+                                     .len = len};
+        kvs_wire_slot_encode(out, &slot);
         reserve ? c->r->ctr.reserves++ : c->r->ctr.leases++;
     }
     if (off != h->body_len) {
@@ -592,14 +589,18 @@ static void handle_tokens(struct rconn *c, const struct kvs_wire_hdr *h, const u
     }
     uint8_t *out = send_buf(c) + KVS_WIRE_HDR_LEN;
     for (uint32_t i = 0; i < h->count; i++, out += KVS_WIRE_STATUS_LEN) {
-        uint32_t token = kvs_get_u32(body + (size_t)i * KVS_WIRE_TOKEN_LEN);
-        uint32_t flags = kvs_get_u32(body + (size_t)i * KVS_WIRE_TOKEN_LEN + 4);
-        struct lease *l = lease_find(c, token, commit ? LEASE_RESERVE : LEASE_READ);
+        struct kvs_wire_token t;
+        if (kvs_wire_token_decode(body + (size_t)i * KVS_WIRE_TOKEN_LEN, h->opcode, &t) < 0) {
+            /* What it committed before this entry stays: its own values, whole. */
+            reply_error_and_kill(c, h->id, -EBADMSG, "bad rdma token flags");
+            return;
+        }
+        struct lease *l = lease_find(c, t.token, commit ? LEASE_RESERVE : LEASE_READ);
         int32_t status = 0;
         if (!l) {
             c->r->ctr.bad_tokens++;
             status = -EINVAL;
-        } else if (commit && (flags & 1)) {
+        } else if (commit && t.flags == KVS_WIRE_TOKEN_COMMIT) {
             status = kvsd_store_commit(st, l->it);
             c->r->ctr.commits++;
             lease_put(c, l);
@@ -887,14 +888,15 @@ static void handle_proto(struct rconn *c, const uint8_t *msg, size_t len)
     int cnt;
     while ((cnt = kvsd_proto_out_iov(c->proto, iov, 16)) > 0) {
         size_t took = 0;
-        for (int i = 0; i < cnt && n < CTRL_MAX; i++) {
-            size_t k = iov[i].iov_len < CTRL_MAX - n ? iov[i].iov_len : CTRL_MAX - n;
+        for (int i = 0; i < cnt && n < KVS_WIRE_CTRL_MAX; i++) {
+            size_t k =
+                iov[i].iov_len < KVS_WIRE_CTRL_MAX - n ? iov[i].iov_len : KVS_WIRE_CTRL_MAX - n;
             memcpy(out + n, iov[i].iov_base, k);
             n += k;
             took += k;
         }
         kvsd_proto_sent(c->proto, took);
-        if (n == CTRL_MAX) break;
+        if (n == KVS_WIRE_CTRL_MAX) break;
     }
     if (kvsd_proto_out_pending(c->proto) > 0) {
         conn_kill(c, "reply larger than one rdma message");
@@ -919,15 +921,8 @@ static void handle_message(struct rconn *c, const uint8_t *msg, size_t len)
         conn_kill(c, "short rdma message");
         return;
     }
-    struct kvs_wire_hdr h = {.magic = kvs_get_u32(msg),
-                             .version = msg[4],
-                             .opcode = msg[5],
-                             .flags = kvs_get_u16(msg + 6),
-                             .count = kvs_get_u32(msg + 8),
-                             .body_len = kvs_get_u32(msg + 12),
-                             .id = kvs_get_u64(msg + 16)};
-    if (h.magic != KVS_WIRE_MAGIC || h.version != KVS_WIRE_VERSION ||
-        h.body_len != len - KVS_WIRE_HDR_LEN || h.count > KVS_WIRE_MAX_KEYS) {
+    struct kvs_wire_hdr h;
+    if (kvs_wire_ctrl_hdr_decode(msg, len, &h) < 0) {
         conn_kill(c, "bad rdma message header");
         return;
     }
@@ -1052,7 +1047,7 @@ static void cq_events(struct kvsd_rdma *r)
             }
             if (wc[i].opcode != IBV_WC_RECV) continue;
             uint32_t idx = (uint32_t)wc[i].wr_id;
-            handle_message(c, c->bufs + (size_t)idx * CTRL_MAX, wc[i].byte_len);
+            handle_message(c, c->bufs + (size_t)idx * KVS_WIRE_CTRL_MAX, wc[i].byte_len);
             if (!c->dead && post_recv(c, idx) < 0) conn_kill(c, "ibv_post_recv failed");
         }
     }

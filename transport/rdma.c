@@ -61,7 +61,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CTRL_MAX         (128u * 1024) /* one control message (as server/rdma.c) */
 #define NRECV            4
 #define SQ_DEPTH         1024
 #define MAX_SGE          16
@@ -70,7 +69,6 @@
 #define CHUNK_KEYS       2048        /* keys per RESERVE/LEASE message */
 #define BOUNCE_CHUNK     (16u << 20) /* bounce bytes per chunk (one value may exceed it) */
 #define BACKOFF_MS       200
-#define TOKEN_NONE       UINT32_MAX
 #define PULL_MAX_DEFAULT (256u << 10) /* largest put chunk (value bytes) sent as PULL */
 #define PUSH_MAX_DEFAULT (256u << 10) /* largest get chunk (capacity bytes) sent as PUSH */
 
@@ -132,13 +130,13 @@ struct kvs_conn {
 
 static uint8_t *send_buf(struct kvs_conn *c)
 {
-    return c->ctrl + (size_t)NRECV * CTRL_MAX;
+    return c->ctrl + (size_t)NRECV * KVS_WIRE_CTRL_MAX;
 }
 
 static int post_recv(struct kvs_conn *c, int idx)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)(c->ctrl + (size_t)idx * CTRL_MAX),
-                          .length = CTRL_MAX,
+    struct ibv_sge sge = {.addr = (uintptr_t)(c->ctrl + (size_t)idx * KVS_WIRE_CTRL_MAX),
+                          .length = KVS_WIRE_CTRL_MAX,
                           .lkey = c->ctrl_mr->lkey};
     struct ibv_recv_wr wr = {.wr_id = (uint64_t)idx, .sg_list = &sge, .num_sge = 1}, *bad;
     return ibv_post_recv(c->id->qp, &wr, &bad) ? -EIO : 0;
@@ -416,28 +414,26 @@ static size_t put_hdr(uint8_t *out, uint8_t opcode, uint32_t count, uint32_t bod
 static const uint8_t *take_reply(struct kvs_conn *c, uint8_t opcode, uint64_t id, uint32_t count,
                                  uint32_t entry_len, uint32_t *body_len, int *err)
 {
-    const uint8_t *m = c->ctrl + (size_t)c->reply_idx * CTRL_MAX;
-    uint32_t len = c->reply_len;
-    int idx = c->reply_idx;
+    const uint8_t *m = c->ctrl + (size_t)c->reply_idx * KVS_WIRE_CTRL_MAX;
+    struct kvs_wire_hdr h;
     *err = -EPROTO;
-    if (post_recv(c, idx) < 0) return NULL;
-    if (len < KVS_WIRE_HDR_LEN || kvs_get_u32(m) != KVS_WIRE_MAGIC || m[4] != KVS_WIRE_VERSION)
-        return NULL;
-    uint32_t blen = kvs_get_u32(m + 12);
-    if (blen != len - KVS_WIRE_HDR_LEN || kvs_get_u64(m + 16) != id) return NULL;
-    if (m[5] == (KVS_OP_ERROR | KVS_OP_REPLY)) {
-        if (blen >= 4) {
-            int32_t st = (int32_t)kvs_get_u32(m + KVS_WIRE_HDR_LEN);
-            kvs_log(KVS_LOG_WARN, "rdma %s: server error %d: %.*s", c->ep.name, st, (int)(blen - 4),
-                    (const char *)m + KVS_WIRE_HDR_LEN + 4);
-        }
+    if (post_recv(c, c->reply_idx) < 0) return NULL;
+    if (kvs_wire_ctrl_hdr_decode(m, c->reply_len, &h) < 0 || h.id != id) return NULL;
+    const uint8_t *body = m + KVS_WIRE_HDR_LEN;
+    if (h.opcode == (KVS_OP_ERROR | KVS_OP_REPLY)) {
+        int32_t st;
+        const char *text;
+        size_t tlen;
+        if (kvs_wire_error_decode(body, h.body_len, &st, &text, &tlen) == 0)
+            kvs_log(KVS_LOG_WARN, "rdma %s: server error %d: %.*s", c->ep.name, st, (int)tlen,
+                    text);
         return NULL;
     }
-    if (m[5] != (opcode | KVS_OP_REPLY) || kvs_get_u32(m + 8) != count) return NULL;
-    if (entry_len && (uint64_t)count * entry_len != blen) return NULL;
-    *body_len = blen;
+    if (h.opcode != (opcode | KVS_OP_REPLY) || h.count != count) return NULL;
+    if (entry_len && (uint64_t)count * entry_len != h.body_len) return NULL;
+    *body_len = h.body_len;
     *err = 0;
-    return m + KVS_WIRE_HDR_LEN;
+    return body;
 }
 
 /* ---- connection set-up ---- */
@@ -476,9 +472,15 @@ static int authenticate(struct kvs_conn *c, const uint8_t *hello_body, uint32_t 
     int rc = post_chain_and_call(c, NULL, 0, len, 0, deadline);
     if (rc < 0) return rc;
     /* The server answers a wrong proof with ERROR -EACCES, then closes. */
-    const uint8_t *m = c->ctrl + (size_t)c->reply_idx * CTRL_MAX;
-    if (c->reply_len >= KVS_WIRE_HDR_LEN + 4 && m[5] == (KVS_OP_ERROR | KVS_OP_REPLY) &&
-        (int32_t)kvs_get_u32(m + KVS_WIRE_HDR_LEN) == -EACCES) {
+    const uint8_t *m = c->ctrl + (size_t)c->reply_idx * KVS_WIRE_CTRL_MAX;
+    struct kvs_wire_hdr h;
+    int32_t st;
+    const char *text;
+    size_t tlen;
+    if (kvs_wire_ctrl_hdr_decode(m, c->reply_len, &h) == 0 &&
+        h.opcode == (KVS_OP_ERROR | KVS_OP_REPLY) &&
+        kvs_wire_error_decode(m + KVS_WIRE_HDR_LEN, h.body_len, &st, &text, &tlen) == 0 &&
+        st == -EACCES) {
         kvs_log(KVS_LOG_WARN, "rdma %s: " KVS_AUTH_REFUSED_TEXT, c->ep.name);
         return -EACCES;
     }
@@ -508,7 +510,8 @@ static int say_hello(struct kvs_conn *c, uint64_t deadline)
     if ((rc = authenticate(c, body, blen, &h, deadline)) < 0) return rc;
     c->lim = (struct kvs_limits){.max_key = h.max_key,
                                  .max_object = h.max_object,
-                                 .max_frame = h.max_frame < CTRL_MAX ? h.max_frame : CTRL_MAX,
+                                 .max_frame = h.max_frame < KVS_WIRE_CTRL_MAX ? h.max_frame
+                                                                              : KVS_WIRE_CTRL_MAX,
                                  .max_keys = h.max_keys,
                                  .features = h.features};
     return 0;
@@ -583,7 +586,7 @@ static int open_connection(struct kvs_conn *c)
         if (rdma_create_qp(c->id, c->pd, &qa) != 0) goto out;
     }
     c->max_inline = qa.cap.max_inline_data;
-    size_t bytes = (size_t)(NRECV + 1) * CTRL_MAX;
+    size_t bytes = (size_t)(NRECV + 1) * KVS_WIRE_CTRL_MAX;
     if (posix_memalign((void **)&c->ctrl, 4096, bytes) != 0) {
         c->ctrl = NULL;
         rc = -ENOMEM;
@@ -699,7 +702,7 @@ static uint32_t chunk_size(struct kvs_conn *c, const struct kvs_key_io *k, uint3
     for (; i < n && i < max; i++) {
         size_t e = KVS_WIRE_ENTRY_LEN + k[i].klen + (remote ? KVS_WIRE_PULL_SRC_LEN : 0);
         size_t b = find_reg(c, put ? k[i].val : k[i].buf, k[i].len) ? 0 : k[i].len;
-        if (i > 0 && (bytes + e > CTRL_MAX || bounce + b > BOUNCE_CHUNK)) break;
+        if (i > 0 && (bytes + e > KVS_WIRE_CTRL_MAX || bounce + b > BOUNCE_CHUNK)) break;
         bytes += e;
         bounce += b;
     }
@@ -793,8 +796,14 @@ static int do_pull(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, uint64_
     const uint8_t *body = take_reply(c, KVS_OP_RDMA_PULL, id, n, KVS_WIRE_STATUS_LEN, &blen, &rc);
     if (!body) goto out;
     for (uint32_t i = 0; i < n; i++) {
-        k[i].status = (int32_t)kvs_get_u32(body + (size_t)i * KVS_WIRE_STATUS_LEN);
-        if (k[i].status == 0) k[i].vlen = k[i].len;
+        struct kvs_wire_status st;
+        if (kvs_wire_status_decode(body + (size_t)i * KVS_WIRE_STATUS_LEN, KVS_OP_RDMA_PULL, &st) <
+            0) {
+            rc = -EPROTO;
+            goto out;
+        }
+        k[i].status = st.status;
+        if (st.status == 0) k[i].vlen = k[i].len;
     }
 out:
     free(bounce_off);
@@ -850,9 +859,14 @@ static int do_push(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, uint64_
     if (!body) goto out;
     t0 = kvs_now_ns();
     for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *e = body + (size_t)i * KVS_WIRE_STATUS_LEN;
-        int32_t st = (int32_t)kvs_get_u32(e);
-        uint32_t vlen = kvs_get_u32(e + 4);
+        struct kvs_wire_status s;
+        if (kvs_wire_status_decode(body + (size_t)i * KVS_WIRE_STATUS_LEN, KVS_OP_RDMA_PUSH, &s) <
+            0) {
+            rc = -EPROTO;
+            goto out;
+        }
+        int32_t st = s.status;
+        uint32_t vlen = s.len;
         if (st == 0 && vlen > k[i].len) {
             rc = -EPROTO; /* the server says it wrote more than the capacity */
             goto out;
@@ -887,17 +901,17 @@ static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int pu
     struct ibv_sge *sges = calloc(n ? n : 1, sizeof(*sges));
     uint32_t *tokens = calloc(n ? n : 1, sizeof(*tokens));
     uint64_t *bounce_off = calloc(n ? n : 1, sizeof(*bounce_off));
+    struct kvs_wire_slot *slots = calloc(n ? n : 1, sizeof(*slots));
     int rc = -ENOMEM;
-    if (!wrs || !sges || !tokens || !bounce_off) goto out;
+    if (!wrs || !sges || !tokens || !bounce_off || !slots) goto out;
 
     uint8_t *out = send_buf(c);
     uint64_t id = ++c->next_id;
     size_t len = KVS_WIRE_HDR_LEN;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t cap = k[i].len > UINT32_MAX ? UINT32_MAX : (uint32_t)k[i].len;
-        kvs_wire_entry_encode(out + len, (uint16_t)k[i].klen, cap);
-        memcpy(out + len + KVS_WIRE_ENTRY_LEN, k[i].key, k[i].klen);
-        len += KVS_WIRE_ENTRY_LEN + k[i].klen;
+        len += kvs_wire_key_entry_encode(out + len, (const uint8_t *)k[i].key, (uint16_t)k[i].klen,
+                                         cap);
     }
     uint8_t op = put ? KVS_OP_RDMA_RESERVE : KVS_OP_RDMA_LEASE;
     put_hdr(out, op, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
@@ -911,28 +925,26 @@ static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int pu
     const uint8_t *body = take_reply(c, op, id, n, KVS_WIRE_SLOT_LEN, &blen, &rc);
     if (!body) goto out;
 
+    for (uint32_t i = 0; i < n; i++) {
+        if (kvs_wire_slot_decode(body + (size_t)i * KVS_WIRE_SLOT_LEN, op, &slots[i]) < 0) {
+            rc = -EPROTO;
+            goto out;
+        }
+    }
     if (!put) {
         /* Bounce space first: growing re-registers, so sizes are known before any SGE. */
         size_t need = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            const uint8_t *s = body + (size_t)i * KVS_WIRE_SLOT_LEN;
-            if ((int32_t)kvs_get_u32(s) == 0 && !find_reg(c, k[i].buf, k[i].len))
-                need += kvs_get_u32(s + 20);
-        }
+        for (uint32_t i = 0; i < n; i++)
+            if (slots[i].status == 0 && !find_reg(c, k[i].buf, k[i].len)) need += slots[i].len;
         if ((rc = bounce_reserve(c, need)) < 0) goto out;
     }
 
     uint32_t nwr = 0, nsge = 0, ntok = 0;
     uint64_t rnext = 0, boff = 0;
     for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *s = body + (size_t)i * KVS_WIRE_SLOT_LEN;
-        struct kvs_wire_slot slot = {.status = (int32_t)kvs_get_u32(s),
-                                     .token = kvs_get_u32(s + 4),
-                                     .addr = kvs_get_u64(s + 8),
-                                     .rkey = kvs_get_u32(s + 16),
-                                     .len = kvs_get_u32(s + 20)};
+        struct kvs_wire_slot slot = slots[i];
         if (!put) bounce_off[i] = UINT64_MAX;
-        tokens[i] = TOKEN_NONE;
+        tokens[i] = KVS_WIRE_TOKEN_NONE;
         k[i].status = slot.status;
         if (slot.status < 0) {
             if (slot.status == -ERANGE) k[i].vlen = slot.len;
@@ -972,9 +984,10 @@ static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int pu
     id = ++c->next_id;
     len = KVS_WIRE_HDR_LEN;
     for (uint32_t i = 0; i < n; i++) {
-        if (tokens[i] == TOKEN_NONE) continue;
-        kvs_put_u32(out + len, tokens[i] ^ c->token_xor);
-        kvs_put_u32(out + len + 4, put ? 1 : 0);
+        if (tokens[i] == KVS_WIRE_TOKEN_NONE) continue;
+        struct kvs_wire_token t = {.token = tokens[i] ^ c->token_xor,
+                                   .flags = put ? KVS_WIRE_TOKEN_COMMIT : 0};
+        kvs_wire_token_encode(out + len, &t);
         len += KVS_WIRE_TOKEN_LEN;
     }
     op = put ? KVS_OP_RDMA_COMMIT : KVS_OP_RDMA_RELEASE;
@@ -988,10 +1001,14 @@ static int do_chunk(struct kvs_conn *c, struct kvs_key_io *k, uint32_t n, int pu
     t0 = kvs_now_ns();
     uint32_t t = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (tokens[i] == TOKEN_NONE) continue;
-        int32_t st = (int32_t)kvs_get_u32(body + (size_t)t++ * KVS_WIRE_STATUS_LEN);
-        k[i].status = st;
-        if (st == 0 && !put && bounce_off[i] != UINT64_MAX)
+        if (tokens[i] == KVS_WIRE_TOKEN_NONE) continue;
+        struct kvs_wire_status st;
+        if (kvs_wire_status_decode(body + (size_t)t++ * KVS_WIRE_STATUS_LEN, op, &st) < 0) {
+            rc = -EPROTO;
+            goto out;
+        }
+        k[i].status = st.status;
+        if (st.status == 0 && !put && bounce_off[i] != UINT64_MAX)
             memcpy(k[i].buf, c->bounce + bounce_off[i], k[i].vlen);
     }
     if (!put) atomic_fetch_add(&c->copy_us, elapsed_us(t0));
@@ -1000,6 +1017,7 @@ out:
     free(sges);
     free(tokens);
     free(bounce_off);
+    free(slots);
     return rc;
 }
 
@@ -1010,11 +1028,9 @@ static int do_plain(struct kvs_conn *c, struct kvs_req *req, struct kvs_key_io *
     uint8_t *out = send_buf(c);
     uint64_t id = ++c->next_id;
     size_t len = KVS_WIRE_HDR_LEN;
-    for (uint32_t i = 0; i < n; i++) {
-        kvs_wire_entry_encode(out + len, (uint16_t)k[i].klen, 0);
-        memcpy(out + len + KVS_WIRE_ENTRY_LEN, k[i].key, k[i].klen);
-        len += KVS_WIRE_ENTRY_LEN + k[i].klen;
-    }
+    for (uint32_t i = 0; i < n; i++)
+        len +=
+            kvs_wire_key_entry_encode(out + len, (const uint8_t *)k[i].key, (uint16_t)k[i].klen, 0);
     put_hdr(out, req->opcode, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
     int rc = post_chain_and_call(c, NULL, 0, len, 0, deadline);
     if (rc < 0) return rc;
@@ -1029,8 +1045,11 @@ static int do_plain(struct kvs_conn *c, struct kvs_req *req, struct kvs_key_io *
         return 0;
     }
     for (uint32_t i = 0; i < n; i++) {
-        k[i].status = (int32_t)kvs_get_u32(body + (size_t)i * 8);
-        k[i].vlen = kvs_get_u32(body + (size_t)i * 8 + 4); /* REMOVE_MATCHING: its count */
+        struct kvs_wire_status st;
+        if (kvs_wire_status_decode(body + (size_t)i * KVS_WIRE_STATUS_LEN, req->opcode, &st) < 0)
+            return -EPROTO;
+        k[i].status = st.status;
+        k[i].vlen = st.len; /* REMOVE_MATCHING: its count */
     }
     return 0;
 }
@@ -1144,7 +1163,7 @@ static void rdma_submit(struct kvs_conn *c, struct kvs_req *req)
             int push = req->opcode == KVS_OP_GET && push_on(c) && chunk_bytes(k, m) <= c->push_max;
             if (pull || push) m = chunk_size(c, k, m, put, 1);
             if (!sided) {
-                uint32_t cap = (CTRL_MAX - KVS_WIRE_HDR_LEN) / KVS_WIRE_STATUS_LEN;
+                uint32_t cap = (KVS_WIRE_CTRL_MAX - KVS_WIRE_HDR_LEN) / KVS_WIRE_STATUS_LEN;
                 if (m > cap) m = cap;
             }
             if (pull)

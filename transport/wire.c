@@ -150,10 +150,12 @@ int kvs_wire_status_decode(const uint8_t in[KVS_WIRE_STATUS_LEN], uint8_t req_op
     if (!kvs_wire_status_known(s->status)) return -EBADMSG;
     if (s->status == 1 && req_opcode != KVS_OP_EXISTS) return -EBADMSG;
     /*
-     * Only a GET carries a length: its value's (0) or the one that did not fit
-     * (-ERANGE); and a REMOVE_MATCHING its count of keys removed (0).
+     * Only a GET (or an RDMA PUSH, whose entries are GET's without the data)
+     * carries a length: its value's (0) or the one that did not fit (-ERANGE);
+     * and a REMOVE_MATCHING its count of keys removed (0).
      */
-    if (s->len != 0 && !(req_opcode == KVS_OP_GET && (s->status == 0 || s->status == -ERANGE)) &&
+    int has_len = req_opcode == KVS_OP_GET || req_opcode == KVS_OP_RDMA_PUSH;
+    if (s->len != 0 && !(has_len && (s->status == 0 || s->status == -ERANGE)) &&
         !(req_opcode == KVS_OP_REMOVE_MATCHING && s->status == 0))
         return -EBADMSG;
     return 0;
@@ -271,5 +273,106 @@ int kvs_wire_remote_entry_decode(const uint8_t *body, uint32_t body_len, size_t 
                                         .addr = kvs_get_u64(key + h.klen),
                                         .rkey = kvs_get_u32(key + h.klen + 8)};
     *off = at + need;
+    return 0;
+}
+
+int kvs_wire_ctrl_hdr_decode(const uint8_t *msg, size_t len, struct kvs_wire_hdr *h)
+{
+    if (len < KVS_WIRE_HDR_LEN) return -EBADMSG;
+    h->magic = kvs_get_u32(msg);
+    h->version = msg[4];
+    h->opcode = msg[5];
+    h->flags = kvs_get_u16(msg + 6);
+    h->count = kvs_get_u32(msg + 8);
+    h->body_len = kvs_get_u32(msg + 12);
+    h->id = kvs_get_u64(msg + 16);
+    if (h->magic != KVS_WIRE_MAGIC || h->version != KVS_WIRE_VERSION) return -EPROTO;
+    if (len > KVS_WIRE_CTRL_MAX || h->body_len != len - KVS_WIRE_HDR_LEN || h->flags != 0 ||
+        h->count > KVS_WIRE_MAX_KEYS)
+        return -EBADMSG;
+    return 0;
+}
+
+size_t kvs_wire_key_entry_encode(uint8_t *out, const uint8_t *key, uint16_t klen, uint32_t len)
+{
+    kvs_wire_entry_encode(out, klen, len);
+    memcpy(out + KVS_WIRE_ENTRY_LEN, key, klen);
+    return (size_t)KVS_WIRE_ENTRY_LEN + klen;
+}
+
+int kvs_wire_key_entry_decode(const uint8_t *body, uint32_t body_len, size_t *off,
+                              struct kvs_wire_item *it)
+{
+    struct kvs_wire_entry e;
+    size_t at = *off;
+    if (at > body_len || body_len - at < KVS_WIRE_ENTRY_LEN ||
+        kvs_wire_entry_decode(body + at, &e) < 0 || body_len - at - KVS_WIRE_ENTRY_LEN < e.klen)
+        return -EBADMSG;
+    *it = (struct kvs_wire_item){
+        .key = body + at + KVS_WIRE_ENTRY_LEN, .klen = e.klen, .len = e.len, .val = NULL};
+    *off = at + KVS_WIRE_ENTRY_LEN + e.klen;
+    return 0;
+}
+
+void kvs_wire_slot_encode(uint8_t out[KVS_WIRE_SLOT_LEN], const struct kvs_wire_slot *s)
+{
+    kvs_put_u32(out, (uint32_t)s->status);
+    kvs_put_u32(out + 4, s->token);
+    kvs_put_u64(out + 8, s->addr);
+    kvs_put_u32(out + 16, s->rkey);
+    kvs_put_u32(out + 20, s->len);
+}
+
+int kvs_wire_slot_decode(const uint8_t in[KVS_WIRE_SLOT_LEN], uint8_t req_opcode,
+                         struct kvs_wire_slot *s)
+{
+    *s = (struct kvs_wire_slot){.status = (int32_t)kvs_get_u32(in),
+                                .token = kvs_get_u32(in + 4),
+                                .addr = kvs_get_u64(in + 8),
+                                .rkey = kvs_get_u32(in + 16),
+                                .len = kvs_get_u32(in + 20)};
+    if (req_opcode != KVS_OP_RDMA_RESERVE && req_opcode != KVS_OP_RDMA_LEASE) return -EBADMSG;
+    if (s->status == 0) return s->token == KVS_WIRE_TOKEN_NONE ? -EBADMSG : 0;
+    if (s->status > 0 || !kvs_wire_status_known(s->status)) return -EBADMSG;
+    int range = s->status == -ERANGE && req_opcode == KVS_OP_RDMA_LEASE;
+    if (s->token != KVS_WIRE_TOKEN_NONE || s->addr != 0 || s->rkey != 0 || (s->len && !range))
+        return -EBADMSG;
+    return 0;
+}
+
+void kvs_wire_token_encode(uint8_t out[KVS_WIRE_TOKEN_LEN], const struct kvs_wire_token *t)
+{
+    kvs_put_u32(out, t->token);
+    kvs_put_u32(out + 4, t->flags);
+}
+
+int kvs_wire_token_decode(const uint8_t in[KVS_WIRE_TOKEN_LEN], uint8_t req_opcode,
+                          struct kvs_wire_token *t)
+{
+    t->token = kvs_get_u32(in);
+    t->flags = kvs_get_u32(in + 4);
+    if (req_opcode == KVS_OP_RDMA_COMMIT)
+        return t->flags == 0 || t->flags == KVS_WIRE_TOKEN_COMMIT ? 0 : -EBADMSG;
+    if (req_opcode == KVS_OP_RDMA_RELEASE) return t->flags == 0 ? 0 : -EBADMSG;
+    return -EBADMSG;
+}
+
+size_t kvs_wire_error_encode(uint8_t *out, size_t cap, int32_t status, const char *text)
+{
+    size_t tlen = strlen(text);
+    if (tlen > cap - 4) tlen = cap - 4;
+    kvs_put_u32(out, (uint32_t)status);
+    memcpy(out + 4, text, tlen);
+    return 4 + tlen;
+}
+
+int kvs_wire_error_decode(const uint8_t *body, size_t len, int32_t *status, const char **text,
+                          size_t *tlen)
+{
+    if (len < 4) return -EBADMSG;
+    *status = (int32_t)kvs_get_u32(body);
+    if (*status >= 0) return -EBADMSG;
+    *text = (const char *)body + 4;
+    *tlen = len - 4;
     return 0;
 }

@@ -118,22 +118,40 @@ struct kvs_wire_status {
 };
 
 /*
+ * RDMA control messages (opcodes 7-10, 12, 13, and every other frame sent
+ * on an RDMA connection) travel whole, one frame per SEND of at most
+ * KVS_WIRE_CTRL_MAX bytes, header included; both ends post receive buffers
+ * of that size.
+ */
+#define KVS_WIRE_CTRL_MAX (128u * 1024)
+
+/*
  * An RDMA slot as RESERVE and LEASE replies give it: i32 status | u32 token
  * | u64 addr | u32 rkey | u32 len. addr/rkey name the slot in the server's
  * registered pool; token names the reservation or lease in COMMIT/RELEASE.
+ * A failed slot carries token KVS_WIRE_TOKEN_NONE, addr and rkey 0, and len
+ * 0 (LEASE's -ERANGE: the value's length).
  */
 #define KVS_WIRE_SLOT_LEN      24
-#define KVS_WIRE_TOKEN_LEN     8   /* COMMIT / RELEASE entry */
-#define KVS_WIRE_PULL_SRC_LEN  12  /* PULL: u64 addr | u32 rkey after each key */
-#define KVS_WIRE_PULL_MAX_KEYS 256 /* keys per PULL message */
-#define KVS_WIRE_PUSH_DST_LEN  12  /* PUSH: u64 addr | u32 rkey after each key */
-#define KVS_WIRE_PUSH_MAX_KEYS 256 /* keys per PUSH message */
+#define KVS_WIRE_TOKEN_LEN     8          /* COMMIT / RELEASE entry: u32 token | u32 flags */
+#define KVS_WIRE_TOKEN_NONE    UINT32_MAX /* the token of a failed slot */
+#define KVS_WIRE_TOKEN_COMMIT  1u         /* COMMIT entry flags: link the item (0: abort it) */
+#define KVS_WIRE_PULL_SRC_LEN  12         /* PULL: u64 addr | u32 rkey after each key */
+#define KVS_WIRE_PULL_MAX_KEYS 256        /* keys per PULL message */
+#define KVS_WIRE_PUSH_DST_LEN  12         /* PUSH: u64 addr | u32 rkey after each key */
+#define KVS_WIRE_PUSH_MAX_KEYS 256        /* keys per PUSH message */
 struct kvs_wire_slot {
     int32_t status;
     uint32_t token;
     uint64_t addr;
     uint32_t rkey;
     uint32_t len;
+};
+
+/* A COMMIT or RELEASE entry. */
+struct kvs_wire_token {
+    uint32_t token;
+    uint32_t flags; /* COMMIT: KVS_WIRE_TOKEN_COMMIT or 0 (abort); RELEASE: 0 */
 };
 
 /* What the server tells a client in reply to HELLO. */
@@ -207,9 +225,10 @@ uint64_t kvs_wire_entry_size(uint8_t opcode, const struct kvs_wire_entry *e);
 
 void kvs_wire_status_encode(uint8_t out[KVS_WIRE_STATUS_LEN], int32_t status, uint32_t len);
 /*
- * Checks that status is 0, 1 (exists) or one of the codes the protocol
- * carries, and that a data-bearing status (GET and 0) fits max_len.
- * Returns 0 or -EBADMSG.
+ * Checks that status is 0, 1 (EXISTS only) or one of the codes the protocol
+ * carries, and that only a status that carries a length has one: GET's (and
+ * RDMA PUSH's, whose reply entries are GET's without the data) 0 and
+ * -ERANGE. req_opcode is the request's opcode. Returns 0 or -EBADMSG.
  */
 int kvs_wire_status_decode(const uint8_t in[KVS_WIRE_STATUS_LEN], uint8_t req_opcode,
                            struct kvs_wire_status *s);
@@ -271,5 +290,58 @@ int kvs_wire_remote_entry_decode(const uint8_t *body, uint32_t body_len, size_t 
                                  struct kvs_wire_remote_entry *e);
 /* Encodes e at out (room for KVS_WIRE_ENTRY_LEN + klen + 12 bytes); returns the bytes written. */
 size_t kvs_wire_remote_entry_encode(uint8_t *out, const struct kvs_wire_remote_entry *e);
+
+/* ---- RDMA control messages ---- */
+
+/*
+ * Decodes the header of a control message received whole, msg[0..len):
+ * magic and version (-EPROTO), flags 0, body_len exactly len minus the
+ * header, count <= KVS_WIRE_MAX_KEYS, len <= KVS_WIRE_CTRL_MAX (-EBADMSG).
+ * The opcode is not checked (kvstored hands the frames it does not serve
+ * itself to the TCP state machine, which answers them). *h is filled
+ * whenever len holds a header.
+ */
+int kvs_wire_ctrl_hdr_decode(const uint8_t *msg, size_t len, struct kvs_wire_hdr *h);
+
+/*
+ * A request entry without a value (RESERVE, LEASE; EXISTS and REMOVE with
+ * len 0): entry header, then the key. Encode returns the bytes written
+ * (KVS_WIRE_ENTRY_LEN + klen). Decode reads the entry at body[*off..body_len)
+ * into it (val NULL) and moves *off past it; 0, or -EBADMSG when the entry
+ * header is malformed or the entry does not fit (*off unchanged).
+ */
+size_t kvs_wire_key_entry_encode(uint8_t *out, const uint8_t *key, uint16_t klen, uint32_t len);
+int kvs_wire_key_entry_decode(const uint8_t *body, uint32_t body_len, size_t *off,
+                              struct kvs_wire_item *it);
+
+void kvs_wire_slot_encode(uint8_t out[KVS_WIRE_SLOT_LEN], const struct kvs_wire_slot *s);
+/*
+ * Decodes a slot of a reply to req_opcode (RESERVE or LEASE). Checks that
+ * the status is 0 or a known negative code, that a slot with status 0 has a
+ * token other than KVS_WIRE_TOKEN_NONE, and that a failed one is all
+ * zeros but for its token KVS_WIRE_TOKEN_NONE (and, LEASE's -ERANGE, its
+ * len). 0 or -EBADMSG.
+ */
+int kvs_wire_slot_decode(const uint8_t in[KVS_WIRE_SLOT_LEN], uint8_t req_opcode,
+                         struct kvs_wire_slot *s);
+
+void kvs_wire_token_encode(uint8_t out[KVS_WIRE_TOKEN_LEN], const struct kvs_wire_token *t);
+/*
+ * Decodes a COMMIT (req_opcode KVS_OP_RDMA_COMMIT: flags KVS_WIRE_TOKEN_COMMIT
+ * or 0) or RELEASE (flags 0) entry. 0 or -EBADMSG. Whether the token names
+ * anything is the server's check.
+ */
+int kvs_wire_token_decode(const uint8_t in[KVS_WIRE_TOKEN_LEN], uint8_t req_opcode,
+                          struct kvs_wire_token *t);
+
+/*
+ * ERROR frame body: i32 status (negative), then a short text (not
+ * NUL-terminated). Encode writes at most cap bytes (the text is cut to fit;
+ * cap >= 4) and returns the body length. Decode gives the status and the
+ * text inside body; 0, or -EBADMSG for a body under 4 bytes or a status >= 0.
+ */
+size_t kvs_wire_error_encode(uint8_t *out, size_t cap, int32_t status, const char *text);
+int kvs_wire_error_decode(const uint8_t *body, size_t len, int32_t *status, const char **text,
+                          size_t *tlen);
 
 #endif /* KVS_WIRE_H */

@@ -418,6 +418,197 @@ static void test_hello_nonce(void **state)
     assert_int_equal(kvs_wire_hello_nonce(body, KVS_WIRE_HELLO_LEN, &got, nonce), -EBADMSG);
 }
 
+/* ---- RDMA control messages ---- */
+
+/* A control message: header then body, as one SEND carries it. */
+static size_t ctrl_msg(uint8_t *out, uint8_t opcode, uint32_t count, uint32_t body_len, uint64_t id)
+{
+    struct kvs_wire_hdr h = {.opcode = opcode, .count = count, .body_len = body_len, .id = id};
+    kvs_wire_hdr_encode(out, &h);
+    return KVS_WIRE_HDR_LEN + body_len;
+}
+
+static void test_ctrl_hdr_round_trip(void **state)
+{
+    (void)state;
+    static uint8_t m[KVS_WIRE_CTRL_MAX + 8];
+    struct kvs_wire_hdr h;
+    size_t len = ctrl_msg(m, KVS_OP_RDMA_COMMIT, 3, 3 * KVS_WIRE_TOKEN_LEN, 0x1122334455667788ull);
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, len, &h), 0);
+    assert_int_equal(h.opcode, KVS_OP_RDMA_COMMIT);
+    assert_int_equal(h.count, 3);
+    assert_int_equal(h.body_len, 3 * KVS_WIRE_TOKEN_LEN);
+    assert_true(h.id == 0x1122334455667788ull);
+    /* Any opcode: kvstored hands the ones it does not serve itself to proto. */
+    len = ctrl_msg(m, 0x55, 0, 0, 1);
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, len, &h), 0);
+    /* The largest message, and one byte more. */
+    len = ctrl_msg(m, KVS_OP_RDMA_PUSH, 1, KVS_WIRE_CTRL_MAX - KVS_WIRE_HDR_LEN, 1);
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, len, &h), 0);
+    len = ctrl_msg(m, KVS_OP_RDMA_PUSH, 1, KVS_WIRE_CTRL_MAX - KVS_WIRE_HDR_LEN + 1, 1);
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, len, &h), -EBADMSG);
+}
+
+static void test_ctrl_hdr_refuses_malformed(void **state)
+{
+    (void)state;
+    uint8_t m[KVS_WIRE_HDR_LEN + 64];
+    struct kvs_wire_hdr h;
+    size_t len = ctrl_msg(m, KVS_OP_RDMA_LEASE, 1, 16, 7);
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, KVS_WIRE_HDR_LEN - 1, &h), -EBADMSG);
+    /* body_len must be what the SEND delivered, no more and no less */
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, len - 1, &h), -EBADMSG);
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, len + 1, &h), -EBADMSG);
+    m[0] ^= 1;
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, len, &h), -EPROTO);
+    m[0] ^= 1;
+    m[4] = 2; /* version */
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, len, &h), -EPROTO);
+    m[4] = KVS_WIRE_VERSION;
+    m[6] = 1; /* flags */
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, len, &h), -EBADMSG);
+    len = ctrl_msg(m, KVS_OP_RDMA_LEASE, KVS_WIRE_MAX_KEYS + 1, 16, 7);
+    assert_int_equal(kvs_wire_ctrl_hdr_decode(m, len, &h), -EBADMSG);
+}
+
+static void test_key_entry_round_trip(void **state)
+{
+    (void)state;
+    uint8_t body[64];
+    size_t n = kvs_wire_key_entry_encode(body, (const uint8_t *)"alpha", 5, 4096);
+    assert_int_equal(n, KVS_WIRE_ENTRY_LEN + 5);
+    n += kvs_wire_key_entry_encode(body + n, (const uint8_t *)"b", 1, 0);
+    size_t off = 0;
+    struct kvs_wire_item it;
+    assert_int_equal(kvs_wire_key_entry_decode(body, (uint32_t)n, &off, &it), 0);
+    assert_int_equal(it.klen, 5);
+    assert_memory_equal(it.key, "alpha", 5);
+    assert_int_equal(it.len, 4096);
+    assert_null(it.val);
+    assert_int_equal(kvs_wire_key_entry_decode(body, (uint32_t)n, &off, &it), 0);
+    assert_int_equal(off, n);
+    assert_memory_equal(it.key, "b", 1);
+    /* past the end: refused, nothing moves */
+    assert_int_equal(kvs_wire_key_entry_decode(body, (uint32_t)n, &off, &it), -EBADMSG);
+    assert_int_equal(off, n);
+    /* a key running past the body */
+    off = 0;
+    assert_int_equal(kvs_wire_key_entry_decode(body, KVS_WIRE_ENTRY_LEN + 4, &off, &it), -EBADMSG);
+    assert_int_equal(off, 0);
+    /* an entry header cut short, a bad entry header */
+    assert_int_equal(kvs_wire_key_entry_decode(body, KVS_WIRE_ENTRY_LEN - 1, &off, &it), -EBADMSG);
+    kvs_wire_entry_encode(body, 0, 0);
+    assert_int_equal(kvs_wire_key_entry_decode(body, (uint32_t)n, &off, &it), -EBADMSG);
+    /* an offset beyond the body */
+    off = 100;
+    assert_int_equal(kvs_wire_key_entry_decode(body, (uint32_t)n, &off, &it), -EBADMSG);
+}
+
+static void test_slot_round_trip(void **state)
+{
+    (void)state;
+    uint8_t b[KVS_WIRE_SLOT_LEN];
+    struct kvs_wire_slot in = {
+        .status = 0, .token = 0x00020003, .addr = 0x7f0012345678ull, .rkey = 0xabcd, .len = 4096};
+    struct kvs_wire_slot out;
+    kvs_wire_slot_encode(b, &in);
+    assert_int_equal(kvs_get_u32(b + 4), 0x00020003);
+    assert_true(kvs_get_u64(b + 8) == 0x7f0012345678ull);
+    assert_int_equal(kvs_wire_slot_decode(b, KVS_OP_RDMA_RESERVE, &out), 0);
+    assert_memory_equal(&in, &out, sizeof(in));
+    assert_int_equal(kvs_wire_slot_decode(b, KVS_OP_RDMA_LEASE, &out), 0);
+    assert_int_equal(kvs_wire_slot_decode(b, KVS_OP_GET, &out), -EBADMSG); /* not a slot reply */
+
+    /* failed slots: no token, no address; LEASE's -ERANGE names the length */
+    struct kvs_wire_slot miss = {.status = -ENOENT, .token = KVS_WIRE_TOKEN_NONE};
+    kvs_wire_slot_encode(b, &miss);
+    assert_int_equal(kvs_wire_slot_decode(b, KVS_OP_RDMA_LEASE, &out), 0);
+    assert_int_equal(out.status, -ENOENT);
+    struct kvs_wire_slot range = {.status = -ERANGE, .token = KVS_WIRE_TOKEN_NONE, .len = 9000};
+    kvs_wire_slot_encode(b, &range);
+    assert_int_equal(kvs_wire_slot_decode(b, KVS_OP_RDMA_LEASE, &out), 0);
+    assert_int_equal(out.len, 9000);
+    assert_int_equal(kvs_wire_slot_decode(b, KVS_OP_RDMA_RESERVE, &out), -EBADMSG);
+}
+
+static void test_slot_refuses_malformed(void **state)
+{
+    (void)state;
+    uint8_t b[KVS_WIRE_SLOT_LEN];
+    struct kvs_wire_slot out;
+    static const struct kvs_wire_slot bad[] = {
+        {.status = 0, .token = KVS_WIRE_TOKEN_NONE, .addr = 64, .rkey = 1, .len = 1},
+        {.status = 1, .token = 5},
+        {.status = -12345, .token = KVS_WIRE_TOKEN_NONE},
+        {.status = -ENOSPC, .token = 5},
+        {.status = -ENOSPC, .token = KVS_WIRE_TOKEN_NONE, .addr = 64},
+        {.status = -ENOSPC, .token = KVS_WIRE_TOKEN_NONE, .rkey = 9},
+        {.status = -ENOENT, .token = KVS_WIRE_TOKEN_NONE, .len = 10},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        kvs_wire_slot_encode(b, &bad[i]);
+        assert_int_equal(kvs_wire_slot_decode(b, KVS_OP_RDMA_LEASE, &out), -EBADMSG);
+        assert_int_equal(kvs_wire_slot_decode(b, KVS_OP_RDMA_RESERVE, &out), -EBADMSG);
+    }
+}
+
+static void test_token_round_trip(void **state)
+{
+    (void)state;
+    uint8_t b[KVS_WIRE_TOKEN_LEN];
+    struct kvs_wire_token t;
+    kvs_wire_token_encode(b, &(struct kvs_wire_token){.token = 77, .flags = KVS_WIRE_TOKEN_COMMIT});
+    assert_int_equal(kvs_wire_token_decode(b, KVS_OP_RDMA_COMMIT, &t), 0);
+    assert_int_equal(t.token, 77);
+    assert_int_equal(t.flags, KVS_WIRE_TOKEN_COMMIT);
+    assert_int_equal(kvs_wire_token_decode(b, KVS_OP_RDMA_RELEASE, &t), -EBADMSG);
+    kvs_wire_token_encode(b, &(struct kvs_wire_token){.token = 78, .flags = 0});
+    assert_int_equal(kvs_wire_token_decode(b, KVS_OP_RDMA_COMMIT, &t), 0); /* an abort */
+    assert_int_equal(kvs_wire_token_decode(b, KVS_OP_RDMA_RELEASE, &t), 0);
+    assert_int_equal(t.token, 78);
+    kvs_wire_token_encode(b, &(struct kvs_wire_token){.token = 79, .flags = 3});
+    assert_int_equal(kvs_wire_token_decode(b, KVS_OP_RDMA_COMMIT, &t), -EBADMSG);
+    assert_int_equal(kvs_wire_token_decode(b, KVS_OP_PUT, &t), -EBADMSG);
+}
+
+static void test_push_status_carries_length(void **state)
+{
+    (void)state;
+    uint8_t b[KVS_WIRE_STATUS_LEN];
+    struct kvs_wire_status s;
+    kvs_wire_status_encode(b, 0, 4096);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_RDMA_PUSH, &s), 0);
+    assert_int_equal(s.len, 4096);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_RDMA_PULL, &s), -EBADMSG);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_RDMA_COMMIT, &s), -EBADMSG);
+    kvs_wire_status_encode(b, -ERANGE, 99);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_RDMA_PUSH, &s), 0);
+    kvs_wire_status_encode(b, -ENOENT, 99);
+    assert_int_equal(kvs_wire_status_decode(b, KVS_OP_RDMA_PUSH, &s), -EBADMSG);
+}
+
+static void test_error_body_round_trip(void **state)
+{
+    (void)state;
+    uint8_t b[16];
+    int32_t st;
+    const char *text;
+    size_t tlen;
+    size_t n = kvs_wire_error_encode(b, sizeof(b), -EBADMSG, "malformed rdma entry");
+    assert_int_equal(n, sizeof(b)); /* the text is cut to fit */
+    assert_int_equal(kvs_wire_error_decode(b, n, &st, &text, &tlen), 0);
+    assert_int_equal(st, -EBADMSG);
+    assert_int_equal(tlen, sizeof(b) - 4);
+    assert_memory_equal(text, "malformed rdma e", tlen);
+    n = kvs_wire_error_encode(b, sizeof(b), -EACCES, "");
+    assert_int_equal(n, 4);
+    assert_int_equal(kvs_wire_error_decode(b, n, &st, &text, &tlen), 0);
+    assert_int_equal(tlen, 0);
+    assert_int_equal(kvs_wire_error_decode(b, 3, &st, &text, &tlen), -EBADMSG);
+    kvs_wire_error_encode(b, sizeof(b), 0, "ok?");
+    assert_int_equal(kvs_wire_error_decode(b, 7, &st, &text, &tlen), -EBADMSG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -435,6 +626,14 @@ int main(void)
         cmocka_unit_test(test_auth_header),
         cmocka_unit_test(test_auth_body_round_trip),
         cmocka_unit_test(test_hello_nonce),
+        cmocka_unit_test(test_ctrl_hdr_round_trip),
+        cmocka_unit_test(test_ctrl_hdr_refuses_malformed),
+        cmocka_unit_test(test_key_entry_round_trip),
+        cmocka_unit_test(test_slot_round_trip),
+        cmocka_unit_test(test_slot_refuses_malformed),
+        cmocka_unit_test(test_token_round_trip),
+        cmocka_unit_test(test_push_status_carries_length),
+        cmocka_unit_test(test_error_body_round_trip),
     };
     return cmocka_run_group_tests_name("wire", tests, NULL, NULL);
 }
