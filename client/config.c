@@ -49,9 +49,12 @@ static int parse_endpoint(const char *s, size_t len, struct kvs_endpoint *ep,
     } else if (!ep->scheme[0] && &kvs_rdma_transport != NULL) {
         /* A bare host:port follows KVSTORE_TRANSPORT=tcp|rdma|auto (default tcp). */
         const char *t = getenv("KVSTORE_TRANSPORT");
-        if (t && (strcmp(t, "rdma") == 0 || strcmp(t, "auto") == 0)) {
+        if (t && strcmp(t, "rdma") == 0) {
             *ops = &kvs_rdma_transport;
-            snprintf(ep->scheme, sizeof(ep->scheme), "%s", t);
+            snprintf(ep->scheme, sizeof(ep->scheme), "rdma");
+        } else if (t && strcmp(t, "auto") == 0 && &kvs_auto_transport != NULL) {
+            *ops = &kvs_auto_transport;
+            snprintf(ep->scheme, sizeof(ep->scheme), "auto");
         }
     }
     if (!ep->scheme[0]) snprintf(ep->scheme, sizeof(ep->scheme), "tcp");

@@ -1,7 +1,7 @@
 #!/bin/sh
 # rxe-tests.sh - what `make test-rdma` runs inside the soft-RoCE VM: the
 # verbs smoke check, then every RDMA test program ($BUILD/rdma-tests/test_*,
-# built from tests/rdma/), each bounded by a timeout, with
+# built from tests/rdma/, against the test-hook kvstored), each bounded by a timeout, with
 # KVSTORE_TRANSPORT=rdma. Ends with one "rdma: N passed, N failed" line.
 set -u
 BUILD=${BUILD:-build}
@@ -28,9 +28,11 @@ if [ -n "$missing" ]; then
 fi
 
 export KVSTORE_TRANSPORT=rdma KVS_TEST_BUILD=$BUILD
-for b in $(find "$BUILD/rdma-tests" -type f -perm -u+x -name 'test_*' 2>/dev/null | sort); do
+# The RDMA test programs start the test-hook build of kvstored
+# ($BUILD/rdma-tests/bin/kvstored, mk/rdma.mk): KVS_TEST_BUILD names its tree.
+for b in $(find "$BUILD/rdma-tests" -maxdepth 1 -type f -perm -u+x -name 'test_*' 2>/dev/null | sort); do
     echo "=== $b"
-    if timeout -k 10 "$TEST_TIMEOUT" "$b"; then
+    if KVS_TEST_BUILD=$BUILD/rdma-tests timeout -k 10 "$TEST_TIMEOUT" "$b"; then
         pass=$((pass + 1))
     else
         echo "--- FAILED: $b (exit $?)"

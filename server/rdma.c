@@ -1143,9 +1143,12 @@ int kvsd_rdma_create(struct kvsd_server *srv, const struct kvsd_rdma_config *cfg
     r->srv = srv;
     r->cfg = *cfg;
     if (r->cfg.lease_ms == 0) r->cfg.lease_ms = 10000;
-    /* Test hook: behave like a kvstored from before PUSH (docs/rdma.md). */
+    r->push_on = 1;
+#ifdef KVS_TEST_HOOKS
+    /* Test hook (test builds only): behave like a kvstored from before PUSH (docs/rdma.md). */
     const char *no_push = getenv("KVS_RDMA_TEST_NO_PUSH");
-    r->push_on = !(no_push && *no_push && strcmp(no_push, "0") != 0);
+    if (no_push && *no_push && strcmp(no_push, "0") != 0) r->push_on = 0;
+#endif
     r->tfd = r->epfd = -1;
     int rc;
     r->ec = rdma_create_event_channel();

@@ -1,6 +1,6 @@
 /*
  * transport.h - the internal interface between libkvstore's client layer and
- * its transports (tcp.c, rdma.c). Not installed, not exported.
+ * its transports (tcp.c, rdma*.c, auto.c). Not installed, not exported.
  *
  * Shape (as Redis' ae.c over ae_epoll.c / ae_kqueue.c): one small vtable,
  * struct kvs_transport_ops, with one implementation per file. The client
@@ -96,7 +96,8 @@ struct kvs_req {
 
 /*
  * The handle of a transport's per-server state: each transport converts it
- * to its own (tcp.c's struct tcp_conn).
+ * to its own (tcp: struct tcp_conn; rdma: struct kvs_rdma_conn; auto:
+ * struct auto_conn).
  */
 struct kvs_conn;
 
@@ -104,7 +105,7 @@ struct kvs_conn;
 typedef void (*kvs_counter_fn)(void *arg, const char *name, uint64_t value);
 
 struct kvs_transport_ops {
-    const char *name; /* "tcp", "rdma": the server-list scheme it serves */
+    const char *name; /* "tcp", "rdma", "auto": the scheme it serves */
 
     /*
      * Allocates the state for one server. Does not connect (connections are
@@ -174,8 +175,12 @@ struct kvs_transport_ops {
     void (*fork_child)(struct kvs_conn *c);
 };
 
-/* The transports. rdma is weak: libkvstore builds without rdma.c. */
+/*
+ * The transports. rdma and auto (rdma when it works, else tcp:
+ * transport/auto.c) are weak: libkvstore builds without the rdma files.
+ */
 extern const struct kvs_transport_ops kvs_tcp_transport;
 extern const struct kvs_transport_ops kvs_rdma_transport __attribute__((weak));
+extern const struct kvs_transport_ops kvs_auto_transport __attribute__((weak));
 
 #endif /* KVS_TRANSPORT_H */

@@ -379,11 +379,11 @@ static void test_doorbells_per_batch(void **state)
 static void test_chain_split(void **state)
 {
     (void)state;
-    setenv("KVS_RDMA_MAX_WR", "8", 1);
-    setenv("KVS_RDMA_MAX_SGE", "1", 1);
+    setenv("KVS_RDMA_TEST_MAX_WR", "8", 1);
+    setenv("KVS_RDMA_TEST_MAX_SGE", "1", 1);
     struct kvs_conn *conn = open_conn_lease(); /* a PUSH posts no chain of its own */
-    unsetenv("KVS_RDMA_MAX_WR");
-    unsetenv("KVS_RDMA_MAX_SGE");
+    unsetenv("KVS_RDMA_TEST_MAX_WR");
+    unsetenv("KVS_RDMA_TEST_MAX_SGE");
     enum { N = 64 };
     const size_t len = 1000;
     uint8_t *bufs[N];
