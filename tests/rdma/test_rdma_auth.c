@@ -43,6 +43,7 @@
 #include "auth.h"
 #include "kvstore.h"
 #include "kvtest.h"
+#include "rawrdma.h"
 #include "wire.h"
 
 #define SECRET "rdma-auth-test-secret-0123456789"
@@ -294,191 +295,7 @@ static void test_auto_with_secret(void **state)
     kvs_close(bad);
 }
 
-/* ---- a raw RDMA peer ---- */
-
-#define RAW_CTRL   8192
-#define RAW_DATA   65536
-#define RAW_WAIT_S 15
-
-struct raw {
-    struct rdma_event_channel *ec;
-    struct rdma_cm_id *id;
-    struct ibv_pd *pd;
-    struct ibv_cq *cq;
-    uint8_t *buf; /* receive | send | data */
-    struct ibv_mr *mr;
-    uint64_t next_id;
-    int gone; /* DISCONNECTED seen or a failed completion */
-};
-
-static uint8_t *raw_recv_buf(struct raw *r)
-{
-    return r->buf;
-}
-static uint8_t *raw_send_buf(struct raw *r)
-{
-    return r->buf + RAW_CTRL;
-}
-static uint8_t *raw_data(struct raw *r)
-{
-    return r->buf + 2 * RAW_CTRL;
-}
-
-static int raw_post_recv(struct raw *r)
-{
-    struct ibv_sge sge = {
-        .addr = (uintptr_t)raw_recv_buf(r), .length = RAW_CTRL, .lkey = r->mr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad;
-    return ibv_post_recv(r->id->qp, &wr, &bad);
-}
-
-static int wait_cm_event(struct raw *r, enum rdma_cm_event_type want)
-{
-    time_t end = time(NULL) + RAW_WAIT_S;
-    while (time(NULL) < end) {
-        struct rdma_cm_event *ev;
-        if (rdma_get_cm_event(r->ec, &ev) == 0) {
-            enum rdma_cm_event_type got = ev->event;
-            rdma_ack_cm_event(ev);
-            return got == want ? 0 : -1;
-        }
-        usleep(1000);
-    }
-    return -1;
-}
-
-/* Connects a bare RC queue pair to kvstored's RDMA port; nothing is said yet. */
-static struct raw *raw_connect(void)
-{
-    struct raw *r = calloc(1, sizeof(*r));
-    assert_non_null(r);
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-    assert_int_equal(getaddrinfo(rdma_host, rdma_port, &hints, &res), 0);
-    r->ec = rdma_create_event_channel();
-    assert_non_null(r->ec);
-    int fl = fcntl(r->ec->fd, F_GETFL);
-    assert_int_equal(fcntl(r->ec->fd, F_SETFL, fl | O_NONBLOCK), 0);
-    assert_int_equal(rdma_create_id(r->ec, &r->id, NULL, RDMA_PS_TCP), 0);
-    assert_int_equal(rdma_resolve_addr(r->id, NULL, res->ai_addr, 5000), 0);
-    freeaddrinfo(res);
-    assert_int_equal(wait_cm_event(r, RDMA_CM_EVENT_ADDR_RESOLVED), 0);
-    assert_int_equal(rdma_resolve_route(r->id, 5000), 0);
-    assert_int_equal(wait_cm_event(r, RDMA_CM_EVENT_ROUTE_RESOLVED), 0);
-    r->pd = ibv_alloc_pd(r->id->verbs);
-    assert_non_null(r->pd);
-    r->cq = ibv_create_cq(r->id->verbs, 64, NULL, NULL, 0);
-    assert_non_null(r->cq);
-    struct ibv_qp_init_attr qa = {
-        .send_cq = r->cq,
-        .recv_cq = r->cq,
-        .qp_type = IBV_QPT_RC,
-        .cap = {.max_send_wr = 16, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
-    assert_int_equal(rdma_create_qp(r->id, r->pd, &qa), 0);
-    size_t bytes = 2 * RAW_CTRL + RAW_DATA;
-    r->buf = calloc(1, bytes);
-    assert_non_null(r->buf);
-    /* Remote WRITE: PUSH tests have kvstored write values here. */
-    r->mr = ibv_reg_mr(r->pd, r->buf, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    assert_non_null(r->mr);
-    assert_int_equal(raw_post_recv(r), 0);
-    struct rdma_conn_param p = {
-        .initiator_depth = 1, .responder_resources = 0, .retry_count = 7, .rnr_retry_count = 7};
-    assert_int_equal(rdma_connect(r->id, &p), 0);
-    assert_int_equal(wait_cm_event(r, RDMA_CM_EVENT_ESTABLISHED), 0);
-    return r;
-}
-
-static void raw_close(struct raw *r)
-{
-    if (!r->gone) rdma_disconnect(r->id);
-    rdma_destroy_qp(r->id);
-    ibv_dereg_mr(r->mr);
-    ibv_destroy_cq(r->cq);
-    ibv_dealloc_pd(r->pd);
-    rdma_destroy_id(r->id);
-    rdma_destroy_event_channel(r->ec);
-    free(r->buf);
-    free(r);
-}
-
-/*
- * Waits (bounded) for the completion of wr_id, or (wr_id 0) for a received
- * message. Returns the completion's status (IBV_WC_SUCCESS...) and the
- * received length in *len; -ETIMEDOUT; -ECONNRESET once the server cut us off.
- */
-static int raw_wait(struct raw *r, uint64_t wr_id, uint32_t *len)
-{
-    time_t end = time(NULL) + RAW_WAIT_S;
-    while (time(NULL) < end) {
-        struct ibv_wc wc;
-        int n = ibv_poll_cq(r->cq, 1, &wc);
-        assert_true(n >= 0);
-        if (n == 1) {
-            if (wc.status != IBV_WC_SUCCESS) {
-                r->gone = 1;
-                if (wr_id && wc.wr_id == wr_id) return wc.status;
-                if (wc.status == IBV_WC_WR_FLUSH_ERR) return -ECONNRESET;
-                return wc.status;
-            }
-            if (wc.opcode == IBV_WC_RECV) {
-                if (len) *len = wc.byte_len;
-                if (wr_id == 0) return IBV_WC_SUCCESS;
-                continue;
-            }
-            if (wc.wr_id == wr_id) return IBV_WC_SUCCESS;
-            continue;
-        }
-        struct rdma_cm_event *ev;
-        if (rdma_get_cm_event(r->ec, &ev) == 0) {
-            enum rdma_cm_event_type t = ev->event;
-            rdma_ack_cm_event(ev);
-            if (t == RDMA_CM_EVENT_DISCONNECTED) {
-                r->gone = 1;
-                return -ECONNRESET;
-            }
-        }
-        usleep(1000);
-    }
-    return -ETIMEDOUT;
-}
-
-/*
- * Sends one control message (header + body) and waits for the reply, left in
- * raw_recv_buf; returns the reply's opcode byte, or a negative code.
- */
-static int raw_call(struct raw *r, uint8_t opcode, uint32_t count, const void *body, uint32_t blen,
-                    uint32_t *reply_len)
-{
-    struct kvs_wire_hdr h = {.magic = KVS_WIRE_MAGIC,
-                             .version = KVS_WIRE_VERSION,
-                             .opcode = opcode,
-                             .count = count,
-                             .body_len = blen,
-                             .id = ++r->next_id};
-    uint8_t *out = raw_send_buf(r);
-    assert_true(KVS_WIRE_HDR_LEN + blen <= RAW_CTRL);
-    kvs_wire_hdr_encode(out, &h);
-    if (blen) memcpy(out + KVS_WIRE_HDR_LEN, body, blen);
-    struct ibv_sge sge = {
-        .addr = (uintptr_t)out, .length = KVS_WIRE_HDR_LEN + blen, .lkey = r->mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = 100 + r->next_id,
-                             .sg_list = &sge,
-                             .num_sge = 1,
-                             .opcode = IBV_WR_SEND,
-                             .send_flags = IBV_SEND_SIGNALED},
-                       *bad;
-    if (ibv_post_send(r->id->qp, &wr, &bad) != 0) return -EIO;
-    uint32_t len = 0;
-    int rc = raw_wait(r, 0, &len);
-    if (rc != IBV_WC_SUCCESS) return rc > 0 ? -EIO : rc;
-    uint8_t *in = raw_recv_buf(r);
-    assert_true(len >= KVS_WIRE_HDR_LEN);
-    assert_int_equal(kvs_get_u64(in + 16), r->next_id);
-    *reply_len = len - KVS_WIRE_HDR_LEN;
-    int op = in[5];
-    assert_int_equal(raw_post_recv(r), 0);
-    return op;
-}
+/* ---- a raw RDMA peer (rawrdma.h) ---- */
 
 /* HELLO, then AUTH with secret (NULL: HELLO only). 0 when authenticated. */
 static void raw_hello(struct raw *r, const char *secret)
@@ -499,41 +316,6 @@ static void raw_hello(struct raw *r, const char *secret)
     assert_int_equal(raw_call(r, KVS_OP_AUTH, 0, msg, sizeof(msg), &len),
                      KVS_OP_AUTH | KVS_OP_REPLY);
     assert_int_equal(len, KVS_WIRE_MAC_LEN);
-}
-
-/* One RESERVE (put) or LEASE (get) entry for key; the reply's slot in *slot. */
-static int raw_slot(struct raw *r, uint8_t opcode, const char *key, uint32_t len,
-                    struct kvs_wire_slot *slot)
-{
-    uint8_t body[KVS_WIRE_ENTRY_LEN + 64];
-    size_t klen = strlen(key);
-    assert_true(klen > 0 && klen <= sizeof(body) - KVS_WIRE_ENTRY_LEN);
-    kvs_wire_entry_encode(body, (uint16_t)klen, len);
-    for (size_t i = 0; i < klen; i++) /* wire keys carry no NUL */
-        body[KVS_WIRE_ENTRY_LEN + i] = (uint8_t)key[i];
-    uint32_t rlen = 0;
-    int op = raw_call(r, opcode, 1, body, (uint32_t)(KVS_WIRE_ENTRY_LEN + klen), &rlen);
-    if (op != (opcode | KVS_OP_REPLY)) return op;
-    assert_int_equal(rlen, KVS_WIRE_SLOT_LEN);
-    const uint8_t *s = raw_recv_buf(r) + KVS_WIRE_HDR_LEN;
-    *slot = (struct kvs_wire_slot){.status = (int32_t)kvs_get_u32(s),
-                                   .token = kvs_get_u32(s + 4),
-                                   .addr = kvs_get_u64(s + 8),
-                                   .rkey = kvs_get_u32(s + 16),
-                                   .len = kvs_get_u32(s + 20)};
-    return op;
-}
-
-/* COMMIT (flags 1) or RELEASE of one token; the entry's status. */
-static int32_t raw_token(struct raw *r, uint8_t opcode, uint32_t token)
-{
-    uint8_t body[KVS_WIRE_TOKEN_LEN];
-    kvs_put_u32(body, token);
-    kvs_put_u32(body + 4, opcode == KVS_OP_RDMA_COMMIT ? 1 : 0);
-    uint32_t rlen = 0;
-    assert_int_equal(raw_call(r, opcode, 1, body, sizeof(body), &rlen), opcode | KVS_OP_REPLY);
-    assert_int_equal(rlen, KVS_WIRE_STATUS_LEN);
-    return (int32_t)kvs_get_u32(raw_recv_buf(r) + KVS_WIRE_HDR_LEN);
 }
 
 /* One-sided READ or WRITE of len bytes of raw_data; the completion's status. */
@@ -569,7 +351,7 @@ static void test_raw_request_before_auth(void **state)
     static const uint8_t ops[] = {KVS_OP_RDMA_RESERVE, KVS_OP_RDMA_LEASE};
     long long fail_before = server_stat("auth_failures");
     for (size_t i = 0; i < sizeof(ops); i++) {
-        struct raw *r = raw_connect();
+        struct raw *r = raw_connect(rdma_host, rdma_port);
         raw_hello(r, NULL);
         struct kvs_wire_slot slot = {0};
         int op = raw_slot(r, ops[i], "authed-0", 4096, &slot);
@@ -582,7 +364,7 @@ static void test_raw_request_before_auth(void **state)
         raw_close(r);
     }
     /* Straight to RESERVE, without even HELLO. */
-    struct raw *r = raw_connect();
+    struct raw *r = raw_connect(rdma_host, rdma_port);
     struct kvs_wire_slot slot = {0};
     assert_refused_reply(r, raw_slot(r, KVS_OP_RDMA_RESERVE, "x", 16, &slot));
     raw_close(r);
@@ -590,7 +372,7 @@ static void test_raw_request_before_auth(void **state)
     static const uint8_t others[] = {KVS_OP_RDMA_COMMIT, KVS_OP_RDMA_RELEASE, KVS_OP_RDMA_PULL,
                                      KVS_OP_RDMA_PUSH, KVS_OP_STATS};
     for (size_t i = 0; i < sizeof(others); i++) {
-        r = raw_connect();
+        r = raw_connect(rdma_host, rdma_port);
         raw_hello(r, NULL);
         uint8_t token[KVS_WIRE_TOKEN_LEN] = {0};
         uint32_t len;
@@ -616,7 +398,7 @@ static void test_raw_unauthenticated_qp_has_no_remote_access(void **state)
     kvval_fill(val, sizeof(val), "victim", 9);
     assert_int_equal(kvs_put(c, "victim", val, sizeof(val)), 0);
 
-    struct raw *authed = raw_connect();
+    struct raw *authed = raw_connect(rdma_host, rdma_port);
     raw_hello(authed, SECRET);
     struct kvs_wire_slot slot;
     assert_int_equal(raw_slot(authed, KVS_OP_RDMA_LEASE, "victim", 4096, &slot),
@@ -630,7 +412,7 @@ static void test_raw_unauthenticated_qp_has_no_remote_access(void **state)
 
     for (int write = 0; write < 2; write++) {
         for (int hello = 0; hello < 2; hello++) {
-            struct raw *stranger = raw_connect();
+            struct raw *stranger = raw_connect(rdma_host, rdma_port);
             if (hello) raw_hello(stranger, NULL);
             memset(raw_data(stranger), 0xee, 4096);
             int st = raw_rdma(stranger, write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ, slot.addr,
@@ -661,7 +443,7 @@ static void test_raw_bad_tokens(void **state)
 {
     (void)state;
     long long bad_before = server_stat("rdma_bad_tokens");
-    struct raw *a = raw_connect(), *b = raw_connect();
+    struct raw *a = raw_connect(rdma_host, rdma_port), *b = raw_connect(rdma_host, rdma_port);
     raw_hello(a, SECRET);
     raw_hello(b, SECRET);
     struct kvs_wire_slot slot;
@@ -709,7 +491,7 @@ static void test_raw_access_outside_the_pool(void **state)
     (void)state;
     kvs_client *c = open_with(rdma_url, good_file);
     assert_non_null(c);
-    struct raw *probe = raw_connect();
+    struct raw *probe = raw_connect(rdma_host, rdma_port);
     raw_hello(probe, SECRET);
     struct kvs_wire_slot slot;
     assert_int_equal(raw_slot(probe, KVS_OP_RDMA_RESERVE, "outside", 4096, &slot),
@@ -730,7 +512,7 @@ static void test_raw_access_outside_the_pool(void **state)
         {"READ with a bogus rkey", IBV_WR_RDMA_READ, slot.addr, slot.rkey ^ 0x5a5a5a00u},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct raw *r = raw_connect();
+        struct raw *r = raw_connect(rdma_host, rdma_port);
         raw_hello(r, SECRET);
         int st = raw_rdma(r, cases[i].op, cases[i].addr, cases[i].rkey, 4096);
         fprintf(stderr, "%s: %s\n", cases[i].what, st >= 0 ? ibv_wc_status_str(st) : strerror(-st));
@@ -741,7 +523,7 @@ static void test_raw_access_outside_the_pool(void **state)
         assert_true(raw_call(r, KVS_OP_HELLO, 0, NULL, 0, &len) < 0);
         raw_close(r);
         /* The peer reconnects and is served again. */
-        struct raw *again = raw_connect();
+        struct raw *again = raw_connect(rdma_host, rdma_port);
         raw_hello(again, SECRET);
         raw_close(again);
         /* Another client is unharmed. */
@@ -768,7 +550,7 @@ static void test_raw_authenticated_peer_reaches_the_whole_pool(void **state)
     uint8_t val[4096];
     kvval_fill(val, sizeof(val), "neighbour", 4);
     assert_int_equal(kvs_put(c, "neighbour", val, sizeof(val)), 0);
-    struct raw *r = raw_connect();
+    struct raw *r = raw_connect(rdma_host, rdma_port);
     raw_hello(r, SECRET);
     struct kvs_wire_slot lease, mine;
     assert_int_equal(raw_slot(r, KVS_OP_RDMA_LEASE, "neighbour", 4096, &lease),
@@ -845,7 +627,7 @@ static void test_raw_push_destinations(void **state)
     kvval_fill(val, sizeof(val), "pushed", 3);
     assert_int_equal(kvs_put(c, "pushed", val, sizeof(val)), 0);
 
-    struct raw *r = raw_connect();
+    struct raw *r = raw_connect(rdma_host, rdma_port);
     raw_hello(r, SECRET);
     memset(raw_data(r), 0, RAW_DATA);
     assert_int_equal(raw_push_send(r, "pushed", 4096, (uintptr_t)raw_data(r), r->mr->rkey),
@@ -869,7 +651,7 @@ static void test_raw_push_destinations(void **state)
         {"an rkey never registered", 0, 0x5a5a5a00u},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        r = raw_connect();
+        r = raw_connect(rdma_host, rdma_port);
         raw_hello(r, SECRET);
         int st = raw_push_send(r, "pushed", 4096, (uintptr_t)raw_data(r) + cases[i].off,
                                r->mr->rkey ^ cases[i].rkey_xor);
@@ -901,7 +683,7 @@ static void test_raw_push_peer_leaves_mid_push(void **state)
     assert_int_equal(kvs_put(c, "leaver", val, sizeof(val)), 0);
     long long pinned_before = server_stat("pinned_items");
 
-    struct raw *r = raw_connect();
+    struct raw *r = raw_connect(rdma_host, rdma_port);
     raw_hello(r, SECRET); /* leaves one receive posted */
     uint32_t len;
     /* A STATS whose reply takes that last receive: none is posted after it. */
