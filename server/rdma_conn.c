@@ -68,7 +68,9 @@ int kvsd_rdma_qp_remote_access(struct kvsd_rdma_conn *c, int on)
  * left, so that the peer reads the reason rather than a bare disconnect: a
  * QP moved to the error state at once would flush that reply unsent. Until
  * then the QP has no remote access and nothing the peer sends is served; a
- * peer that never acknowledges is cut by the lease tick.
+ * peer that never acknowledges is cut by the lease tick after lease_ms (the
+ * bound on anything a peer holds; a fixed second was too short for a
+ * loaded soft-RoCE VM, whose refused peers then read a bare disconnect).
  */
 void kvsd_rdma_conn_close_after_reply(struct kvsd_rdma_conn *c, const char *why)
 {
@@ -78,7 +80,7 @@ void kvsd_rdma_conn_close_after_reply(struct kvsd_rdma_conn *c, const char *why)
         return;
     }
     c->closing = why;
-    c->close_by_ns = kvs_now_ns() + 1000000000ull;
+    c->close_by_ns = kvs_now_ns() + (uint64_t)c->r->cfg.lease_ms * KVS_NS_PER_MS;
 }
 
 /* Frees what conn_alloc allocated (each piece may be missing). */

@@ -3,8 +3,8 @@
  * client library): an RC queue pair connected to kvstored's RDMA side that
  * sends hand-made control messages and one-sided READs/WRITEs, so that tests
  * can break every rule the library keeps. Its buffer (receive | send | data)
- * is registered with remote WRITE access: PUSH tests have kvstored write
- * values into raw_data().
+ * is registered with remote WRITE and READ access: kvstored writes PUSH
+ * values into raw_data() and reads PULL values from it.
  *
  * Header-only (static inline), like tests/lib/rawwire.h; the helpers assert
  * with cmocka, so include <cmocka.h> (and its prerequisites) first.
@@ -105,12 +105,17 @@ static inline struct raw *raw_connect(const char *host, const char *port)
     size_t bytes = 2 * RAW_CTRL + RAW_DATA;
     r->buf = calloc(1, bytes);
     assert_non_null(r->buf);
-    /* Remote WRITE: PUSH tests have kvstored write values here. */
-    r->mr = ibv_reg_mr(r->pd, r->buf, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    /* Remote WRITE and READ: kvstored writes PUSH values here and reads PULL values from here. */
+    r->mr = ibv_reg_mr(r->pd, r->buf, bytes,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
     assert_non_null(r->mr);
     assert_int_equal(raw_post_recv(r), 0);
     struct rdma_conn_param p = {
-        .initiator_depth = 1, .responder_resources = 0, .retry_count = 7, .rnr_retry_count = 7};
+        /* responder resources: kvstored READs PULL values from raw_data() */
+        .initiator_depth = 1,
+        .responder_resources = 1,
+        .retry_count = 7,
+        .rnr_retry_count = 7};
     assert_int_equal(rdma_connect(r->id, &p), 0);
     assert_int_equal(raw_wait_cm_event(r, RDMA_CM_EVENT_ESTABLISHED), 0);
     return r;
@@ -256,6 +261,22 @@ static inline int32_t raw_token(struct raw *r, uint8_t opcode, uint32_t token)
     struct kvs_wire_status st;
     assert_int_equal(kvs_wire_status_decode(raw_recv_buf(r) + KVS_WIRE_HDR_LEN, opcode, &st), 0);
     return st.status;
+}
+
+/* One-sided READ or WRITE of len bytes of raw_data; the completion's status. */
+static inline int raw_rdma(struct raw *r, enum ibv_wr_opcode op, uint64_t raddr, uint32_t rkey,
+                           uint32_t len)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)raw_data(r), .length = len, .lkey = r->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = 7,
+                             .sg_list = &sge,
+                             .num_sge = 1,
+                             .opcode = op,
+                             .send_flags = IBV_SEND_SIGNALED,
+                             .wr.rdma = {.remote_addr = raddr, .rkey = rkey}},
+                       *bad;
+    if (ibv_post_send(r->id->qp, &wr, &bad) != 0) return -EIO;
+    return raw_wait(r, 7, NULL);
 }
 
 #endif

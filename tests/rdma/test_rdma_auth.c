@@ -318,22 +318,6 @@ static void raw_hello(struct raw *r, const char *secret)
     assert_int_equal(len, KVS_WIRE_MAC_LEN);
 }
 
-/* One-sided READ or WRITE of len bytes of raw_data; the completion's status. */
-static int raw_rdma(struct raw *r, enum ibv_wr_opcode op, uint64_t raddr, uint32_t rkey,
-                    uint32_t len)
-{
-    struct ibv_sge sge = {.addr = (uintptr_t)raw_data(r), .length = len, .lkey = r->mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = 7,
-                             .sg_list = &sge,
-                             .num_sge = 1,
-                             .opcode = op,
-                             .send_flags = IBV_SEND_SIGNALED,
-                             .wr.rdma = {.remote_addr = raddr, .rkey = rkey}},
-                       *bad;
-    if (ibv_post_send(r->id->qp, &wr, &bad) != 0) return -EIO;
-    return raw_wait(r, 7, NULL);
-}
-
 /* The reply in raw_recv_buf is ERROR -EACCES. */
 static void assert_refused_reply(struct raw *r, int op)
 {
