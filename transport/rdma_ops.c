@@ -52,7 +52,10 @@ static uint64_t chunk_bytes(const struct kvs_key_io *k, uint32_t n)
     return sum;
 }
 
-/* Decodes the n status entries of a reply to opcode op into k's statuses. 0 or -EPROTO. */
+/*
+ * Decodes the n status entries of a reply to opcode op into k's statuses and
+ * lengths (GET/PUSH: the value's; REMOVE_MATCHING: its count). 0 or -EPROTO.
+ */
 static int take_statuses(struct kvs_key_io *k, uint32_t n, uint8_t op, const uint8_t *body)
 {
     for (uint32_t i = 0; i < n; i++) {
