@@ -695,22 +695,30 @@ static uint64_t deadline_after(uint64_t timeout_ns)
     return timeout_ns > UINT64_MAX - now ? UINT64_MAX - 1 : now + timeout_ns;
 }
 
+/*
+ * Seals the forming batches up to seq `upto` (counted under reason), sends
+ * what may go and waits until every batch up to `upto` has completed, or
+ * until deadline. 0 or -ETIMEDOUT. Lock held; drops it while it sends and
+ * sleeps. The one way the batcher waits for batches: kvb_flush (every batch
+ * formed before it) and the order behind a key's pending puts (the batches
+ * that hold them).
+ */
+static int complete_upto(struct kvb_batcher *b, uint64_t upto, int reason, uint64_t deadline)
+{
+    for (int k = 0; k < KVB_OP_KINDS; k++)
+        if (b->open[k] && b->open[k]->seq <= upto) seal(b, k, reason);
+    for (;;) {
+        if (drain_ready(b)) continue;
+        if (!older_pending(b, upto)) return 0;
+        if (!state_wait(b, deadline) && older_pending(b, upto)) return -ETIMEDOUT;
+    }
+}
+
 int kvb_flush(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t timeout_ns)
 {
     uint64_t deadline = deadline_after(timeout_ns);
-    int rc = 0;
     pthread_mutex_lock(&b->lock);
-    uint64_t upto = b->next_seq;
-    for (int k = 0; k < KVB_OP_KINDS; k++)
-        seal(b, k, (int)reason);
-    for (;;) {
-        if (drain_ready(b)) continue;
-        if (!older_pending(b, upto)) break;
-        if (!state_wait(b, deadline) && older_pending(b, upto)) {
-            rc = -ETIMEDOUT;
-            break;
-        }
-    }
+    int rc = complete_upto(b, b->next_seq, (int)reason, deadline);
     if (rc == 0 && b->wb_first_error) {
         rc = b->wb_first_error;
         b->wb_first_error = 0;
@@ -853,12 +861,33 @@ static struct pending_key *order_behind_puts(struct kvb_batcher *b, const char *
         if (!for_put && pk->wb) return pk; /* served from the write-behind copy */
         if (for_put && b->open[KVB_OP_PUT] && pk->last_seq == b->open[KVB_OP_PUT]->seq)
             return pk; /* same batch: array order keeps it */
-        /* Make sure the older put is on its way, then wait for it. */
-        for (int k = 0; k < KVB_OP_KINDS; k++)
-            if (b->open[k] && b->open[k]->seq <= pk->last_seq) seal(b, k, KVB_FLUSH_EXPLICIT);
-        nudge_flusher(b, 0);
-        state_wait(b, UINT64_MAX);
+        /* Send the batches that hold the older puts and wait for them; then look again. */
+        complete_upto(b, pk->last_seq, KVB_FLUSH_EXPLICIT, UINT64_MAX);
     }
+}
+
+/*
+ * The newest batch holding a put of one of keys that has not completed, 0
+ * if none (NULL keys are skipped). Lock held.
+ */
+static uint64_t newest_put_of(const struct kvb_batcher *b, size_t n, const char *const keys[])
+{
+    uint64_t upto = 0;
+    for (size_t i = 0; i < n && b->pending; i++) {
+        struct pending_key *pk = NULL;
+        if (!keys[i]) continue;
+        HASH_FIND_STR(b->pending, keys[i], pk);
+        if (pk && pk->last_seq > upto) upto = pk->last_seq;
+    }
+    return upto;
+}
+
+void kvb_order_after_puts(struct kvb_batcher *b, size_t n, const char *const keys[])
+{
+    pthread_mutex_lock(&b->lock);
+    uint64_t upto = keys ? newest_put_of(b, n, keys) : b->pending ? b->next_seq : 0;
+    if (upto) complete_upto(b, upto, KVB_FLUSH_EXPLICIT, UINT64_MAX);
+    pthread_mutex_unlock(&b->lock);
 }
 
 /* Registers a tracked put of op->key in batch seq. Lock held. */

@@ -72,6 +72,18 @@ int kvb_get_async(struct kvb_batcher *b, const char *key, void *buf, size_t cap,
 ssize_t kvb_wait(struct kvb_op *op);
 
 /*
+ * For a call on keys that the batcher does not carry (kvs_remove, the batch
+ * calls, Mooncake's calls): returns once every put of one of keys that was
+ * pending in b when it was called (write-behind or async, queued or in
+ * flight) has completed, sending what holds them - so the call that follows
+ * sees those puts and is not overtaken by them. keys NULL: every pending
+ * put (a call whose keys are not known, kvs_remove_matching). NULL entries
+ * are skipped. Costs one lock round when none of keys is pending. A
+ * write-behind put that failed keeps its error for the next kvb_flush.
+ */
+void kvb_order_after_puts(struct kvb_batcher *b, size_t n, const char *const keys[]);
+
+/*
  * Sends everything queued now (counted under reason) and waits until every
  * batch formed before the call has completed, up to timeout_ns (UINT64_MAX
  * = no bound). Returns the first write-behind failure since the previous

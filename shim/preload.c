@@ -112,9 +112,15 @@ static bool load_real_calls(struct kvb_real_calls *r)
     LOAD(kvs_batch_put_async);
     LOAD(kvs_batch_get_async);
     LOAD(kvs_batch_exists_async);
+    LOAD(kvs_remove);
+    LOAD(kvs_batch_put);
+    LOAD(kvs_batch_get);
+    LOAD(kvs_batch_exists);
 #undef LOAD
-    /* Newer than the rest: a libkvstore without it only leaves its counters out. */
+    /* Newer than the rest: a libkvstore without them only leaves its counters out, or
+     * has no kvs_remove_matching for a program to call. */
     *(void **)&r->kvs_client_counters = dlsym(RTLD_NEXT, "kvs_client_counters");
+    *(void **)&r->kvs_remove_matching = dlsym(RTLD_NEXT, "kvs_remove_matching");
     return ok;
 }
 

@@ -197,3 +197,90 @@ EXPORT int kvs_flush(kvs_client *c)
     int theirs = shim.real.kvs_flush(c);
     return mine < 0 ? mine : theirs;
 }
+
+/*
+ * The calls the shim does not batch but that touch keys: each is ordered
+ * after this process's pending puts of its keys (write-behind puts, async
+ * puts not yet sent or acknowledged) and then passed to the real function,
+ * uncounted - so it sees those puts and is not overtaken by them, as
+ * without the shim. keys NULL: every pending put (kvs_remove_matching); an
+ * invalid call (NULL arrays) is refused by the real function. Inside a
+ * backend call nothing waits (the batch being sent holds the slot).
+ */
+static void order_after_puts(kvs_client *c, size_t n, const char *const keys[])
+{
+    if (kvb_in_backend_call()) return;
+    struct kvb_batcher *b = kvb_shim_batcher_for(c);
+    if (b) kvb_order_after_puts(b, n, keys);
+}
+
+EXPORT int kvs_remove(kvs_client *c, const char *key)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_remove) return -ENOSYS;
+    if (key) order_after_puts(c, 1, &key);
+    return shim.real.kvs_remove(c, key);
+}
+
+EXPORT ssize_t kvs_remove_matching(kvs_client *c, const char *pattern)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_remove_matching) return -ENOSYS;
+    order_after_puts(c, 0, NULL);
+    return shim.real.kvs_remove_matching(c, pattern);
+}
+
+EXPORT int kvs_batch_put(kvs_client *c, size_t n, const char *const keys[],
+                         const void *const vals[], const size_t lens[], int status[])
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_batch_put) return -ENOSYS;
+    if (keys) order_after_puts(c, n, keys);
+    return shim.real.kvs_batch_put(c, n, keys, vals, lens, status);
+}
+
+EXPORT int kvs_batch_get(kvs_client *c, size_t n, const char *const keys[], void *const bufs[],
+                         const size_t caps[], ssize_t results[])
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_batch_get) return -ENOSYS;
+    if (keys) order_after_puts(c, n, keys);
+    return shim.real.kvs_batch_get(c, n, keys, bufs, caps, results);
+}
+
+EXPORT int kvs_batch_exists(kvs_client *c, size_t n, const char *const keys[], int results[])
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_batch_exists) return -ENOSYS;
+    if (keys) order_after_puts(c, n, keys);
+    return shim.real.kvs_batch_exists(c, n, keys, results);
+}
+
+EXPORT int kvs_batch_put_async(kvs_client *c, size_t n, const char *const keys[],
+                               const void *const vals[], const size_t lens[], int status[],
+                               kvs_done_fn done, void *arg, kvs_op **op)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_batch_put_async) return -ENOSYS;
+    if (keys) order_after_puts(c, n, keys);
+    return shim.real.kvs_batch_put_async(c, n, keys, vals, lens, status, done, arg, op);
+}
+
+EXPORT int kvs_batch_get_async(kvs_client *c, size_t n, const char *const keys[],
+                               void *const bufs[], const size_t caps[], ssize_t results[],
+                               kvs_done_fn done, void *arg, kvs_op **op)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_batch_get_async) return -ENOSYS;
+    if (keys) order_after_puts(c, n, keys);
+    return shim.real.kvs_batch_get_async(c, n, keys, bufs, caps, results, done, arg, op);
+}
+
+EXPORT int kvs_batch_exists_async(kvs_client *c, size_t n, const char *const keys[], int results[],
+                                  kvs_done_fn done, void *arg, kvs_op **op)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_batch_exists_async) return -ENOSYS;
+    if (keys) order_after_puts(c, n, keys);
+    return shim.real.kvs_batch_exists_async(c, n, keys, results, done, arg, op);
+}

@@ -41,6 +41,14 @@ struct kvb_real_calls {
     int (*kvs_get_async)(kvs_client *, const char *, void *, size_t, kvs_op **);
     ssize_t (*kvs_wait)(kvs_op *);
     int (*kvs_flush)(kvs_client *);
+    /* Passed through, after the pending puts of their keys (preload_kvs.c's ordered calls): */
+    int (*kvs_remove)(kvs_client *, const char *);
+    int (*kvs_batch_put)(kvs_client *, size_t, const char *const[], const void *const[],
+                         const size_t[], int[]);
+    int (*kvs_batch_get)(kvs_client *, size_t, const char *const[], void *const[], const size_t[],
+                         ssize_t[]);
+    int (*kvs_batch_exists)(kvs_client *, size_t, const char *const[], int[]);
+    ssize_t (*kvs_remove_matching)(kvs_client *, const char *); /* optional */
     int (*kvs_batch_put_async)(kvs_client *, size_t, const char *const[], const void *const[],
                                const size_t[], int[], kvs_done_fn, void *, kvs_op **);
     int (*kvs_batch_get_async)(kvs_client *, size_t, const char *const[], void *const[],

@@ -99,7 +99,7 @@ static void check_get(struct worker *w, const char *key, struct keystate *ks, ss
 {
     if (r < 0) {
         if (r == -ENOENT && ks && ks->last_ok &&
-            ks->ok_since_epoch == atomic_load(&current_epoch) + 1 && !wb_mode)
+            ks->ok_since_epoch == atomic_load(&current_epoch) + 1)
             atomic_fetch_add(&fig.missing_after_ok, 1);
         return;
     }
@@ -115,7 +115,7 @@ static void check_get(struct worker *w, const char *key, struct keystate *ks, ss
     }
     if (ks && (v < ks->last_ok || v > ks->max_issued)) {
         atomic_fetch_add(&fig.stale_values, 1);
-        if (!opt.quiet && !wb_mode)
+        if (!opt.quiet)
             fprintf(stderr, "kvstress: STALE %s: version %u, acknowledged %u, issued %u\n", key, v,
                     ks->last_ok, ks->max_issued);
     }
@@ -210,7 +210,8 @@ static void batch_done(void *arg, ssize_t nok)
 
 /*
  * A batch of BATCH_KEYS distinct own keys through kvs_batch_*_async with a
- * done callback (never interposed by the shim). Waits for the callback at
+ * done callback (the shim passes it through, after the pending puts of its
+ * keys). Waits for the callback at
  * most the client timeout + 5 s; a batch that never completes is counted and
  * its memory abandoned (the library might still write into it).
  */

@@ -5,8 +5,9 @@
  * batching visible in the stats file (which passes promtool), a bad variable
  * reported once with correct results, write-behind data readable by a new
  * process after exit (puts after the exit flush included), a library under
- * the shim calling back into it, fork, and a bounded exit when the server is
- * gone.
+ * the shim calling back into it, fork, a bounded exit when the server is
+ * gone, and per-key order between write-behind puts and the calls the shim
+ * does not batch (tests/preload/kvb_order).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,17 +39,18 @@ static const char *abs_build(const char *rel, char *out, size_t cap)
 }
 
 /*
- * Runs kvb_workload with args, the environment extended by env (NULL-ended
- * "NAME=value" list), stdout into out_path and stderr into err_path.
- * Returns the exit status (or -1).
+ * Runs the built program rel (tests/preload/...) with the server's address
+ * and args, the environment extended by env (NULL-ended "NAME=value" list),
+ * stdout into out_path and stderr into err_path. Returns the exit status
+ * (or -1).
  */
-static int run(const char *const env[], const char *out_path, const char *err_path,
-               const char *const args[])
+static int run_prog(const char *rel, const char *const env[], const char *out_path,
+                    const char *err_path, const char *const args[])
 {
     char prog[PATH_MAX];
     const char *argv[16];
     int argc = 0;
-    abs_build("tests/preload/kvb_workload", prog, sizeof(prog));
+    abs_build(rel, prog, sizeof(prog));
     argv[argc++] = prog;
     argv[argc++] = server.addr;
     for (int i = 0; args[i] && argc < 15; i++)
@@ -70,6 +72,13 @@ static int run(const char *const env[], const char *out_path, const char *err_pa
     int status;
     if (waitpid(pid, &status, 0) != pid) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* run_prog of kvb_workload. */
+static int run(const char *const env[], const char *out_path, const char *err_path,
+               const char *const args[])
+{
+    return run_prog("tests/preload/kvb_workload", env, out_path, err_path, args);
 }
 
 static char *slurp(const char *path)
@@ -360,6 +369,90 @@ static void test_exit_is_bounded_when_server_is_gone(void **state)
     assert_true(secs < 60);
 }
 
+/*
+ * Per-key order (tests/preload/kvb_order.c): 4 threads x 25 rounds of one
+ * case, each a put followed by a call the shim does not batch on the same
+ * key; every round must see what it sees without the shim, at once and
+ * after kvs_flush. Under write-behind, adaptive and fixed (a 1 ms window,
+ * so that the put still waits in its batch), without the ordering the put
+ * lands after the call: the remove finds nothing and the key comes back,
+ * the batch put's value is overwritten by the older one, the batch get
+ * misses.
+ */
+static void order_case(const char *name)
+{
+    const char *const args[] = {name, "4", "25", NULL};
+    const char *const plain_env[] = {NULL};
+    const char *const adaptive[] = {preload(), "KVBATCH_PUT_MODE=writeback", NULL};
+    const char *const fixed[] = {preload(), "KVBATCH_PUT_MODE=writeback", "KVBATCH_POLICY=fixed",
+                                 "KVBATCH_WINDOW_US=1ms", NULL};
+    const char *const *envs[] = {plain_env, adaptive, fixed};
+    const char *what[] = {"without the shim", "write-behind adaptive", "write-behind fixed"};
+    for (int i = 0; i < 3; i++) {
+        int rc = run_prog("tests/preload/kvb_order", envs[i], tmp("o.out"), tmp("o.err"), args);
+        if (rc != 0) {
+            char *out = slurp(tmp("o.out"));
+            fprintf(stderr, "%s, %s: %s", name, what[i], out);
+            free(out);
+        }
+        assert_int_equal(rc, 0);
+    }
+}
+
+static void test_writeback_order_put_then_remove(void **state)
+{
+    (void)state;
+    order_case("remove");
+}
+
+static void test_writeback_order_put_then_batch_put(void **state)
+{
+    (void)state;
+    order_case("batch_put");
+}
+
+static void test_writeback_order_put_then_batch_get(void **state)
+{
+    (void)state;
+    order_case("batch_get");
+}
+
+static void test_writeback_order_put_then_batch_exists(void **state)
+{
+    (void)state;
+    order_case("batch_exists");
+}
+
+static void test_writeback_order_put_then_batch_put_async(void **state)
+{
+    (void)state;
+    order_case("batch_put_async");
+}
+
+static void test_writeback_order_put_then_batch_get_async(void **state)
+{
+    (void)state;
+    order_case("batch_get_async");
+}
+
+static void test_writeback_order_put_then_batch_exists_async(void **state)
+{
+    (void)state;
+    order_case("batch_exists_async");
+}
+
+static void test_writeback_order_put_then_remove_matching(void **state)
+{
+    (void)state;
+    order_case("remove_matching");
+}
+
+static void test_order_async_put_then_batch_put(void **state)
+{
+    (void)state;
+    order_case("async_put_batch_put");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -372,6 +465,15 @@ int main(void)
         cmocka_unit_test(test_backend_call_reentering_the_shim_passes_through),
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_exit_is_bounded_when_server_is_gone),
+        cmocka_unit_test(test_writeback_order_put_then_remove),
+        cmocka_unit_test(test_writeback_order_put_then_batch_put),
+        cmocka_unit_test(test_writeback_order_put_then_batch_get),
+        cmocka_unit_test(test_writeback_order_put_then_batch_exists),
+        cmocka_unit_test(test_writeback_order_put_then_batch_put_async),
+        cmocka_unit_test(test_writeback_order_put_then_batch_get_async),
+        cmocka_unit_test(test_writeback_order_put_then_batch_exists_async),
+        cmocka_unit_test(test_writeback_order_put_then_remove_matching),
+        cmocka_unit_test(test_order_async_put_then_batch_put),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -184,6 +184,35 @@ static void test_kills_through_shim_writeback(void **state)
     assert_int_equal(field(out, "shim_stats_ok"), 1);
 }
 
+/*
+ * Write-behind without kills: no put can fail, so a stale or missing own key
+ * can only be a call overtaking the process's own pending put (the async
+ * batch calls, which the shim passes through, must be ordered after them).
+ * A 1 ms fixed window keeps every put waiting in its batch for a while.
+ */
+static void test_writeback_without_kills_reads_its_own_writes(void **state)
+{
+    (void)state;
+    static char out[8192];
+    shim_paths();
+    const char *const env[] = {shim_env,
+                               stats_env,
+                               "KVBATCH_STATS_INTERVAL_MS=20",
+                               "KVBATCH_PUT_MODE=writeback",
+                               "KVBATCH_POLICY=fixed",
+                               "KVBATCH_WINDOW_US=1ms",
+                               NULL};
+    const char *const args[] = {"--threads", "4",        "--seconds", "3",
+                                "--ops",     "10000000", "--quiet",   NULL};
+    assert_int_equal(run_kvstress(env, args, out, sizeof(out)), 0);
+    assert_clean(out, 0);
+    assert_int_equal(field(out, "writeback"), 1);
+    assert_int_equal(field(out, "stale_values"), 0);
+    assert_int_equal(field(out, "missing_after_ok"), 0);
+    assert_int_equal(field(out, "run_flush_rc"), 0);
+    assert_int_equal(field(out, "shim_stats_ok"), 1);
+}
+
 /* Pending write-behind puts at a SIGKILL: kvs_flush reports failure; nothing revives. */
 static void test_writeback_crash_flush_fails(void **state)
 {
@@ -267,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_kills_without_shim),
         cmocka_unit_test(test_kills_through_shim),
         cmocka_unit_test(test_kills_through_shim_writeback),
+        cmocka_unit_test(test_writeback_without_kills_reads_its_own_writes),
         cmocka_unit_test(test_writeback_crash_flush_fails),
         cmocka_unit_test(test_checker_catches_a_wrong_value),
         cmocka_unit_test(test_bad_options_exit_2),

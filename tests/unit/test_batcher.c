@@ -318,6 +318,50 @@ static void *wb_writer_main(void *arg)
     return NULL;
 }
 
+/* True if the fake store holds key (lock taken). */
+static bool fake_has(struct fake *f, const char *key)
+{
+    pthread_mutex_lock(&f->lock);
+    bool has = fake_find(f, key) >= 0;
+    pthread_mutex_unlock(&f->lock);
+    return has;
+}
+
+/*
+ * kvb_order_after_puts (the step before a call the batcher does not carry):
+ * a key with no pending put costs nothing (no batch sent); one with a
+ * write-behind put waiting in its batch returns only once that put is
+ * stored; NULL keys wait for every pending put; a failure stays for
+ * kvb_flush. Fails if it returns before the put completed.
+ */
+static void test_order_after_puts_waits_for_the_keys_puts(void **state)
+{
+    struct fake_env e;
+    struct kvb_params p = fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 64, 1 << 20, 2);
+    (void)state;
+    p.writeback = 1;
+    fake_env_up(&e, FAKE_THREAD, p);
+    assert_int_equal(kvb_put(e.b, "ord-a", "A", 1), 0);
+    assert_int_equal(kvb_put(e.b, "ord-b", "B", 1), 0);
+    const char *other[] = {"ord-none", NULL};
+    kvb_order_after_puts(e.b, 2, other);
+    assert_int_equal(atomic_load(&e.f.submitted), 0); /* still forming: nothing to wait for */
+    const char *mine[] = {"ord-none", "ord-a"};
+    kvb_order_after_puts(e.b, 2, mine);
+    assert_true(fake_has(&e.f, "ord-a"));
+    assert_true(fake_has(&e.f, "ord-b")); /* it was in the same batch */
+    assert_int_equal(atomic_load(&e.st.writeback_bytes), 0);
+
+    assert_int_equal(kvb_put(e.b, "ord-c", "C", 1), 0);
+    assert_int_equal(kvb_put(e.b, "err-ord", "E", 1), 0); /* fails once sent */
+    kvb_order_after_puts(e.b, 0, NULL);
+    assert_true(fake_has(&e.f, "ord-c"));
+    assert_int_equal(atomic_load(&e.st.writeback_bytes), 0);
+    assert_int_equal(atomic_load(&e.st.writeback_errors), 1);
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, FAKE_LONG_WINDOW), -EIO);
+    fake_env_down(&e);
+}
+
 static void test_writeback_memory_is_bounded(void **state)
 {
     struct fake_env e;
@@ -435,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_refused_batch_falls_back_per_key),
         cmocka_unit_test(test_writeback_put_returns_at_once_and_is_readable),
         cmocka_unit_test(test_writeback_memory_is_bounded),
+        cmocka_unit_test(test_order_after_puts_waits_for_the_keys_puts),
         cmocka_unit_test(test_writeback_backpressure_does_not_split),
         cmocka_unit_test(test_stats_count_each_op_once),
     };
