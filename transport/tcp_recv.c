@@ -89,7 +89,16 @@ static int rx_read(struct tcp_conn *c, int fd, void *dst, size_t n)
     return 0;
 }
 
-/* Reads the per-key entries of a keyed reply into frame f's keys. */
+/*
+ * Reads the per-key entries of a keyed reply into frame f's keys. Like the
+ * server's request parser, it takes the frame as a whole or not at all: the
+ * entries must fill body_len exactly. Until they have, each key's entry is
+ * staged in its vlen (status << 32 | len) while its status stays
+ * KEY_PENDING; only then are the statuses given out. A malformed reply thus
+ * fails every key of its frame (tcp_frame_finish), never reports one a
+ * success it did not prove. (A GET's bytes land in the caller's buffer as
+ * they come; a failed key's buffer holds nothing defined.)
+ */
 static int read_key_replies(struct tcp_conn *c, int fd, const struct kvs_wire_hdr *h,
                             struct tcp_frame *f)
 {
@@ -112,10 +121,16 @@ static int read_key_replies(struct tcp_conn *c, int fd, const struct kvs_wire_hd
             if (rc < 0) return rc;
             left -= s.len;
         }
-        k->vlen = s.len;
-        k->status = s.status;
+        k->vlen = (uint64_t)(uint32_t)s.status << 32 | s.len;
     }
-    return left == 0 ? 0 : -EPROTO;
+    if (left != 0) return -EPROTO;
+    for (uint32_t i = f->first; i < f->end; i++) {
+        struct kvs_key_io *k = &req->keys[i];
+        if (k->status != KEY_PENDING) continue;
+        k->status = (int32_t)(uint32_t)(k->vlen >> 32);
+        k->vlen &= UINT32_MAX;
+    }
+    return 0;
 }
 
 /*

@@ -3,8 +3,9 @@
  * SIGKILLed in the middle of a batch (every key gets an error, a later call
  * succeeds after a restart), a server that never answers (-ETIMEDOUT, and
  * the buffer is never written afterwards, even when the late reply comes),
- * a server that breaks the protocol (-EPROTO), and fork (the child uses the
- * parent's client; the parent's connection survives).
+ * a server that breaks the protocol (-EPROTO: bytes that are no header, a
+ * reply whose header claims more body than its entries fill), and fork
+ * (the child uses the parent's client; the parent's connection survives).
  *
  * The misbehaving servers are small scripted fakes speaking the wire
  * protocol from a thread of this test, on 127.0.0.1.
@@ -109,7 +110,13 @@ static void test_kill_mid_batch_then_restart(void **state)
 
 /* ---- fake servers ---- */
 
-enum fake_mode { FAKE_LATE_REPLY, FAKE_GARBAGE, FAKE_SILENT_HELLO, FAKE_SMALL_FRAMES };
+enum fake_mode {
+    FAKE_LATE_REPLY,
+    FAKE_GARBAGE,
+    FAKE_OVERLONG_REPLY,
+    FAKE_SILENT_HELLO,
+    FAKE_SMALL_FRAMES
+};
 
 struct fake {
     int lfd;
@@ -214,10 +221,25 @@ static void *fake_main(void *arg)
     }
     long long id = read_request(fd, &h);
     if (id < 0) goto fail;
-    if (f->mode == FAKE_GARBAGE) {
-        uint8_t junk[KVS_WIRE_HDR_LEN];
+    if (f->mode == FAKE_GARBAGE || f->mode == FAKE_OVERLONG_REPLY) {
+        /*
+         * GARBAGE: 24 bytes that are no header. OVERLONG_REPLY: a well-formed
+         * GET reply entry (status 0, one byte of value) in a frame whose
+         * header claims body_len 0xFFFFFFFF.
+         */
+        uint8_t junk[KVS_WIRE_HDR_LEN + KVS_WIRE_STATUS_LEN + 1];
+        size_t jlen = KVS_WIRE_HDR_LEN;
         memset(junk, 0xab, sizeof(junk));
-        write_full(fd, junk, sizeof(junk));
+        if (f->mode == FAKE_OVERLONG_REPLY) {
+            struct kvs_wire_hdr r = {.opcode = KVS_OP_GET | KVS_OP_REPLY,
+                                     .count = 1,
+                                     .body_len = UINT32_MAX,
+                                     .id = (uint64_t)id};
+            kvs_wire_hdr_encode(junk, &r);
+            kvs_wire_status_encode(junk + KVS_WIRE_HDR_LEN, 0, 1);
+            jlen = sizeof(junk);
+        }
+        write_full(fd, junk, jlen);
         /* The client must drop the connection; wait for that. */
         uint8_t b;
         while (recv(fd, &b, 1, 0) > 0) {
@@ -303,6 +325,28 @@ static void test_protocol_violation(void **state)
     KVT_SKIP_ON_RDMA("its fake server speaks the wire protocol over TCP");
     struct fake f;
     fake_start(&f, FAKE_GARBAGE);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", f.port);
+    kvs_client *c = kvs_open(addr);
+    assert_non_null(c);
+    char buf[16];
+    assert_int_equal(kvs_get(c, "k", buf, sizeof(buf)), -EPROTO);
+    kvs_close(c);
+    fake_stop(&f);
+}
+
+/*
+ * A reply whose header claims more body than its entries fill (body_len
+ * 0xFFFFFFFF, then one 9-byte GET entry, status 0): the client must fail the
+ * key with -EPROTO, as the server refuses such a request - not hand out the
+ * entry as a success.
+ */
+static void test_reply_longer_than_its_entries_fails(void **state)
+{
+    (void)state;
+    KVT_SKIP_ON_RDMA("its fake server speaks the wire protocol over TCP");
+    struct fake f;
+    fake_start(&f, FAKE_OVERLONG_REPLY);
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", f.port);
     kvs_client *c = kvs_open(addr);
@@ -448,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_kill_mid_batch_then_restart),
         cmocka_unit_test(test_timeout_buffer_never_written_late),
         cmocka_unit_test(test_protocol_violation),
+        cmocka_unit_test(test_reply_longer_than_its_entries_fails),
         cmocka_unit_test(test_connect_timeout),
         cmocka_unit_test(test_batch_split_by_max_keys),
         cmocka_unit_test(test_fork_child_uses_client),
