@@ -25,17 +25,20 @@
  * and the batcher then makes the single-key calls. The single-key calls are
  * synchronous and return what kvs_put / kvs_get / kvs_exists return; the
  * batcher also uses them when it must not batch (the size probe, an op sent
- * alone to an idle store). release, if not NULL, is called once, when the
- * batcher that owns the backend is freed and calls it no more.
+ * alone to an idle store). put and put_one also get the group of their puts
+ * (kvb_put_group; every put of a batch has the same one): 0 for kvs_put, a
+ * replicate config and a copy mode for Mooncake's puts. release, if not NULL, is called once, when
+ * the batcher that owns the backend is freed and calls it no more.
  */
 struct kvb_backend_ops {
-    int (*put)(void *ctx, size_t n, const char *const keys[], const void *const vals[],
-               const size_t lens[], int status[], kvs_done_fn done, void *arg);
+    int (*put)(void *ctx, unsigned group, size_t n, const char *const keys[],
+               const void *const vals[], const size_t lens[], int status[], kvs_done_fn done,
+               void *arg);
     int (*get)(void *ctx, size_t n, const char *const keys[], void *const bufs[],
                const size_t caps[], ssize_t results[], kvs_done_fn done, void *arg);
     int (*exists)(void *ctx, size_t n, const char *const keys[], int results[], kvs_done_fn done,
                   void *arg);
-    int (*put_one)(void *ctx, const char *key, const void *val, size_t len);
+    int (*put_one)(void *ctx, unsigned group, const char *key, const void *val, size_t len);
     ssize_t (*get_one)(void *ctx, const char *key, void *buf, size_t cap);
     int (*exists_one)(void *ctx, const char *key);
     void (*release)(void *ctx);

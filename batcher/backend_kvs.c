@@ -12,10 +12,12 @@ struct kvs_backend {
     kvs_client *client;
 };
 
-static int kvs_be_put(void *ctx, size_t n, const char *const keys[], const void *const vals[],
-                      const size_t lens[], int status[], kvs_done_fn done, void *arg)
+static int kvs_be_put(void *ctx, unsigned group, size_t n, const char *const keys[],
+                      const void *const vals[], const size_t lens[], int status[], kvs_done_fn done,
+                      void *arg)
 {
     struct kvs_backend *k = ctx;
+    (void)group; /* libkvstore's puts have one kind */
     kvs_op *op = NULL;
     kvb_backend_call_begin();
     int rc = k->calls->batch_put_async(k->client, n, keys, vals, lens, status, done, arg, &op);
@@ -45,9 +47,10 @@ static int kvs_be_exists(void *ctx, size_t n, const char *const keys[], int resu
     return rc;
 }
 
-static int kvs_be_put_one(void *ctx, const char *key, const void *val, size_t len)
+static int kvs_be_put_one(void *ctx, unsigned group, const char *key, const void *val, size_t len)
 {
     struct kvs_backend *k = ctx;
+    (void)group;
     kvb_backend_call_begin();
     int rc = k->calls->put(k->client, key, val, len);
     kvb_backend_call_end();

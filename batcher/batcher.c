@@ -42,6 +42,7 @@ struct kvb_op {
     _Atomic int state;
     uint8_t kind;
     uint8_t flags;
+    unsigned group; /* a put's (kvb_put_group): puts of two groups never share a batch */
     const char *key;
     const void *val; /* put */
     void *buf;       /* get */
@@ -68,6 +69,7 @@ struct batch {
     struct kvb_batcher *b;
     int kind;
     int reason;
+    unsigned group; /* of its puts */
     uint32_t n;
     uint64_t bytes;
     uint64_t t_first;
@@ -192,7 +194,7 @@ static struct batch *batch_alloc(struct kvb_batcher *b)
 }
 
 /* A recycled or new batch of kind, empty. Called with b->lock held. */
-static struct batch *batch_get(struct kvb_batcher *b, int kind, uint64_t now)
+static struct batch *batch_get(struct kvb_batcher *b, int kind, unsigned group, uint64_t now)
 {
     pthread_mutex_lock(&b->free_lock);
     struct batch *bt = b->free_list;
@@ -201,6 +203,7 @@ static struct batch *batch_get(struct kvb_batcher *b, int kind, uint64_t now)
     if (!bt && !(bt = batch_alloc(b))) return NULL;
     bt->next = bt->prev = NULL;
     bt->kind = kind;
+    bt->group = group;
     bt->reason = KVB_FLUSH_WINDOW;
     bt->n = 0;
     bt->bytes = 0;
@@ -324,10 +327,11 @@ static void done_cb(void *arg, ssize_t nok);
  * The backend's single-key call for kind: ptr is the value (put) or the
  * buffer (get), len its length or capacity. Returns what that call returns.
  */
-static ssize_t call_one(struct kvb_batcher *b, int kind, const char *key, void *ptr, size_t len)
+static ssize_t call_one(struct kvb_batcher *b, int kind, unsigned group, const char *key, void *ptr,
+                        size_t len)
 {
     const struct kvb_backend_ops *ops = b->be.ops;
-    if (kind == KVB_OP_PUT) return ops->put_one(b->be.ctx, key, ptr, len);
+    if (kind == KVB_OP_PUT) return ops->put_one(b->be.ctx, group, key, ptr, len);
     if (kind == KVB_OP_GET) return ops->get_one(b->be.ctx, key, ptr, len);
     return ops->exists_one(b->be.ctx, key);
 }
@@ -377,8 +381,8 @@ static int call_batch(struct kvb_batcher *b, struct batch *bt)
     const struct kvb_backend_ops *ops = b->be.ops;
     switch (bt->kind) {
     case KVB_OP_PUT:
-        return ops->put(b->be.ctx, bt->n, bt->keys, (const void *const *)bt->ptrs, bt->lens,
-                        bt->ist, done_cb, bt);
+        return ops->put(b->be.ctx, bt->group, bt->n, bt->keys, (const void *const *)bt->ptrs,
+                        bt->lens, bt->ist, done_cb, bt);
     case KVB_OP_GET:
         return ops->get(b->be.ctx, bt->n, bt->keys, bt->ptrs, bt->lens, bt->sres, done_cb, bt);
     default:
@@ -391,7 +395,7 @@ static void complete_key_by_key(struct kvb_batcher *b, struct batch *bt)
 {
     ssize_t nok = 0;
     for (uint32_t i = 0; i < bt->n; i++) {
-        ssize_t r = call_one(b, bt->kind, bt->keys[i], bt->ptrs[i], bt->lens[i]);
+        ssize_t r = call_one(b, bt->kind, bt->group, bt->keys[i], bt->ptrs[i], bt->lens[i]);
         if (bt->kind == KVB_OP_GET)
             bt->sres[i] = r;
         else
@@ -817,14 +821,16 @@ static void arm_opener_timer(struct kvb_batcher *b, struct batch *bt, struct kvb
 /*
  * Appends op to the forming batch of its kind, sealing it at max_ops or
  * max_bytes; an op over max_bytes goes alone, behind the batches already
- * sealed. *seq is the batch's. Lock held. -ENOMEM if no batch could be made.
+ * sealed. A put of another group than the forming batch's seals that batch
+ * first. *seq is the batch's. Lock held. -ENOMEM if no batch could be made.
  */
 static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64_t *seq)
 {
     int k = op->kind;
     uint64_t sz = op_bytes(op);
+    if (b->open[k] && b->open[k]->group != op->group) seal(b, k, KVB_FLUSH_GROUP);
     if (sz > b->p.max_bytes) {
-        struct batch *bt = batch_get(b, k, now);
+        struct batch *bt = batch_get(b, k, op->group, now);
         if (!bt) return -ENOMEM;
         batch_add(b, bt, op, sz);
         *seq = bt->seq;
@@ -832,7 +838,7 @@ static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64
         return 0;
     }
     bool created = !b->open[k];
-    if (created && !(b->open[k] = batch_get(b, k, now))) return -ENOMEM;
+    if (created && !(b->open[k] = batch_get(b, k, op->group, now))) return -ENOMEM;
     struct batch *bt = b->open[k];
     batch_add(b, bt, op, sz);
     *seq = bt->seq;
@@ -847,19 +853,33 @@ static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64
 }
 
 /*
- * Waits until no put of key is pending in a batch other than the open put
- * batch (so a new put or get cannot overtake it). Returns the entry, if any.
- * Lock held; may sleep.
+ * A get or exists op the newest write-behind copy of its key can answer as
+ * the store would: anything but a value that does not fit the buffer (what
+ * the store says then is the library's own status; the op waits for it).
  */
-static struct pending_key *order_behind_puts(struct kvb_batcher *b, const char *key, bool for_put)
+static bool copy_serves(const struct kvb_op *wb, const struct kvb_op *op)
 {
-    for (;;) {
+    return op->kind == KVB_OP_EXISTS || (!op->buf && op->len == 0) || op->len >= wb->len;
+}
+
+/*
+ * Waits until no put of key is pending in a batch other than the open put
+ * batch of op's group (so a new put or get cannot overtake it), or, for a
+ * get or exists op, until the write-behind copy can answer it. Returns the
+ * entry, if any. Lock held; may sleep.
+ */
+static struct pending_key *order_behind_puts(struct kvb_batcher *b, const char *key,
+                                             const struct kvb_op *op)
+{
+    const struct batch *open = b->open[KVB_OP_PUT];
+    for (;; open = b->open[KVB_OP_PUT]) {
         struct pending_key *pk = NULL;
         if (!b->pending) return NULL;
         HASH_FIND_STR(b->pending, key, pk);
         if (!pk) return NULL;
-        if (!for_put && pk->wb) return pk; /* served from the write-behind copy */
-        if (for_put && b->open[KVB_OP_PUT] && pk->last_seq == b->open[KVB_OP_PUT]->seq)
+        if (op->kind != KVB_OP_PUT && pk->wb && copy_serves(pk->wb, op))
+            return pk; /* served from the write-behind copy */
+        if (op->kind == KVB_OP_PUT && open && pk->last_seq == open->seq && open->group == op->group)
             return pk; /* same batch: array order keeps it */
         /* Send the batches that hold the older puts and wait for them; then look again. */
         complete_upto(b, pk->last_seq, KVB_FLUSH_EXPLICIT, UINT64_MAX);
@@ -915,8 +935,7 @@ static ssize_t serve_from_copy(const struct kvb_op *wb, int kind, void *buf, siz
 {
     if (kind == KVB_OP_EXISTS) return 1;
     if (!buf && cap == 0) return (ssize_t)wb->len;
-    if (cap < wb->len) return -ERANGE;
-    if (wb->len) memcpy(buf, wb->val, wb->len);
+    if (wb->len) memcpy(buf, wb->val, wb->len); /* it fits: copy_serves */
     return (ssize_t)wb->len;
 }
 
@@ -954,7 +973,7 @@ static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *d
     op->t_enq = kvs_now_ns();
     pthread_mutex_lock(&b->lock);
     if (b->pending) {
-        struct pending_key *pk = order_behind_puts(b, op->key, op->kind == KVB_OP_PUT);
+        struct pending_key *pk = order_behind_puts(b, op->key, op);
         if (pk && op->kind != KVB_OP_PUT && pk->wb) {
             op->result = serve_from_copy(pk->wb, op->kind, op->buf, op->len);
             pthread_mutex_unlock(&b->lock);
@@ -1068,7 +1087,7 @@ static ssize_t run_sync(struct kvb_batcher *b, struct kvb_op *op)
     if (rc == 1) return op->result;
     if (direct) {
         void *ptr = op->kind == KVB_OP_PUT ? (void *)op->val : op->buf;
-        ssize_t r = call_one(b, op->kind, op->key, ptr, op->len);
+        ssize_t r = call_one(b, op->kind, op->group, op->key, ptr, op->len);
         direct_done(b, op->kind, r, op->t_enq, kvb_result_bytes(op->kind, r, op->len));
         return r;
     }
@@ -1083,6 +1102,7 @@ static void op_init(struct kvb_op *op, struct kvb_batcher *b, int kind, const ch
     atomic_init(&op->state, OP_PENDING);
     op->kind = (uint8_t)kind;
     op->flags = 0;
+    op->group = 0;
     op->key = key;
     op->val = NULL;
     op->buf = NULL;
@@ -1096,8 +1116,8 @@ static void op_init(struct kvb_op *op, struct kvb_batcher *b, int kind, const ch
 
 /* Write-behind put: copy key and value, reserve space (waiting for it), queue. */
 /* A write-behind op: one block holding the op, its key and its value. */
-static struct kvb_op *writeback_op(struct kvb_batcher *b, const char *key, const void *val,
-                                   size_t len)
+static struct kvb_op *writeback_op(struct kvb_batcher *b, unsigned group, const char *key,
+                                   const void *val, size_t len)
 {
     size_t klen = strlen(key) + 1;
     struct kvb_op *op = malloc(sizeof(*op) + klen + len);
@@ -1108,6 +1128,7 @@ static struct kvb_op *writeback_op(struct kvb_batcher *b, const char *key, const
     op_init(op, b, KVB_OP_PUT, kcopy);
     op->val = kcopy + klen;
     op->len = len;
+    op->group = group;
     op->flags = OPF_WRITEBACK;
     return op;
 }
@@ -1142,9 +1163,10 @@ static void writeback_unreserve(struct kvb_batcher *b, size_t len)
 }
 
 /* Write-behind put: copy key and value, reserve space (waiting for it), queue. */
-static int put_writeback(struct kvb_batcher *b, const char *key, const void *val, size_t len)
+static int put_writeback(struct kvb_batcher *b, unsigned group, const char *key, const void *val,
+                         size_t len)
 {
-    struct kvb_op *op = writeback_op(b, key, val, len);
+    struct kvb_op *op = writeback_op(b, group, key, val, len);
     if (!op) return -ENOMEM;
     writeback_reserve(b, len);
     int rc = enqueue(b, op, true, NULL);
@@ -1155,14 +1177,21 @@ static int put_writeback(struct kvb_batcher *b, const char *key, const void *val
     return rc;
 }
 
-int kvb_put(struct kvb_batcher *b, const char *key, const void *val, size_t len)
+int kvb_put_group(struct kvb_batcher *b, unsigned group, const char *key, const void *val,
+                  size_t len)
 {
-    if (b->p.writeback) return put_writeback(b, key, val, len);
+    if (b->p.writeback) return put_writeback(b, group, key, val, len);
     struct kvb_op op;
     op_init(&op, b, KVB_OP_PUT, key);
+    op.group = group;
     op.val = val;
     op.len = len;
     return (int)run_sync(b, &op);
+}
+
+int kvb_put(struct kvb_batcher *b, const char *key, const void *val, size_t len)
+{
+    return kvb_put_group(b, 0, key, val, len);
 }
 
 ssize_t kvb_get(struct kvb_batcher *b, const char *key, void *buf, size_t cap)
@@ -1175,7 +1204,7 @@ ssize_t kvb_get(struct kvb_batcher *b, const char *key, void *buf, size_t cap)
         /* Size probe: the batch API has no probe; order it, then ask the real call. */
         bool direct = false;
         pthread_mutex_lock(&b->lock);
-        struct pending_key *pk = b->pending ? order_behind_puts(b, key, false) : NULL;
+        struct pending_key *pk = b->pending ? order_behind_puts(b, key, &op) : NULL;
         if (pk && pk->wb) op.result = serve_from_copy(pk->wb, KVB_OP_GET, NULL, 0), direct = true;
         pthread_mutex_unlock(&b->lock);
         if (direct) return op.result;

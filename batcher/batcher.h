@@ -60,6 +60,14 @@ int kvb_args_batchable(const char *key, const void *ptr, size_t len);
 
 /* Synchronous calls: same results as kvs_put / kvs_get / kvs_exists. */
 int kvb_put(struct kvb_batcher *b, const char *key, const void *val, size_t len);
+/*
+ * kvb_put of a put in group (kvb_put is group 0): puts of different groups
+ * never share a batch, and the backend is told the group of each batch (the
+ * Mooncake backend's groups are replicate configs). Write-behind ordering
+ * holds across groups.
+ */
+int kvb_put_group(struct kvb_batcher *b, unsigned group, const char *key, const void *val,
+                  size_t len);
 ssize_t kvb_get(struct kvb_batcher *b, const char *key, void *buf, size_t cap);
 int kvb_exists(struct kvb_batcher *b, const char *key);
 

@@ -25,6 +25,7 @@ enum kvb_flush_reason {
     KVB_FLUSH_IDLE,
     KVB_FLUSH_EXPLICIT,
     KVB_FLUSH_EXIT,
+    KVB_FLUSH_GROUP, /* a put of another group came (kvb_put_group) */
     KVB_FLUSH_REASONS
 };
 

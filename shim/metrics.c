@@ -17,8 +17,8 @@ static const char *op_label(enum kvb_opkind k)
 
 static const char *flush_label(enum kvb_flush_reason r)
 {
-    static const char *const names[KVB_FLUSH_REASONS] = {"window", "max_ops",  "max_bytes",
-                                                         "idle",   "explicit", "exit"};
+    static const char *const names[KVB_FLUSH_REASONS] = {"window",   "max_ops", "max_bytes", "idle",
+                                                         "explicit", "exit",    "group"};
     return (unsigned)r < KVB_FLUSH_REASONS ? names[r] : "?";
 }
 

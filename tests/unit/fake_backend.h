@@ -33,6 +33,7 @@ enum fake_mode { FAKE_SYNC, FAKE_MANUAL, FAKE_THREAD };
 
 struct fake_batch {
     int kind;
+    unsigned group; /* of a put batch */
     size_t n;
     const char *const *keys;
     void *const *ptrs;
@@ -56,6 +57,7 @@ struct fake {
     atomic_int submitted; /* batch calls accepted */
     atomic_int one_calls; /* synchronous single-key calls */
     size_t last_n;        /* size of the newest batch */
+    unsigned last_group;  /* group of the newest put batch or single put */
     pthread_t thread;
     bool stop;
 };
@@ -126,12 +128,14 @@ static inline int fake_submit(struct fake *f, struct fake_batch b)
     if (f->mode == FAKE_SYNC) {
         pthread_mutex_lock(&f->lock);
         f->last_n = b.n;
+        if (b.kind == KVB_OP_PUT) f->last_group = b.group;
         pthread_mutex_unlock(&f->lock);
         fake_run(f, &b);
         return 0;
     }
     pthread_mutex_lock(&f->lock);
     f->last_n = b.n;
+    if (b.kind == KVB_OP_PUT) f->last_group = b.group;
     if (f->npending >= FAKE_MAX_PENDING) {
         pthread_mutex_unlock(&f->lock);
         return -EAGAIN;
@@ -142,33 +146,36 @@ static inline int fake_submit(struct fake *f, struct fake_batch b)
     return 0;
 }
 
-static inline int fake_be_put(void *ctx, size_t n, const char *const keys[],
+static inline int fake_be_put(void *ctx, unsigned group, size_t n, const char *const keys[],
                               const void *const vals[], const size_t lens[], int status[],
                               kvs_done_fn done, void *arg)
 {
-    struct fake_batch b = {KVB_OP_PUT, n, keys, (void *const *)vals, lens, status, NULL, done, arg};
+    struct fake_batch b = {KVB_OP_PUT, group,  n,    keys, (void *const *)vals,
+                           lens,       status, NULL, done, arg};
     return fake_submit(ctx, b);
 }
 
 static inline int fake_be_get(void *ctx, size_t n, const char *const keys[], void *const bufs[],
                               const size_t caps[], ssize_t results[], kvs_done_fn done, void *arg)
 {
-    struct fake_batch b = {KVB_OP_GET, n, keys, bufs, caps, NULL, results, done, arg};
+    struct fake_batch b = {KVB_OP_GET, 0, n, keys, bufs, caps, NULL, results, done, arg};
     return fake_submit(ctx, b);
 }
 
 static inline int fake_be_exists(void *ctx, size_t n, const char *const keys[], int results[],
                                  kvs_done_fn done, void *arg)
 {
-    struct fake_batch b = {KVB_OP_EXISTS, n, keys, NULL, NULL, results, NULL, done, arg};
+    struct fake_batch b = {KVB_OP_EXISTS, 0, n, keys, NULL, NULL, results, NULL, done, arg};
     return fake_submit(ctx, b);
 }
 
-static inline int fake_be_put_one(void *ctx, const char *key, const void *val, size_t len)
+static inline int fake_be_put_one(void *ctx, unsigned group, const char *key, const void *val,
+                                  size_t len)
 {
     struct fake *f = ctx;
     atomic_fetch_add(&f->one_calls, 1);
     pthread_mutex_lock(&f->lock);
+    f->last_group = group;
     int r = fake_put_locked(f, key, val, len);
     pthread_mutex_unlock(&f->lock);
     return r;

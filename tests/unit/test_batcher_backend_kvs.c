@@ -117,7 +117,7 @@ static void test_each_op_reaches_its_call_inside_the_guard(void **state)
     assert_int_equal(kvb_backend_kvs(&calls, CLIENT, &be), 0);
     assert_false(kvb_in_backend_call());
 
-    assert_int_equal(be.ops->put(be.ctx, 2, keys, vals, lens, st, done, NULL), 0);
+    assert_int_equal(be.ops->put(be.ctx, 0, 2, keys, vals, lens, st, done, NULL), 0);
     assert_string_equal(seen.last, "batch_put");
     assert_ptr_equal(seen.client, CLIENT);
     assert_int_equal(seen.n, 2);
@@ -140,7 +140,7 @@ static void test_each_op_reaches_its_call_inside_the_guard(void **state)
     assert_int_equal(st[0], 1);
     assert_int_equal(st[1], 0);
 
-    assert_int_equal(be.ops->put_one(be.ctx, "one", "val", 3), 0);
+    assert_int_equal(be.ops->put_one(be.ctx, 0, "one", "val", 3), 0);
     assert_string_equal(seen.last, "put");
     assert_string_equal(seen.key, "one");
     assert_true(seen.guarded);
