@@ -95,4 +95,14 @@ static inline void kvb_count_result(struct kvb_stats *s, enum kvb_opkind k, long
     if (status < 0) kvb_count(&s->errors[k][kvs_status_class(status)], 1);
 }
 
+/* Counts a call passed straight to the library's single-key function, with its result r. */
+static inline void kvb_count_direct(struct kvb_stats *s, enum kvb_opkind k, ssize_t r,
+                                    size_t put_len)
+{
+    kvb_count(&s->direct_ops[k], 1);
+    kvb_count(&s->ops[k], 1);
+    kvb_count(&s->bytes[k], kvb_result_bytes(k, r, put_len));
+    kvb_count_result(s, k, r);
+}
+
 #endif

@@ -44,3 +44,16 @@ install-mooncake: $(LIBMOONCAKE)
 	ln -sf $(MC_SONAME) $(DESTDIR)$(PREFIX)/lib/libkvstore_mooncake.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' mooncake/kvstore_mooncake.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore_mooncake.pc
+
+# tests/preload/mc_workload.c knows only store_c.h: built over the drop-in (mc_workload) and
+# over a library that is not libkvstore (mc_workload_double, over tests/preload/libmc_double.c);
+# tests/preload/mc_nolib.c links the shim itself, with no Mooncake library under it.
+MC_DOUBLE := $(BUILD)/tests/preload/libmc_double.so
+$(BUILD)/tests/preload/mc_workload: $(LIBMOONCAKE)
+$(BUILD)/tests/preload/mc_workload: private LDFLAGS += -L$(BUILD)/lib -lkvstore_mooncake
+$(MC_DOUBLE): private LDFLAGS += -Wl,-soname,libmc_double.so
+$(BUILD)/tests/preload/mc_workload_double: $(BUILD)/obj/tests/preload/mc_workload.o $(MC_DOUBLE)
+	$(CC) -o $@ $< $(LDFLAGS) -L$(BUILD)/tests/preload -l:libmc_double.so -Wl,-rpath,'$$ORIGIN'
+$(BUILD)/tests/preload/mc_nolib: $(LIBKVBATCH)
+$(BUILD)/tests/preload/mc_nolib: private LDFLAGS += -L$(BUILD)/lib -l:libkvbatch.so
+tests: $(BUILD)/tests/preload/mc_workload_double

@@ -5,6 +5,7 @@
 #include "metrics.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,87 +52,120 @@ static void family(struct out *o, const char *name, const char *type, const char
     put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* One counter family with an op label. */
-static void render_per_op(struct out *o, const char *name, const char *help,
-                          const _Atomic uint64_t v[KVB_OP_KINDS])
+/* The sources being rendered: every family has one sample set per source. */
+struct sources {
+    const struct kvb_stats_source *v;
+    size_t n;
+};
+
+/* A member of a source's counters, at offset off. */
+#define MEMBER(src, i, type, off) ((const type *)((const char *)(src)->v[i].s + (off)))
+
+/* One counter family with an op label; off: the per-op array in struct kvb_stats. */
+static void render_per_op(struct out *o, const struct sources *src, const char *name,
+                          const char *help, size_t off)
 {
     family(o, name, "counter", help);
-    for (int k = 0; k < KVB_OP_KINDS; k++)
-        put(o, "%s{op=\"%s\"} %llu\n", name, op_label(k), (unsigned long long)load(&v[k]));
-}
-
-/* One histogram; scale divides bounds and sum (1e9 turns ns into seconds). */
-static void render_hist(struct out *o, const char *name, const char *help, const struct kvb_hist *h,
-                        double scale)
-{
-    uint64_t cum = 0;
-    family(o, name, "histogram", help);
-    for (size_t i = 0; i < h->nbounds; i++) {
-        cum += load(&h->bucket[i]);
-        put(o, "%s_bucket{le=\"%.9g\"} %llu\n", name, (double)h->bounds[i] / scale,
-            (unsigned long long)cum);
+    for (size_t i = 0; i < src->n; i++) {
+        const _Atomic uint64_t *v = MEMBER(src, i, _Atomic uint64_t, off);
+        for (int k = 0; k < KVB_OP_KINDS; k++)
+            put(o, "%s{backend=\"%s\",op=\"%s\"} %llu\n", name, src->v[i].backend, op_label(k),
+                (unsigned long long)load(&v[k]));
     }
-    cum += load(&h->bucket[h->nbounds]);
-    put(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-    put(o, "%s_sum %.9g\n", name, (double)load(&h->sum) / scale);
-    /* count equals the +Inf bucket by construction; a reader can check it. */
-    put(o, "%s_count %llu\n", name, (unsigned long long)cum);
 }
 
-/* One gauge without labels. */
-static void render_gauge(struct out *o, const char *name, const char *help,
-                         const _Atomic int64_t *g)
+/* One histogram (off: its member); scale divides bounds and sum (1e9 turns ns into seconds). */
+static void render_hist(struct out *o, const struct sources *src, const char *name,
+                        const char *help, size_t off, double scale)
+{
+    family(o, name, "histogram", help);
+    for (size_t s = 0; s < src->n; s++) {
+        const struct kvb_hist *h = MEMBER(src, s, struct kvb_hist, off);
+        const char *be = src->v[s].backend;
+        uint64_t cum = 0;
+        for (size_t i = 0; i < h->nbounds; i++) {
+            cum += load(&h->bucket[i]);
+            put(o, "%s_bucket{backend=\"%s\",le=\"%.9g\"} %llu\n", name, be,
+                (double)h->bounds[i] / scale, (unsigned long long)cum);
+        }
+        cum += load(&h->bucket[h->nbounds]);
+        put(o, "%s_bucket{backend=\"%s\",le=\"+Inf\"} %llu\n", name, be, (unsigned long long)cum);
+        put(o, "%s_sum{backend=\"%s\"} %.9g\n", name, be, (double)load(&h->sum) / scale);
+        /* count equals the +Inf bucket by construction; a reader can check it. */
+        put(o, "%s_count{backend=\"%s\"} %llu\n", name, be, (unsigned long long)cum);
+    }
+}
+
+/* One gauge (off: its member), labelled by backend only. */
+static void render_gauge(struct out *o, const struct sources *src, const char *name,
+                         const char *help, size_t off)
 {
     family(o, name, "gauge", help);
-    put(o, "%s %lld\n", name, (long long)atomic_load_explicit(g, memory_order_relaxed));
+    for (size_t i = 0; i < src->n; i++)
+        put(o, "%s{backend=\"%s\"} %lld\n", name, src->v[i].backend,
+            (long long)atomic_load_explicit(MEMBER(src, i, _Atomic int64_t, off),
+                                            memory_order_relaxed));
 }
 
-/* kvbatch_errors_total{op,status}; ENOENT always shown (an ordinary miss) so rates work. */
-static void render_errors(struct out *o, const struct kvb_stats *s)
+/* kvbatch_errors_total{backend,op,status}; ENOENT always shown (an ordinary miss) so rates work. */
+static void render_errors(struct out *o, const struct sources *src)
 {
     family(o, "kvbatch_errors_total", "counter",
            "Calls that returned a negative status, per op and status.");
-    for (int k = 0; k < KVB_OP_KINDS; k++)
-        for (int c = 0; c < KVS_STATUS_CLASSES; c++) {
-            uint64_t v = load(&s->errors[k][c]);
-            if (v || c == KVS_STATUS_C_ENOENT)
-                put(o, "kvbatch_errors_total{op=\"%s\",status=\"%s\"} %llu\n", op_label(k),
-                    kvs_status_class_name(c), (unsigned long long)v);
-        }
+    for (size_t i = 0; i < src->n; i++)
+        for (int k = 0; k < KVB_OP_KINDS; k++)
+            for (int c = 0; c < KVS_STATUS_CLASSES; c++) {
+                uint64_t v = load(&src->v[i].s->errors[k][c]);
+                if (v || c == KVS_STATUS_C_ENOENT)
+                    put(o, "kvbatch_errors_total{backend=\"%s\",op=\"%s\",status=\"%s\"} %llu\n",
+                        src->v[i].backend, op_label(k), kvs_status_class_name(c),
+                        (unsigned long long)v);
+            }
 }
 
+static void render_flushes(struct out *o, const struct sources *src)
+{
+    family(o, "kvbatch_flush_total", "counter", "Batches sent, per reason.");
+    for (size_t i = 0; i < src->n; i++)
+        for (int r = 0; r < KVB_FLUSH_REASONS; r++)
+            put(o, "kvbatch_flush_total{backend=\"%s\",reason=\"%s\"} %llu\n", src->v[i].backend,
+                flush_label(r), (unsigned long long)load(&src->v[i].s->flushes[r]));
+    family(o, "kvbatch_writeback_errors_total", "counter",
+           "Write-behind puts that failed after returning 0.");
+    for (size_t i = 0; i < src->n; i++)
+        put(o, "kvbatch_writeback_errors_total{backend=\"%s\"} %llu\n", src->v[i].backend,
+            (unsigned long long)load(&src->v[i].s->writeback_errors));
+}
+
+#define OFF(member) offsetof(struct kvb_stats, member)
+
 /* The families in the order of docs/shim.md's table. */
-size_t kvb_stats_render(const struct kvb_stats *s, char *buf, size_t cap)
+size_t kvb_stats_render(const struct kvb_stats_source *v, size_t n, char *buf, size_t cap)
 {
     struct out o = {buf, cap, 0};
+    struct sources src = {v, n};
     if (cap) buf[0] = '\0';
-    render_per_op(&o, "kvbatch_ops_total", "Single-key calls handled, per op.", s->ops);
-    render_per_op(&o, "kvbatch_batches_total", "Batches sent to the store, per op.", s->batches);
-    render_per_op(&o, "kvbatch_bytes_total", "Value bytes moved (put: sent, get: received).",
-                  s->bytes);
-    render_per_op(&o, "kvbatch_direct_ops_total",
+    render_per_op(&o, &src, "kvbatch_ops_total", "Single-key calls handled, per op.", OFF(ops));
+    render_per_op(&o, &src, "kvbatch_batches_total", "Batches sent to the store, per op.",
+                  OFF(batches));
+    render_per_op(&o, &src, "kvbatch_bytes_total", "Value bytes moved (put: sent, get: received).",
+                  OFF(bytes));
+    render_per_op(&o, &src, "kvbatch_direct_ops_total",
                   "Calls passed straight to the real single-key function (not batched).",
-                  s->direct_ops);
-    render_errors(&o, s);
-    family(&o, "kvbatch_flush_total", "counter", "Batches sent, per reason.");
-    for (int r = 0; r < KVB_FLUSH_REASONS; r++)
-        put(&o, "kvbatch_flush_total{reason=\"%s\"} %llu\n", flush_label(r),
-            (unsigned long long)load(&s->flushes[r]));
-    family(&o, "kvbatch_writeback_errors_total", "counter",
-           "Write-behind puts that failed after returning 0.");
-    put(&o, "kvbatch_writeback_errors_total %llu\n",
-        (unsigned long long)load(&s->writeback_errors));
-    render_gauge(&o, "kvbatch_queued_ops", "Ops accepted and not yet sent.", &s->queued_ops);
-    render_gauge(&o, "kvbatch_inflight_batches", "Batches sent and not yet completed.",
-                 &s->inflight_batches);
-    render_gauge(&o, "kvbatch_writeback_pending_bytes", "Value bytes held for write-behind puts.",
-                 &s->writeback_bytes);
-    render_hist(&o, "kvbatch_batch_ops", "Ops per batch.", &s->batch_ops, 1.0);
-    render_hist(&o, "kvbatch_batch_bytes", "Value bytes per batch.", &s->batch_bytes, 1.0);
-    render_hist(&o, "kvbatch_queue_delay_seconds", "Time from a call to its batch being sent.",
-                &s->queue_delay, 1e9);
-    render_hist(&o, "kvbatch_op_latency_seconds", "Time from a call to its result.", &s->op_latency,
-                1e9);
+                  OFF(direct_ops));
+    render_errors(&o, &src);
+    render_flushes(&o, &src);
+    render_gauge(&o, &src, "kvbatch_queued_ops", "Ops accepted and not yet sent.", OFF(queued_ops));
+    render_gauge(&o, &src, "kvbatch_inflight_batches", "Batches sent and not yet completed.",
+                 OFF(inflight_batches));
+    render_gauge(&o, &src, "kvbatch_writeback_pending_bytes",
+                 "Value bytes held for write-behind puts.", OFF(writeback_bytes));
+    render_hist(&o, &src, "kvbatch_batch_ops", "Ops per batch.", OFF(batch_ops), 1.0);
+    render_hist(&o, &src, "kvbatch_batch_bytes", "Value bytes per batch.", OFF(batch_bytes), 1.0);
+    render_hist(&o, &src, "kvbatch_queue_delay_seconds",
+                "Time from a call to its batch being sent.", OFF(queue_delay), 1e9);
+    render_hist(&o, &src, "kvbatch_op_latency_seconds", "Time from a call to its result.",
+                OFF(op_latency), 1e9);
     return o.len;
 }
 

@@ -14,12 +14,20 @@
 #include "config.h"
 #include "../batcher/stats.h"
 
+/* One backend's counters, and the name its samples carry in their backend label. */
+struct kvb_stats_source {
+    const char *backend; /* "kvs", "mooncake" */
+    const struct kvb_stats *s;
+};
+
 /*
- * s as counter families with an op label (kvbatch_ops_total, ...), errors
- * per op and status, flushes per reason, gauges, and histograms with
- * cumulative buckets (latencies in seconds).
+ * The n sources' counters as counter families with an op label
+ * (kvbatch_ops_total, ...), errors per op and status, flushes per reason,
+ * gauges, and histograms with cumulative buckets (latencies in seconds):
+ * each family once, with one sample set per source, labelled
+ * backend="<name>" first.
  */
-size_t kvb_stats_render(const struct kvb_stats *s, char *buf, size_t cap);
+size_t kvb_stats_render(const struct kvb_stats_source *src, size_t n, char *buf, size_t cap);
 
 /*
  * The effective settings and process facts as gauges (kvbatch_info,

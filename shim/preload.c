@@ -29,13 +29,18 @@ void kvb_shim_log(enum kvs_log_level lvl, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The stats file's text: settings, the batcher's counters, libkvstore's transport counters. */
+/*
+ * The stats file's text: settings, the batchers' counters per backend
+ * (libkvstore's always, Mooncake's once a store was batched), libkvstore's
+ * transport counters.
+ */
 static size_t render_stats(void *arg, char *buf, size_t cap)
 {
     (void)arg;
+    struct kvb_stats_source src[2] = {{"kvs", &shim.stats}, {"mooncake", kvb_shim_mc_stats()}};
     size_t n =
         kvb_settings_render(&shim.cfg, !shim.batching, shim.start_time, kvs_wall_s(), buf, cap);
-    if (n < cap) n += kvb_stats_render(&shim.stats, buf + n, cap - n);
+    if (n < cap) n += kvb_stats_render(src, src[1].s ? 2 : 1, buf + n, cap - n);
     if (n < cap) {
         kvb_shim_transport_totals(&shim.transport);
         n += kvb_transport_render(&shim.transport, buf + n, cap - n);
@@ -51,6 +56,7 @@ static void at_exit(void)
 {
     atomic_store(&shim.exited, true);
     kvb_shim_flush_all();
+    kvb_shim_mc_flush_all();
     kvb_statsfile_stop(&shim.statsfile);
 }
 

@@ -24,8 +24,7 @@ static __thread struct {
     unsigned gen, version;
 } cache;
 
-/* A batcher over c's kvs backend, configured by KVBATCH_*; NULL (logged) if none. */
-static struct kvb_batcher *make_batcher(kvs_client *c)
+struct kvb_params kvb_shim_params(void)
 {
     const struct kvb_config *cfg = &shim.cfg;
     struct kvb_params p = {
@@ -37,6 +36,13 @@ static struct kvb_batcher *make_batcher(kvs_client *c)
         .writeback = cfg->put_mode == KVB_PUT_WRITEBACK,
         .writeback_bytes = cfg->writeback_bytes,
     };
+    return p;
+}
+
+/* A batcher over c's kvs backend, configured by KVBATCH_*; NULL (logged) if none. */
+static struct kvb_batcher *make_batcher(kvs_client *c)
+{
+    struct kvb_params p = kvb_shim_params();
     struct kvb_backend be;
     struct kvb_batcher *b = NULL;
     int rc = kvb_backend_kvs(&shim.kvs_calls, c, &be);

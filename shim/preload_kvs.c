@@ -20,10 +20,7 @@
 /* Counts a call that went straight to the real function, with its result r. */
 static void count_direct(enum kvb_opkind k, ssize_t r, size_t put_len)
 {
-    kvb_count(&shim.stats.direct_ops[k], 1);
-    kvb_count(&shim.stats.ops[k], 1);
-    kvb_count(&shim.stats.bytes[k], kvb_result_bytes(k, r, put_len));
-    kvb_count_result(&shim.stats, k, r);
+    kvb_count_direct(&shim.stats, k, r, put_len);
 }
 
 EXPORT kvs_client *kvs_open(const char *servers)

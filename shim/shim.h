@@ -6,6 +6,10 @@
  *   preload_clients.c  backend binding: each client opened through the shim
  *                      and its batcher over the kvs backend
  *   preload_kvs.c      the interposed kvs_* entry points
+ *   preload_mooncake.c the interposed mooncake_store_* entry points, each
+ *                      store handle with its batcher over the Mooncake
+ *                      backend (its state is its own: nothing of it runs
+ *                      until a program calls Mooncake's C API)
  *
  * These files exist only in the preloaded library (the unit-test archive
  * holds config.c, metrics.c and statsfile.c). Modelled on rdma-core's
@@ -129,5 +133,16 @@ void kvb_shim_flush_all(void);
 
 /* libkvstore's transport counters over the clients opened through the shim, closed ones too. */
 void kvb_shim_transport_totals(struct kvb_transport_totals *t);
+
+/* The batcher parameters KVBATCH_* give (every backend's batchers). */
+struct kvb_params kvb_shim_params(void);
+
+/* ---- preload_mooncake.c ---- */
+
+/* The Mooncake backend's counters, or NULL while no Mooncake store was batched in this process. */
+const struct kvb_stats *kvb_shim_mc_stats(void);
+
+/* At exit: flushes the batcher of every Mooncake store of this process (bounded as above). */
+void kvb_shim_mc_flush_all(void);
 
 #endif

@@ -7,6 +7,8 @@
  *   kvbatch-stat --json FILE      totals and rates since the shim started, as JSON
  *
  * It reads only the Prometheus text the shim writes (KVBATCH_STATS_FILE).
+ * The batcher's samples carry a backend label (kvs, mooncake): they are
+ * summed over the backends, or, with --backend NAME, only NAME's are read.
  * "The last look" is a copy of FILE as this user last summarised it, kept in
  * $XDG_RUNTIME_DIR (or /tmp) under a name derived from FILE's real path; it
  * counts only while it belongs to the same shim instance (same start time).
@@ -14,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <math.h>
 #include <signal.h>
@@ -37,10 +40,13 @@ struct options {
     long long count;  /* -n: lines to print; -1: until interrupted */
     int as_json;
     int since_start;
+    const char *backend; /* --backend: only this backend's samples; NULL: all, summed */
 };
 
 static const char *const ops[] = {"put", "get", "exists"};
-static const char *const reasons[] = {"window", "max_ops", "max_bytes", "idle", "explicit", "exit"};
+static const char *const reasons[] = {"window",   "max_ops", "max_bytes", "idle",
+                                      "explicit", "exit",    "group"};
+#define NREASONS ((int)(sizeof(reasons) / sizeof(reasons[0])))
 
 struct sample {
     char name[NAME_LEN]; /* metric name with its {labels} */
@@ -50,28 +56,68 @@ struct sample {
 struct snap {
     struct sample s[MAX_SAMPLES];
     int n;
-    char info[NAME_LEN]; /* kvbatch_info labels */
+    char info[NAME_LEN];     /* kvbatch_info labels */
+    char backends[NAME_LEN]; /* the backends whose samples were read, "kvs mooncake" */
 };
 
-/* Reads FILE into snap; 0 or a negative errno. */
-static int load(const char *path, struct snap *sn)
+/*
+ * Takes a leading backend="NAME" label out of the sample name (in place),
+ * NAME into be; false if the name has none.
+ */
+static bool strip_backend(char *name, char *be, size_t cap)
 {
-    char line[512];
+    static const char lab[] = "{backend=\"";
+    char *p = strstr(name, lab);
+    char *q = p ? strchr(p + sizeof(lab) - 1, '"') : NULL;
+    if (!q) return false;
+    snprintf(be, cap, "%.*s", (int)(q - (p + sizeof(lab) - 1)), p + sizeof(lab) - 1);
+    q++;
+    if (*q == ',')
+        memmove(p + 1, q + 1, strlen(q + 1) + 1); /* {backend="x",op="put"} -> {op="put"} */
+    else
+        memmove(p, q + 1, strlen(q + 1) + 1); /* name{backend="x"} -> name */
+    return true;
+}
+
+/* Adds value to the sample called name (a new one if need be). */
+static void add_sample(struct snap *sn, const char *name, double value)
+{
+    for (int i = 0; i < sn->n; i++)
+        if (strcmp(sn->s[i].name, name) == 0) {
+            sn->s[i].value += value;
+            return;
+        }
+    if (sn->n >= MAX_SAMPLES) return;
+    snprintf(sn->s[sn->n].name, sizeof(sn->s[0].name), "%.159s", name);
+    sn->s[sn->n++].value = value;
+}
+
+/* Reads FILE into snap (only backend's samples of the batcher's, if not NULL); 0 or -errno. */
+static int load(const char *path, const char *backend, struct snap *sn)
+{
+    char line[512], be[64];
     FILE *f = fopen(path, "r");
     if (!f) return -errno;
     sn->n = 0;
-    sn->info[0] = '\0';
+    sn->info[0] = sn->backends[0] = '\0';
     while (fgets(line, sizeof(line), f)) {
         if (line[0] == '#' || line[0] == '\n') continue;
         char *sp = strrchr(line, ' ');
-        if (!sp || sn->n >= MAX_SAMPLES) continue;
+        if (!sp) continue;
         *sp = '\0';
-        struct sample *s = &sn->s[sn->n];
-        snprintf(s->name, sizeof(s->name), "%.159s", line);
-        s->value = strtod(sp + 1, NULL);
+        if (strip_backend(line, be, sizeof(be))) {
+            if (backend && strcmp(be, backend) != 0) continue;
+            size_t bl = strlen(sn->backends), l = strlen(be);
+            char word[sizeof(be) + 2];
+            snprintf(word, sizeof(word), " %s ", be);
+            char have[sizeof(sn->backends) + 2];
+            snprintf(have, sizeof(have), " %s ", sn->backends);
+            if (!strstr(have, word) && bl + l + 2 < sizeof(sn->backends))
+                snprintf(sn->backends + bl, sizeof(sn->backends) - bl, "%s%s", bl ? " " : "", be);
+        }
+        add_sample(sn, line, strtod(sp + 1, NULL));
         if (strncmp(line, "kvbatch_info{", 13) == 0)
             snprintf(sn->info, sizeof(sn->info), "%.159s", line + 12);
-        sn->n++;
     }
     fclose(f);
     return sn->n ? 0 : -ENODATA;
@@ -260,10 +306,10 @@ static double ops_table(const struct snap *cur, const struct snap *prev, double 
 static void flush_line(const struct snap *cur, const struct snap *prev)
 {
     double total = 0;
-    for (int r = 0; r < 6; r++)
+    for (int r = 0; r < NREASONS; r++)
         total += diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
     printf("\nflushes:");
-    for (int r = 0; r < 6; r++) {
+    for (int r = 0; r < NREASONS; r++) {
         double v = diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
         printf("  %s %.0f (%.0f%%)", reasons[r], v, total > 0 ? 100 * v / total : 0);
     }
@@ -323,6 +369,7 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
     double span = wrote - from > 0 ? wrote - from : 0;
     printf("kvbatch-stat %s: written %.0fs ago; %.1fs of activity since %s\n", path,
            now - wrote > 0 ? now - wrote : 0, span, prev ? "the last look" : "the shim started");
+    printf("backends: %s\n", cur->backends[0] ? cur->backends : "-");
     printf("settings: %s window=%s max_ops=%.0f max_bytes=%s max_inflight=%.0f\n", cur->info,
            fmt_time(get(cur, "kvbatch_setting_window_seconds"), a, sizeof(a)),
            get(cur, "kvbatch_setting_max_ops"),
@@ -336,13 +383,15 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
 }
 
 /*
- * Path of the last-look copy of the stats file at path: one per user and
- * stats file (FNV-1a of its real path), in $XDG_RUNTIME_DIR or /tmp.
+ * Path of the last-look copy of the stats file at path: one per user, stats
+ * file and --backend (FNV-1a of the real path and the backend), in
+ * $XDG_RUNTIME_DIR or /tmp.
  */
-static int last_look_path(const char *path, char *out, size_t cap)
+static int last_look_path(const char *path, const char *backend, char *out, size_t cap)
 {
-    char real[PATH_MAX];
+    char real[PATH_MAX + 64];
     if (!realpath(path, real)) return -errno;
+    if (backend) snprintf(real + strlen(real), sizeof(real) - strlen(real), "\n%s", backend);
     uint64_t h = 1469598103934665603ull;
     for (const char *p = real; *p; p++)
         h = (h ^ (unsigned char)*p) * 1099511628211ull;
@@ -356,7 +405,7 @@ static int last_look_path(const char *path, char *out, size_t cap)
 /* The last look, if it is of the same shim instance and not newer than cur. */
 static const struct snap *last_look(const char *state, const struct snap *cur, struct snap *prev)
 {
-    if (load(state, prev) < 0) return NULL;
+    if (load(state, NULL, prev) < 0) return NULL; /* saved as read: one backend or the sum */
     double start = get(cur, "kvbatch_start_time_seconds");
     if (start <= 0 || get(prev, "kvbatch_start_time_seconds") != start) return NULL;
     if (get(prev, "kvbatch_write_time_seconds") > get(cur, "kvbatch_write_time_seconds"))
@@ -415,8 +464,9 @@ static void json(const struct snap *sn)
         printf("},");
     }
     printf("\"flush\":{");
-    for (int r = 0; r < 6; r++)
-        json_num(reasons[r], getf(sn, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]), r < 5);
+    for (int r = 0; r < NREASONS; r++)
+        json_num(reasons[r], getf(sn, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]),
+                 r < NREASONS - 1);
     printf("},");
     json_num("mean_batch_ops",
              get(sn, "kvbatch_batch_ops_count") > 0
@@ -486,10 +536,13 @@ static int parse_options(int argc, char **argv, struct options *o)
          .lo = 1, .hi = 1000000000, .dflt = "until interrupted"},
         {"json", 0, KVOPT_FLAG, KVOPT_TO(o->as_json), NULL,
          "one JSON object (totals, rates since start, percentiles)"},
+        {"backend", 'b', KVOPT_STRING, KVOPT_TO(o->backend), "NAME",
+         "only the batcher counters of backend NAME (kvs, mooncake)", .lo = 1, .hi = 60,
+         .dflt = "all, summed"},
         {0}};
     const struct kvopt_cmd cmd = {
         .name = "kvbatch-stat",
-        .usage = "usage: kvbatch-stat [-s] [-w SECONDS [-n COUNT]] [--json] FILE\n"
+        .usage = "usage: kvbatch-stat [-s] [-w SECONDS [-n COUNT]] [--json] [-b NAME] FILE\n"
                  "  FILE is the shim's stats file (KVBATCH_STATS_FILE); alone, the rates are\n"
                  "  since your last look at FILE, or since the shim started\n",
         .opts = opts,
@@ -512,7 +565,7 @@ static void look_once(const struct options *o, struct snap *cur, struct snap *pr
     char state[PATH_MAX];
     if (o->as_json) {
         json(cur);
-    } else if (last_look_path(o->path, state, sizeof(state)) < 0) {
+    } else if (last_look_path(o->path, o->backend, state, sizeof(state)) < 0) {
         summary(o->path, cur, NULL);
     } else {
         summary(o->path, cur, o->since_start ? NULL : last_look(state, cur, prev));
@@ -527,7 +580,7 @@ static int watch(const struct options *o, struct snap *cur, struct snap *prev)
         struct timespec ts = kvs_ns_to_timespec((uint64_t)(o->every * 1e9));
         *prev = *cur;
         nanosleep(&ts, NULL);
-        int rc = load(o->path, cur);
+        int rc = load(o->path, o->backend, cur);
         if (rc < 0) {
             fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", o->path, strerror(-rc));
             return 1;
@@ -547,7 +600,7 @@ int main(int argc, char **argv)
     int rc = parse_options(argc, argv, &o);
     if (rc == KVOPT_HELP) return 0;
     if (rc < 0) return KVOPT_EXIT_USAGE;
-    rc = load(o.path, &cur);
+    rc = load(o.path, o.backend, &cur);
     if (rc < 0) {
         fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", o.path, strerror(-rc));
         return 1;

@@ -76,10 +76,10 @@ void check_shim_stats(struct shim_check *sc, double closed_at)
     }
     sc->file_read = 1;
     sc->ok = 1;
-    sc->wb_errors = metric(text, "kvbatch_writeback_errors_total");
+    sc->wb_errors = metric(text, "kvbatch_writeback_errors_total{backend=\"kvs\"}");
     for (int k = 0; k < OP_KINDS; k++) {
         char name[128];
-        snprintf(name, sizeof(name), "kvbatch_ops_total{op=\"%s\"}", opname[k]);
+        snprintf(name, sizeof(name), "kvbatch_ops_total{backend=\"kvs\",op=\"%s\"}", opname[k]);
         sc->ops[k] = metric(text, name);
         if (sc->ops[k] != (double)atomic_load(&fig.single_issued[k])) {
             fprintf(stderr, "kvstress: shim counted %.0f %s ops, kvstress issued %" PRIu64 "\n",
@@ -90,7 +90,8 @@ void check_shim_stats(struct shim_check *sc, double closed_at)
         double total = 0, mine_total = 0;
         for (int c = 0; c < KVS_STATUS_C_OTHER; c++) {
             int e = -kvs_status_class_code(c);
-            snprintf(name, sizeof(name), "kvbatch_errors_total{op=\"%s\",status=\"%s\"}", opname[k],
+            snprintf(name, sizeof(name),
+                     "kvbatch_errors_total{backend=\"kvs\",op=\"%s\",status=\"%s\"}", opname[k],
                      kvs_status_class_name(c));
             double v = metric(text, name);
             if (v < 0) v = 0;

@@ -2,8 +2,8 @@
  * test_kvbatch_stat.c - runs the kvbatch-stat viewer on stats files written
  * here (the shim's Prometheus text, values chosen so every rate is known):
  * the summary's rates since start, "since the last look" across two runs,
- * -s, a new shim instance, --json, -w, and its errors for a missing file and
- * a bad argument.
+ * -s, a new shim instance, --json, -w, two backends summed or one picked,
+ * and its errors for a missing file and a bad argument.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,6 +148,42 @@ static void test_summary_then_since_last_look(void **state)
     free(out);
 }
 
+/* A file of two backends (the shim's samples carry backend="..."): summed, or one with -b. */
+static void test_backends_summed_or_one(void **state)
+{
+    char args[256], *out;
+    double ops, rate, batches;
+    (void)state;
+    FILE *f = fopen(stats_path, "w");
+    assert_non_null(f);
+    fprintf(f, "kvbatch_info{policy=\"fixed\",put_mode=\"sync\"} 1\n"
+               "kvbatch_start_time_seconds 2000\n"
+               "kvbatch_write_time_seconds 2010\n"
+               "kvbatch_ops_total{backend=\"kvs\",op=\"put\"} 100\n"
+               "kvbatch_ops_total{backend=\"mooncake\",op=\"put\"} 900\n"
+               "kvbatch_batches_total{backend=\"kvs\",op=\"put\"} 50\n"
+               "kvbatch_batches_total{backend=\"mooncake\",op=\"put\"} 50\n"
+               "kvbatch_flush_total{backend=\"mooncake\",reason=\"group\"} 7\n"
+               "kvbatch_queued_ops{backend=\"kvs\"} 1\n"
+               "kvbatch_queued_ops{backend=\"mooncake\"} 2\n");
+    assert_int_equal(fclose(f), 0);
+    snprintf(args, sizeof(args), "-s %s", stats_path);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "backends: kvs mooncake\n"));
+    op_row(out, "put", &ops, &rate, &batches);
+    assert_true(ops == 1000 && rate == 100 && batches == 100);
+    assert_non_null(strstr(out, "group 7"));
+    assert_non_null(strstr(out, "now: 3 ops queued"));
+    free(out);
+    snprintf(args, sizeof(args), "-s -b mooncake %s", stats_path);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "backends: mooncake\n"));
+    op_row(out, "put", &ops, &rate, &batches);
+    assert_true(ops == 900 && batches == 50);
+    assert_non_null(strstr(out, "now: 2 ops queued"));
+    free(out);
+}
+
 static void test_json_and_interval(void **state)
 {
     char args[256], *out;
@@ -202,6 +238,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_summary_then_since_last_look),
+        cmocka_unit_test(test_backends_summed_or_one),
         cmocka_unit_test(test_json_and_interval),
         cmocka_unit_test(test_bad_inputs),
     };

@@ -177,8 +177,8 @@ static void lmcache_shape_same_with_shim_and_batched(void **state)
     char *stats = same_with_and_without_shim("lmcache");
     if (!stats) skip();
     /* 224 chunks saved through asyncio.to_thread: the shim saw them side by side. */
-    const char *put_ops = "kvbatch_ops_total{op=\"put\"}",
-               *put_batches = "kvbatch_batches_total{op=\"put\"}";
+    const char *put_ops = "kvbatch_ops_total{backend=\"kvs\",op=\"put\"}",
+               *put_batches = "kvbatch_batches_total{backend=\"kvs\",op=\"put\"}";
     double ops = metric_sum(stats, put_ops), batches = metric_sum(stats, put_batches);
     fprintf(stderr, "shim: %.0f put_from in %.0f batches\n", ops, batches);
     assert_true(ops >= 224);

@@ -23,55 +23,26 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kvpreload.h"
 #include "kvtest.h"
 
 static struct kvt_server server;
 static char tmpdir[64];
 
-/* Absolute path of a built file (LD_PRELOAD needs one). */
-static const char *abs_build(const char *rel, char *out, size_t cap)
-{
-    char *p = realpath(kvt_build_path(rel), NULL);
-    assert_non_null(p);
-    snprintf(out, cap, "%s", p);
-    free(p);
-    return out;
-}
-
 /*
  * Runs the built program rel (tests/preload/...) with the server's address
- * and args, the environment extended by env (NULL-ended "NAME=value" list),
- * stdout into out_path and stderr into err_path. Returns the exit status
- * (or -1).
+ * and args, the environment extended by env (kvt_run).
  */
 static int run_prog(const char *rel, const char *const env[], const char *out_path,
                     const char *err_path, const char *const args[])
 {
-    char prog[PATH_MAX];
     const char *argv[16];
     int argc = 0;
-    abs_build(rel, prog, sizeof(prog));
-    argv[argc++] = prog;
     argv[argc++] = server.addr;
     for (int i = 0; args[i] && argc < 15; i++)
         argv[argc++] = args[i];
     argv[argc] = NULL;
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        for (int i = 0; env && env[i]; i++)
-            putenv((char *)env[i]);
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (o < 0 || e < 0) _exit(127);
-        dup2(o, 1);
-        dup2(e, 2);
-        execv(prog, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    if (waitpid(pid, &status, 0) != pid) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return kvt_run(rel, argv, env, out_path, err_path);
 }
 
 /* run_prog of kvb_workload. */
@@ -81,18 +52,6 @@ static int run(const char *const env[], const char *out_path, const char *err_pa
     return run_prog("tests/preload/kvb_workload", env, out_path, err_path, args);
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    char *buf = calloc(1, 1 << 20);
-    assert_non_null(buf);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 static const char *tmp(const char *name)
 {
     static __thread char bufs[4][PATH_MAX];
@@ -100,15 +59,6 @@ static const char *tmp(const char *name)
     char *p = bufs[next++ % 4];
     snprintf(p, PATH_MAX, "%s/%s", tmpdir, name);
     return p;
-}
-
-/* The value of one sample line "name value" in a stats file text, or -1. */
-static double metric(const char *text, const char *name)
-{
-    size_t len = strlen(name);
-    for (const char *p = text; (p = strstr(p, name)); p += len)
-        if ((p == text || p[-1] == '\n') && p[len] == ' ') return strtod(p + len + 1, NULL);
-    return -1;
 }
 
 static int setup(void **state)
@@ -128,36 +78,11 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static char shim_env[2 * PATH_MAX + 16];
-
-/*
- * Path of the sanitizer runtime this test runs with ("" if none): under
- * ASan/TSan it must come first in LD_PRELOAD, before the shim.
- */
-static void sanitizer_runtime(char *out, size_t cap)
-{
-    char line[PATH_MAX + 128];
-    FILE *f = fopen("/proc/self/maps", "r");
-    out[0] = '\0';
-    if (!f) return;
-    while (fgets(line, sizeof(line), f)) {
-        char *p = strchr(line, '/');
-        if (p && (strstr(p, "/libasan.so") || strstr(p, "/libtsan.so"))) {
-            p[strcspn(p, "\n")] = '\0';
-            snprintf(out, cap, "%s ", p);
-            break;
-        }
-    }
-    fclose(f);
-}
+static char shim_env[3 * PATH_MAX + 16];
 
 static const char *preload(void)
 {
-    char lib[PATH_MAX], san[PATH_MAX];
-    abs_build("lib/libkvbatch.so", lib, sizeof(lib));
-    sanitizer_runtime(san, sizeof(san));
-    snprintf(shim_env, sizeof(shim_env), "LD_PRELOAD=%s%s", san, lib);
-    return shim_env;
+    return kvt_preload_env(NULL, shim_env, sizeof(shim_env));
 }
 
 static void test_same_results_with_and_without_shim(void **state)
@@ -168,12 +93,12 @@ static void test_same_results_with_and_without_shim(void **state)
     assert_int_equal(run(plain_env, tmp("plain.out"), tmp("plain.err"), args), 0);
     const char *policies[] = {"KVBATCH_POLICY=adaptive", "KVBATCH_POLICY=fixed",
                               "KVBATCH_POLICY=off"};
-    char *plain = slurp(tmp("plain.out"));
+    char *plain = kvt_slurp(tmp("plain.out"));
     assert_non_null(strstr(plain, "kvs_flush(client)"));
     for (int i = 0; i < 3; i++) {
         const char *const env[] = {preload(), policies[i], "KVBATCH_WINDOW_US=200", NULL};
         assert_int_equal(run(env, tmp("shim.out"), tmp("shim.err"), args), 0);
-        char *shim = slurp(tmp("shim.out"));
+        char *shim = kvt_slurp(tmp("shim.out"));
         if (strcmp(plain, shim) != 0)
             fprintf(stderr, "%s:\n%s\nvs plain:\n%s\n", policies[i], shim, plain);
         assert_string_equal(plain, shim);
@@ -195,20 +120,20 @@ static void test_16_threads_batch_and_stats_pass_promtool(void **state)
     /* %p expanded: exactly one stats file for the one process. */
     snprintf(cmd, sizeof(cmd), "cat %s/stats-*.prom > %s", tmpdir, tmp("stats.prom"));
     assert_int_equal(system(cmd), 0);
-    char *text = slurp(tmp("stats.prom"));
-    double ops = metric(text, "kvbatch_ops_total{op=\"put\"}");
-    double batches = metric(text, "kvbatch_batches_total{op=\"put\"}");
-    double gets = metric(text, "kvbatch_ops_total{op=\"get\"}");
+    char *text = kvt_slurp(tmp("stats.prom"));
+    double ops = kvt_metric(text, "kvbatch_ops_total{backend=\"kvs\",op=\"put\"}");
+    double batches = kvt_metric(text, "kvbatch_batches_total{backend=\"kvs\",op=\"put\"}");
+    double gets = kvt_metric(text, "kvbatch_ops_total{backend=\"kvs\",op=\"get\"}");
     fprintf(stderr, "16 threads: %.0f puts in %.0f batches, %.0f gets\n", ops, batches, gets);
     assert_true(ops == 16 * 400);
     assert_true(gets == 16 * 100);
     assert_true(batches > 0 && ops >= 4 * batches);
-    assert_true(metric(text, "kvbatch_queued_ops") == 0);
+    assert_true(kvt_metric(text, "kvbatch_queued_ops{backend=\"kvs\"}") == 0);
     /* libkvstore's own counters, through the shim: a frame per batch, not per op. */
     char name[256];
     snprintf(name, sizeof(name), "kvbatch_transport_total{server=\"%s\",counter=\"frames_sent\"}",
              server.addr);
-    double frames = metric(text, name);
+    double frames = kvt_metric(text, name);
     fprintf(stderr, "16 threads: %.0f frames sent for %.0f ops\n", frames, ops + gets);
     assert_true(frames > 0 && frames < (ops + gets) / 2);
     free(text);
@@ -237,14 +162,18 @@ static void test_stats_count_every_call_once(void **state)
         const char *const env[] = {preload(), stats_env, policies[i], "KVBATCH_MAX_BYTES=64K",
                                    NULL};
         assert_int_equal(run(env, tmp("c.out"), tmp("c.err"), args), 0);
-        char *text = slurp(tmp("counted.prom"));
-        double puts = metric(text, "kvbatch_ops_total{op=\"put\"}");
-        double gets = metric(text, "kvbatch_ops_total{op=\"get\"}");
-        double enoent = metric(text, "kvbatch_errors_total{op=\"get\",status=\"ENOENT\"}");
-        double einval = metric(text, "kvbatch_errors_total{op=\"put\",status=\"EINVAL\"}");
-        double big = metric(text, "kvbatch_errors_total{op=\"put\",status=\"E2BIG\"}");
-        double put_bytes = metric(text, "kvbatch_bytes_total{op=\"put\"}");
-        double direct_gets = metric(text, "kvbatch_direct_ops_total{op=\"get\"}");
+        char *text = kvt_slurp(tmp("counted.prom"));
+        double puts = kvt_metric(text, "kvbatch_ops_total{backend=\"kvs\",op=\"put\"}");
+        double gets = kvt_metric(text, "kvbatch_ops_total{backend=\"kvs\",op=\"get\"}");
+        double enoent =
+            kvt_metric(text, "kvbatch_errors_total{backend=\"kvs\",op=\"get\",status=\"ENOENT\"}");
+        double einval =
+            kvt_metric(text, "kvbatch_errors_total{backend=\"kvs\",op=\"put\",status=\"EINVAL\"}");
+        double big =
+            kvt_metric(text, "kvbatch_errors_total{backend=\"kvs\",op=\"put\",status=\"E2BIG\"}");
+        double put_bytes = kvt_metric(text, "kvbatch_bytes_total{backend=\"kvs\",op=\"put\"}");
+        double direct_gets =
+            kvt_metric(text, "kvbatch_direct_ops_total{backend=\"kvs\",op=\"get\"}");
         fprintf(stderr, "%s: puts %.0f gets %.0f ENOENT %.0f EINVAL %.0f E2BIG %.0f bytes %.0f\n",
                 policies[i], puts, gets, enoent, einval, big, put_bytes);
         assert_true(puts == 23 && gets == 18);
@@ -264,7 +193,8 @@ static void test_bad_variable_reports_once_and_passes_through(void **state)
     const char *const env[] = {preload(), "KVBATCH_WINDOW_US=fast", NULL};
     assert_int_equal(run(plain_env, tmp("p.out"), tmp("p.err"), args), 0);
     assert_int_equal(run(env, tmp("bad.out"), tmp("bad.err"), args), 0);
-    char *plain = slurp(tmp("p.out")), *out = slurp(tmp("bad.out")), *err = slurp(tmp("bad.err"));
+    char *plain = kvt_slurp(tmp("p.out")), *out = kvt_slurp(tmp("bad.out")),
+         *err = kvt_slurp(tmp("bad.err"));
     assert_string_equal(plain, out);
     char *first = strstr(err, "KVBATCH_WINDOW_US='fast'");
     assert_non_null(first);
@@ -315,20 +245,16 @@ static void test_puts_after_the_exit_flush_are_stored(void **state)
 static void test_backend_call_reentering_the_shim_passes_through(void **state)
 {
     static const char *const args[] = {"async", "reenter", "64", NULL};
-    char lib[PATH_MAX], san[PATH_MAX], reenter[PATH_MAX], env_preload[3 * PATH_MAX + 16];
-    char stats_env[PATH_MAX + 32];
+    char env_preload[3 * PATH_MAX + 16], stats_env[PATH_MAX + 32];
     (void)state;
-    abs_build("lib/libkvbatch.so", lib, sizeof(lib));
-    abs_build("tests/preload/libkvs_reenter.so", reenter, sizeof(reenter));
-    sanitizer_runtime(san, sizeof(san));
-    snprintf(env_preload, sizeof(env_preload), "LD_PRELOAD=%s%s %s", san, lib, reenter);
+    kvt_preload_env("tests/preload/libkvs_reenter.so", env_preload, sizeof(env_preload));
     snprintf(stats_env, sizeof(stats_env), "KVBATCH_STATS_FILE=%s", tmp("reenter.prom"));
     const char *const env[] = {env_preload, stats_env, "KVBATCH_MAX_INFLIGHT=1", NULL};
     assert_int_equal(run(env, tmp("re.out"), tmp("re.err"), args), 0);
-    char *text = slurp(tmp("reenter.prom"));
-    double puts = metric(text, "kvbatch_ops_total{op=\"put\"}");
-    double batches = metric(text, "kvbatch_batches_total{op=\"put\"}");
-    double direct = metric(text, "kvbatch_direct_ops_total{op=\"put\"}");
+    char *text = kvt_slurp(tmp("reenter.prom"));
+    double puts = kvt_metric(text, "kvbatch_ops_total{backend=\"kvs\",op=\"put\"}");
+    double batches = kvt_metric(text, "kvbatch_batches_total{backend=\"kvs\",op=\"put\"}");
+    double direct = kvt_metric(text, "kvbatch_direct_ops_total{backend=\"kvs\",op=\"put\"}");
     fprintf(stderr, "re-entered: %.0f puts in %.0f batches, %.0f direct\n", puts, batches, direct);
     assert_true(puts == 64 && direct == 0 && batches >= 1);
     free(text);
@@ -391,7 +317,7 @@ static void order_case(const char *name)
     for (int i = 0; i < 3; i++) {
         int rc = run_prog("tests/preload/kvb_order", envs[i], tmp("o.out"), tmp("o.err"), args);
         if (rc != 0) {
-            char *out = slurp(tmp("o.out"));
+            char *out = kvt_slurp(tmp("o.out"));
             fprintf(stderr, "%s, %s: %s", name, what[i], out);
             free(out);
         }

@@ -28,7 +28,8 @@ static size_t render_all(struct kvb_stats *st)
     kvb_config_defaults(&cfg);
     size_t n = kvb_settings_render(&cfg, 0, 1700000000.0, 1700000001.5, text, sizeof(text));
     assert_true(n < sizeof(text));
-    size_t m = kvb_stats_render(st, text + n, sizeof(text) - n);
+    struct kvb_stats_source src = {"kvs", st};
+    size_t m = kvb_stats_render(&src, 1, text + n, sizeof(text) - n);
     assert_true(n + m < sizeof(text));
     return n + m;
 }
@@ -55,22 +56,28 @@ static void test_render_values(void **state)
     (void)state;
     fill(&st);
     render_all(&st);
-    assert_non_null(strstr(text, "\nkvbatch_ops_total{op=\"put\"} 100\n"));
-    assert_non_null(strstr(text, "\nkvbatch_batches_total{op=\"put\"} 10\n"));
-    assert_non_null(strstr(text, "\nkvbatch_flush_total{reason=\"idle\"} 7\n"));
-    assert_non_null(strstr(text, "\nkvbatch_flush_total{reason=\"exit\"} 0\n"));
-    assert_non_null(strstr(text, "kvbatch_errors_total{op=\"get\",status=\"ENOENT\"} 1\n"));
-    assert_non_null(strstr(text, "kvbatch_errors_total{op=\"put\",status=\"ECONNRESET\"} 1\n"));
-    assert_non_null(strstr(text, "kvbatch_errors_total{op=\"put\",status=\"other\"} 1\n"));
+    assert_non_null(strstr(text, "\nkvbatch_ops_total{backend=\"kvs\",op=\"put\"} 100\n"));
+    assert_non_null(strstr(text, "\nkvbatch_batches_total{backend=\"kvs\",op=\"put\"} 10\n"));
+    assert_non_null(strstr(text, "\nkvbatch_flush_total{backend=\"kvs\",reason=\"idle\"} 7\n"));
+    assert_non_null(strstr(text, "\nkvbatch_flush_total{backend=\"kvs\",reason=\"exit\"} 0\n"));
+    assert_non_null(
+        strstr(text, "kvbatch_errors_total{backend=\"kvs\",op=\"get\",status=\"ENOENT\"} 1\n"));
+    assert_non_null(
+        strstr(text, "kvbatch_errors_total{backend=\"kvs\",op=\"put\",status=\"ECONNRESET\"} 1\n"));
+    assert_non_null(
+        strstr(text, "kvbatch_errors_total{backend=\"kvs\",op=\"put\",status=\"other\"} 1\n"));
     /* Cumulative buckets: 10 batches of 10 ops land in le=16 and stay counted above. */
-    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{le=\"8\"} 0\n"));
-    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{le=\"16\"} 10\n"));
-    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{le=\"+Inf\"} 10\n"));
-    assert_non_null(strstr(text, "kvbatch_batch_ops_sum 100\n"));
-    assert_non_null(strstr(text, "kvbatch_op_latency_seconds_bucket{le=\"2e-06\"} 1\n"));
-    assert_non_null(strstr(text, "kvbatch_op_latency_seconds_bucket{le=\"1\"} 1\n"));
-    assert_non_null(strstr(text, "kvbatch_op_latency_seconds_bucket{le=\"+Inf\"} 2\n"));
-    assert_non_null(strstr(text, "kvbatch_op_latency_seconds_count 2\n"));
+    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{backend=\"kvs\",le=\"8\"} 0\n"));
+    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{backend=\"kvs\",le=\"16\"} 10\n"));
+    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{backend=\"kvs\",le=\"+Inf\"} 10\n"));
+    assert_non_null(strstr(text, "kvbatch_batch_ops_sum{backend=\"kvs\"} 100\n"));
+    assert_non_null(
+        strstr(text, "kvbatch_op_latency_seconds_bucket{backend=\"kvs\",le=\"2e-06\"} 1\n"));
+    assert_non_null(
+        strstr(text, "kvbatch_op_latency_seconds_bucket{backend=\"kvs\",le=\"1\"} 1\n"));
+    assert_non_null(
+        strstr(text, "kvbatch_op_latency_seconds_bucket{backend=\"kvs\",le=\"+Inf\"} 2\n"));
+    assert_non_null(strstr(text, "kvbatch_op_latency_seconds_count{backend=\"kvs\"} 2\n"));
     assert_non_null(strstr(text, "kvbatch_info{policy=\"adaptive\",put_mode=\"sync\""));
     assert_non_null(strstr(text, "kvbatch_setting_window_seconds 5e-05\n"));
     assert_non_null(strstr(text, "# TYPE kvbatch_queue_delay_seconds histogram\n"));
@@ -82,9 +89,34 @@ static void test_render_reports_needed_length(void **state)
     char small[64];
     (void)state;
     fill(&st);
-    size_t need = kvb_stats_render(&st, small, sizeof(small));
+    struct kvb_stats_source src = {"kvs", &st};
+    size_t need = kvb_stats_render(&src, 1, small, sizeof(small));
     assert_true(need > sizeof(small));
     assert_int_equal(strlen(small), sizeof(small) - 1);
+}
+
+/* Two backends: each family's HELP and TYPE once, then each backend's samples under its label. */
+static void test_render_names_the_backend(void **state)
+{
+    struct kvb_stats kvs, mc;
+    (void)state;
+    fill(&kvs);
+    kvb_stats_init(&mc);
+    kvb_count(&mc.ops[KVB_OP_GET], 42);
+    kvb_count(&mc.flushes[KVB_FLUSH_GROUP], 3);
+    kvb_hist_observe(&mc.batch_ops, 4);
+    struct kvb_stats_source src[] = {{"kvs", &kvs}, {"mooncake", &mc}};
+    size_t n = kvb_stats_render(src, 2, text, sizeof(text));
+    assert_true(n < sizeof(text));
+    assert_non_null(strstr(text, "\nkvbatch_ops_total{backend=\"kvs\",op=\"put\"} 100\n"));
+    assert_non_null(strstr(text, "\nkvbatch_ops_total{backend=\"mooncake\",op=\"get\"} 42\n"));
+    assert_non_null(strstr(text, "kvbatch_flush_total{backend=\"mooncake\",reason=\"group\"} 3\n"));
+    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{backend=\"mooncake\",le=\"4\"} 1\n"));
+    assert_non_null(strstr(text, "kvbatch_queued_ops{backend=\"mooncake\"} 0\n"));
+    const char *help = "# TYPE kvbatch_ops_total counter\n";
+    const char *first = strstr(text, help);
+    assert_non_null(first);
+    assert_null(strstr(first + 1, help));
 }
 
 static void test_hist_index(void **state)
@@ -204,6 +236,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_values),
         cmocka_unit_test(test_render_reports_needed_length),
+        cmocka_unit_test(test_render_names_the_backend),
         cmocka_unit_test(test_hist_index),
         cmocka_unit_test(test_atomic_write_and_promtool),
         cmocka_unit_test(test_statsfile_writer),

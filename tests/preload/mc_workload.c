@@ -1,0 +1,244 @@
+/*
+ * mc_workload - a program written against Mooncake Store's C API only
+ * (store_c.h: it knows nothing of libkvstore or of the shim), run by
+ * tests/integration/test_preload_mooncake.c with and without
+ * LD_PRELOAD=libkvbatch.so. Built twice: mc_workload over kvbatch's drop-in
+ * (libkvstore_mooncake), mc_workload_double over a library that is not
+ * libkvstore (tests/preload/libmc_double.c).
+ *
+ *   mc_workload MASTER semantics [writeback]
+ *                                      every call's result, one per line (writeback: without
+ *                                      the puts the library refuses, which a write-behind put
+ *                                      returns 0 for before the store answers)
+ *   mc_workload MASTER threads N OPS   N threads put_from / get_into / is_exist / remove
+ *                                      their own keys, and count every result
+ *   mc_workload MASTER fork            parent and a forked child both use the store
+ *
+ * MASTER is mooncake_store_setup's master_server_addr. Exit status 0 when
+ * every check passed.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "store_c.h"
+
+static mooncake_store_t store;
+
+#define SHOW(expr) printf("%-72s -> %lld\n", #expr, (long long)(expr))
+
+/* A fixed sequence of calls; the driver diffs this output with and without the shim. */
+static int semantics(int writeback)
+{
+    char buf[64], small[3] = {'s', 's', 's'}, va[] = "hello", vb[] = "world!";
+    static char big[8192], huge_key[1024];
+    memset(big, 'b', sizeof(big));
+    memset(huge_key, 'k', sizeof(huge_key) - 1);
+    const char *segs[] = {"segment-0", "segment-1"};
+    mooncake_replicate_config_t two = {2, 0, 0, segs, 2}, pinned = {1, 1, 1, NULL, 0};
+    mooncake_replicate_config_t zero = {0, 0, 0, NULL, 0};
+
+    SHOW(mooncake_store_put_from(store, "mc.a", va, 5, NULL));
+    SHOW(mooncake_store_get_into(store, "mc.a", buf, sizeof(buf)));
+    SHOW(memcmp(buf, "hello", 5));
+    SHOW(mooncake_store_get_into(store, "mc.a", small, sizeof(small))); /* too small */
+    SHOW(memcmp(small, "sss", 3));                                      /* nothing copied */
+    SHOW(mooncake_store_get_into(store, "mc.a", buf, 5));               /* exactly */
+    SHOW(mooncake_store_get_into(store, "mc.missing", buf, sizeof(buf)));
+    SHOW(mooncake_store_get_into(store, "mc.a", NULL, 0));
+    SHOW(mooncake_store_get_size(store, "mc.a"));
+    SHOW(mooncake_store_get_size(store, "mc.missing"));
+    SHOW(mooncake_store_is_exist(store, "mc.a"));
+    SHOW(mooncake_store_is_exist(store, "mc.missing"));
+
+    /* put copies; configs by value; a config Mooncake refuses. */
+    SHOW(mooncake_store_put(store, "mc.b", vb, 6, NULL));
+    SHOW(mooncake_store_put(store, "mc.c", big, sizeof(big), &two));
+    SHOW(mooncake_store_put_from(store, "mc.d", vb, 6, &pinned));
+    if (!writeback) SHOW(mooncake_store_put_from(store, "mc.e", vb, 6, &zero));
+    SHOW(mooncake_store_get_into(store, "mc.b", buf, sizeof(buf)));
+    SHOW(memcmp(buf, "world!", 6));
+    SHOW(mooncake_store_get_size(store, "mc.c"));
+    SHOW(mooncake_store_is_exist(store, "mc.d"));
+    if (!writeback) SHOW(mooncake_store_is_exist(store, "mc.e"));
+
+    /* The same key twice in a row: the second value wins. */
+    SHOW(mooncake_store_put_from(store, "mc.twice", va, 5, NULL));
+    SHOW(mooncake_store_put_from(store, "mc.twice", vb, 6, NULL));
+    SHOW(mooncake_store_get_into(store, "mc.twice", buf, sizeof(buf)));
+    SHOW(memcmp(buf, "world!", 6));
+
+    /* Arguments the batch path must not see: the library answers them. */
+    SHOW(mooncake_store_put_from(store, "mc.empty", va, 0, NULL));
+    SHOW(mooncake_store_is_exist(store, "mc.empty"));
+    SHOW(mooncake_store_put_from(store, NULL, va, 5, NULL));
+    SHOW(mooncake_store_put_from(store, "mc.null", NULL, 5, NULL));
+    SHOW(mooncake_store_get_into(store, NULL, buf, sizeof(buf)));
+    SHOW(mooncake_store_get_into(store, "mc.a", NULL, 5));
+    SHOW(mooncake_store_is_exist(store, NULL));
+    SHOW(mooncake_store_get_size(store, NULL));
+    SHOW(mooncake_store_put_from(store, huge_key, va, 5, NULL));
+    SHOW(mooncake_store_is_exist(store, huge_key) > 0);
+    SHOW(mooncake_store_put_from(NULL, "mc.a", va, 5, NULL));
+    SHOW(mooncake_store_get_into(NULL, "mc.a", buf, sizeof(buf)));
+
+    /* The program's own batches, mixed keys. */
+    const char *bk[] = {"mc.b1", "mc.b2", "mc.b3"};
+    void *bv[] = {va, vb, big};
+    size_t bs[] = {5, 6, 100};
+    int br[3] = {1, 1, 1};
+    SHOW(mooncake_store_batch_put_from(store, bk, bv, bs, 3, NULL, br));
+    SHOW(br[0]);
+    SHOW(br[1]);
+    SHOW(br[2]);
+    const char *gk[] = {"mc.b1", "mc.missing", "mc.b3", "mc.a"};
+    char g0[8], g1[8], g2[8], g3[8];
+    void *gb[] = {g0, g1, g2, g3};
+    size_t gs[] = {8, 8, 8, 8};
+    int64_t gr[4];
+    SHOW(mooncake_store_batch_get_into(store, gk, gb, gs, 4, gr));
+    SHOW(gr[0]);
+    SHOW(gr[1]);
+    SHOW(gr[2]); /* 100 bytes into 8: too small */
+    SHOW(gr[3]);
+    int er[4];
+    SHOW(mooncake_store_batch_is_exist(store, gk, 4, er));
+    SHOW(er[0]);
+    SHOW(er[1]);
+    SHOW(er[2]);
+    SHOW(er[3]);
+
+    /* Remove, then the key is gone. */
+    SHOW(mooncake_store_remove(store, "mc.a", 0));
+    SHOW(mooncake_store_remove(store, "mc.a", 0));
+    SHOW(mooncake_store_get_into(store, "mc.a", buf, sizeof(buf)));
+    SHOW(mooncake_store_is_exist(store, "mc.a"));
+    SHOW(mooncake_store_put_from(store, "mc.a", vb, 6, NULL));
+    SHOW(mooncake_store_get_into(store, "mc.a", buf, sizeof(buf)));
+    SHOW(mooncake_store_remove_by_regex(store, "^mc\\.b[0-9]$", 0));
+    SHOW(mooncake_store_is_exist(store, "mc.b1"));
+    SHOW(mooncake_store_is_exist(store, "mc.b"));
+    SHOW(mooncake_store_remove_all(store, 0) > 0);
+    SHOW(mooncake_store_is_exist(store, "mc.b"));
+    return 0;
+}
+
+struct worker {
+    int id, ops;
+    long counts[8]; /* see names below */
+    int failures;
+};
+
+static const char *const names[] = {"put_from ok",        "get_into ok",      "get_into too small",
+                                    "get_into missing",   "is_exist present", "is_exist missing",
+                                    "removed, then gone", "get_size ok"};
+
+/* Thread t's value number i: 1 KiB that tells whose and which it is. */
+static void value_of(int t, int i, char *v, size_t len)
+{
+    for (size_t j = 0; j < len; j++)
+        v[j] = (char)('a' + (t * 7 + i * 13 + (int)j) % 26);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    char key[64], miss[64], val[1024], buf[1024], tiny[16];
+    for (int i = 0; i < w->ops; i++) {
+        snprintf(key, sizeof(key), "mt.%d.%d", w->id, i % 50);
+        snprintf(miss, sizeof(miss), "mt.%d.missing.%d", w->id, i);
+        value_of(w->id, i, val, sizeof(val));
+        int p = mooncake_store_put_from(store, key, val, sizeof(val), NULL);
+        w->counts[0] += p == 0;
+        int64_t g = mooncake_store_get_into(store, key, buf, sizeof(buf));
+        w->counts[1] += g == (int64_t)sizeof(val) && memcmp(buf, val, sizeof(val)) == 0;
+        w->counts[2] += mooncake_store_get_into(store, key, tiny, sizeof(tiny)) < 0;
+        w->counts[3] += mooncake_store_get_into(store, miss, buf, sizeof(buf)) < 0;
+        w->counts[4] += mooncake_store_is_exist(store, key) == 1;
+        w->counts[5] += mooncake_store_is_exist(store, miss) == 0;
+        if (i % 10 == 9) {
+            w->counts[6] += mooncake_store_remove(store, key, 0) == 0 &&
+                            mooncake_store_get_into(store, key, buf, sizeof(buf)) < 0 &&
+                            mooncake_store_is_exist(store, key) == 0;
+        }
+        if (i % 10 == 5)
+            w->counts[7] += mooncake_store_get_size(store, key) == (int64_t)sizeof(val);
+    }
+    return NULL;
+}
+
+static int threads(int n, int ops)
+{
+    pthread_t t[256];
+    struct worker w[256];
+    long total[8] = {0};
+    if (n < 1 || n > 256) return 1;
+    for (int i = 0; i < n; i++) {
+        memset(&w[i], 0, sizeof(w[i]));
+        w[i].id = i;
+        w[i].ops = ops;
+        if (pthread_create(&t[i], NULL, worker_main, &w[i]) != 0) return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        for (int k = 0; k < 8; k++)
+            total[k] += w[i].counts[k];
+    }
+    int bad = 0;
+    long want[8] = {(long)n * ops, (long)n * ops, (long)n * ops,        (long)n * ops,
+                    (long)n * ops, (long)n * ops, (long)n * (ops / 10), (long)n * ((ops + 4) / 10)};
+    for (int k = 0; k < 8; k++) {
+        printf("%-20s %ld\n", names[k], total[k]);
+        bad += total[k] != want[k];
+    }
+    return bad != 0;
+}
+
+/* The parent puts, a forked child reads it and puts its own, the parent reads that. */
+static int fork_check(void)
+{
+    char buf[16];
+    if (mooncake_store_put_from(store, "mf.parent", "parent", 6, NULL) != 0) return 1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+        int ok = mooncake_store_get_into(store, "mf.parent", buf, sizeof(buf)) == 6 &&
+                 mooncake_store_put_from(store, "mf.child", "child", 5, NULL) == 0 &&
+                 mooncake_store_is_exist(store, "mf.child") == 1;
+        mooncake_store_destroy(store);
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 1;
+    return mooncake_store_get_into(store, "mf.child", buf, sizeof(buf)) == 5 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: mc_workload MASTER semantics|threads N OPS|fork\n");
+        return 2;
+    }
+    store = mooncake_store_create();
+    if (!store || mooncake_store_setup(store, "mc-workload:12345", "P2PHANDSHAKE", 64 << 20,
+                                       16 << 20, "tcp", "", argv[1]) != 0) {
+        fprintf(stderr, "mc_workload: setup on %s failed\n", argv[1]);
+        return 1;
+    }
+    mooncake_store_remove_all(store, 1); /* what an earlier run left */
+    int rc = 2;
+    if (strcmp(argv[2], "semantics") == 0)
+        rc = semantics(argc > 3 && strcmp(argv[3], "writeback") == 0);
+    else if (strcmp(argv[2], "threads") == 0 && argc == 5)
+        rc = threads(atoi(argv[3]), atoi(argv[4]));
+    else if (strcmp(argv[2], "fork") == 0)
+        rc = fork_check();
+    fflush(stdout);
+    mooncake_store_destroy(store);
+    return rc;
+}
