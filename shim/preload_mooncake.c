@@ -175,7 +175,7 @@ static bool load_real(void)
     void *h = find_library(&none);
     if (none) {
         if (!mc.said_missing)
-            kvb_shim_log(KVB_LOG_ERROR,
+            kvb_shim_log(KVS_LOG_ERROR,
                          "kvbatch: Mooncake's C API (mooncake_store_*) was called, but no library "
                          "under the shim provides it; these calls return -1");
         mc.said_missing = true;
@@ -204,7 +204,7 @@ static bool load_real(void)
                    r->be.put && r->be.put_from && r->be.get_into && r->be.is_exist &&
                    r->be.get_size;
     if (!mc.can_batch)
-        kvb_shim_log(KVB_LOG_WARN, "kvbatch: the library providing mooncake_store_* lacks a "
+        kvb_shim_log(KVS_LOG_WARN, "kvbatch: the library providing mooncake_store_* lacks a "
                                    "batch or single-key call; its calls pass through");
     if (!mc.atfork) pthread_atfork(fork_prepare, fork_parent, fork_child);
     mc.atfork = true;
@@ -229,7 +229,7 @@ static bool mc_init(void)
 static bool present(bool ok, const char *name)
 {
     if (!ok)
-        kvb_shim_log(KVB_LOG_ERROR, "kvbatch: the library providing Mooncake's C API has no %s",
+        kvb_shim_log(KVS_LOG_ERROR, "kvbatch: the library providing Mooncake's C API has no %s",
                      name);
     return ok;
 }
@@ -260,7 +260,7 @@ static struct kvb_batcher *make_batcher(mooncake_store_t store, struct kvb_mc_ba
         kvb_backend_release(&be);
     }
     if (!b)
-        kvb_shim_log(KVB_LOG_WARN,
+        kvb_shim_log(KVS_LOG_WARN,
                      "kvbatch: cannot create a batcher (%s); this store is not batched",
                      strerror(-rc));
     else
@@ -311,7 +311,7 @@ static struct kvb_batcher *batcher_for(mooncake_store_t store, struct kvb_mc_bac
     *be = e ? e->be : NULL;
     pthread_mutex_unlock(&mc.lock);
     if (!e) {
-        kvb_shim_log(KVB_LOG_WARN, "kvbatch: more than %d Mooncake stores; this one is not batched",
+        kvb_shim_log(KVS_LOG_WARN, "kvbatch: more than %d Mooncake stores; this one is not batched",
                      KVB_MC_MAX_STORES);
         return NULL;
     }
@@ -536,11 +536,11 @@ void kvb_shim_mc_flush_all(void)
     for (int i = 0; i < n; i++) {
         int rc = kvb_flush(b[i], KVB_FLUSH_EXIT, timeout);
         if (rc == -ETIMEDOUT)
-            kvb_shim_log(KVB_LOG_WARN,
+            kvb_shim_log(KVS_LOG_WARN,
                          "kvbatch: exit: pending Mooncake ops not acknowledged within %llums",
                          (unsigned long long)(timeout / 1000000));
         else if (rc < 0)
-            kvb_shim_log(KVB_LOG_WARN, "kvbatch: exit: a write-behind Mooncake put failed (%d)",
+            kvb_shim_log(KVS_LOG_WARN, "kvbatch: exit: a write-behind Mooncake put failed (%d)",
                          rc);
     }
 }
