@@ -529,7 +529,7 @@ static void test_submit_threads_are_bounded(void **state)
     enum { N = 6 };
     struct wait w[N];
     const char *keys[N][1];
-    char names[N][8];
+    char names[N][16];
     int ex[N][1];
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof(names[i]), "k%d", i);
