@@ -242,7 +242,8 @@ static bool answer_single(struct kvb_mc_backend *mc, const struct mc_job *j, siz
         return j->ist[i] == 0;
     }
     if (j->kind == KVB_OP_GET) {
-        j->sres[i] = (ssize_t)get_single(mc, j->keys[i], j->ptrs[i], j->lens[i]);
+        void *buf = j->ptrs ? j->ptrs[i] : NULL; /* a get's job always has both */
+        j->sres[i] = (ssize_t)get_single(mc, j->keys[i], buf, j->lens ? j->lens[i] : 0);
         return j->sres[i] >= 0;
     }
     j->ist[i] = mc->calls->is_exist(mc->store, j->keys[i]);

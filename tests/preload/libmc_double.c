@@ -96,7 +96,7 @@ static int64_t load_locked(struct dbl_store *s, const char *key, void *buf, size
     struct entry *e = find(s, key, 0);
     if (!e) return DBL_NOT_FOUND;
     if (size < e->len) return DBL_INVALID_PARAMS;
-    memcpy(buf, e->val, e->len);
+    if (e->len) memcpy(buf, e->val, e->len);
     return (int64_t)e->len;
 }
 

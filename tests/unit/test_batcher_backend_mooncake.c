@@ -62,7 +62,8 @@ static struct {
     int outside_reg;
 } F = {.lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-static mooncake_store_t const STORE = (mooncake_store_t)0x5703e;
+static char store_object;
+#define STORE ((mooncake_store_t)&store_object) /* the handle the fake expects */
 
 static void fm_reset(void)
 {
