@@ -7,8 +7,8 @@
  * configs, the program's own mixed batches, remove) under each policy and
  * write-behind; 16 threads with a stats file showing batching under the
  * mooncake backend label (and nothing batched a second time under kvs);
- * fork; a process with no Mooncake library; and one that never calls the
- * API, which shows no trace of it.
+ * fork; a process with no Mooncake library; one that never calls the API,
+ * which shows no trace of it; and libkvbatch's exports (nm -D).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -246,6 +246,53 @@ static void test_a_kvs_program_shows_no_mooncake(void **state)
     free(text);
 }
 
+/* libkvbatch exports exactly the calls it interposes: libkvstore's and Mooncake's. */
+static void test_exports_exactly_the_interposed_calls(void **state)
+{
+    static const char *const want[] = {
+        "kvs_close@@KVSTORE_1",
+        "kvs_exists@@KVSTORE_1",
+        "kvs_flush@@KVSTORE_1",
+        "kvs_get@@KVSTORE_1",
+        "kvs_get_async@@KVSTORE_1",
+        "kvs_open@@KVSTORE_1",
+        "kvs_put@@KVSTORE_1",
+        "kvs_put_async@@KVSTORE_1",
+        "kvs_wait@@KVSTORE_1",
+        "mooncake_store_batch_get_into@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_batch_is_exist@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_batch_put_from@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_destroy@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_get_into@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_get_size@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_is_exist@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_put@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_put_from@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_remove@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_remove_all@@KVBATCH_MOONCAKE_1",
+        "mooncake_store_remove_by_regex@@KVBATCH_MOONCAKE_1",
+    };
+    (void)state;
+    KVT_SKIP_ON_RDMA("transport-independent (make test runs it); the VM image has no nm");
+    char cmd[PATH_MAX + 64], line[512];
+    snprintf(cmd, sizeof(cmd), "nm -D --defined-only %s | sort -k3",
+             kvt_build_path("lib/libkvbatch.so"));
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = 0;
+    while (fgets(line, sizeof(line), p)) {
+        char addr[64], type[8], name[400];
+        if (sscanf(line, "%63s %7s %399s", addr, type, name) != 3 || strcmp(type, "A") == 0)
+            continue; /* the version nodes themselves */
+        if (n >= sizeof(want) / sizeof(want[0]) || strcmp(name, want[n]) != 0)
+            fail_msg("libkvbatch exports %s (expected %s)", name,
+                     n < sizeof(want) / sizeof(want[0]) ? want[n] : "nothing more");
+        n++;
+    }
+    assert_int_equal(pclose(p), 0);
+    assert_int_equal(n, sizeof(want) / sizeof(want[0]));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +303,7 @@ int main(void)
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_no_mooncake_library),
         cmocka_unit_test(test_a_kvs_program_shows_no_mooncake),
+        cmocka_unit_test(test_exports_exactly_the_interposed_calls),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
