@@ -329,13 +329,16 @@ static bool writeback(void)
     return shim.cfg.put_mode == KVB_PUT_WRITEBACK;
 }
 
-/* Makes the calls of keys[0, n) come after the pending write-behind puts of those keys. */
-static void order_keys(mooncake_store_t store, const char *const *keys, size_t n)
+/*
+ * Makes a call on keys[0, n) - on every key, with keys NULL - come after the
+ * pending write-behind puts of those keys (the only puts a Mooncake caller
+ * does not wait for).
+ */
+static void order_keys(mooncake_store_t store, size_t n, const char *const *keys)
 {
     struct kvb_mc_backend *be;
-    struct kvb_batcher *b = keys && writeback() ? batcher_for(store, &be) : NULL;
-    for (size_t i = 0; b && i < n; i++)
-        if (keys[i]) kvb_order_after_puts(b, keys[i]);
+    struct kvb_batcher *b = writeback() ? batcher_for(store, &be) : NULL;
+    if (b) kvb_order_after_puts(b, n, keys);
 }
 
 /* ---- the interposed calls ---- */
@@ -414,24 +417,10 @@ EXPORT int64_t mooncake_store_get_size(mooncake_store_t store, const char *key)
 
 EXPORT int mooncake_store_remove(mooncake_store_t store, const char *key, int force)
 {
-    struct kvb_mc_backend *be;
     if (!HAVE(mc.real.remove, "mooncake_store_remove")) return MC_FAILED;
     if (kvb_in_backend_call()) return mc.real.remove(store, key, force);
-    struct kvb_batcher *b = key ? batcher_for(store, &be) : NULL;
-    if (b) kvb_order_after_puts(b, key);
+    if (key) order_keys(store, 1, &key);
     return REAL(mc.real.remove(store, key, force));
-}
-
-/*
- * Sends and waits for store's pending write-behind puts (a call that may
- * touch every key comes after them). Their first failure, which a kvs_flush
- * would report, is only counted: Mooncake's API has no call to return it.
- */
-static void flush_writeback(mooncake_store_t store)
-{
-    struct kvb_mc_backend *be;
-    struct kvb_batcher *b = writeback() ? batcher_for(store, &be) : NULL;
-    if (b) kvb_flush(b, KVB_FLUSH_EXPLICIT, UINT64_MAX);
 }
 
 EXPORT int64_t mooncake_store_remove_by_regex(mooncake_store_t store, const char *pattern,
@@ -439,7 +428,7 @@ EXPORT int64_t mooncake_store_remove_by_regex(mooncake_store_t store, const char
 {
     if (!HAVE(mc.real.remove_by_regex, "mooncake_store_remove_by_regex")) return MC_FAILED;
     if (kvb_in_backend_call()) return mc.real.remove_by_regex(store, pattern, force);
-    flush_writeback(store);
+    order_keys(store, 0, NULL); /* every key */
     return REAL(mc.real.remove_by_regex(store, pattern, force));
 }
 
@@ -447,7 +436,7 @@ EXPORT int64_t mooncake_store_remove_all(mooncake_store_t store, int force)
 {
     if (!HAVE(mc.real.remove_all, "mooncake_store_remove_all")) return MC_FAILED;
     if (kvb_in_backend_call()) return mc.real.remove_all(store, force);
-    flush_writeback(store);
+    order_keys(store, 0, NULL); /* every key */
     return REAL(mc.real.remove_all(store, force));
 }
 
@@ -459,7 +448,7 @@ EXPORT int mooncake_store_batch_put_from(mooncake_store_t store, const char **ke
     if (!HAVE(mc.real.be.batch_put_from, "mooncake_store_batch_put_from")) return MC_FAILED;
     if (kvb_in_backend_call())
         return mc.real.be.batch_put_from(store, keys, buffers, sizes, count, config, results_out);
-    order_keys(store, keys, count);
+    order_keys(store, count, (const char *const *)keys);
     return REAL(mc.real.be.batch_put_from(store, keys, buffers, sizes, count, config, results_out));
 }
 
@@ -469,7 +458,7 @@ EXPORT int mooncake_store_batch_get_into(mooncake_store_t store, const char **ke
     if (!HAVE(mc.real.be.batch_get_into, "mooncake_store_batch_get_into")) return MC_FAILED;
     if (kvb_in_backend_call())
         return mc.real.be.batch_get_into(store, keys, buffers, sizes, count, results_out);
-    order_keys(store, keys, count);
+    order_keys(store, count, (const char *const *)keys);
     return REAL(mc.real.be.batch_get_into(store, keys, buffers, sizes, count, results_out));
 }
 
@@ -478,7 +467,7 @@ EXPORT int mooncake_store_batch_is_exist(mooncake_store_t store, const char **ke
 {
     if (!HAVE(mc.real.be.batch_is_exist, "mooncake_store_batch_is_exist")) return MC_FAILED;
     if (kvb_in_backend_call()) return mc.real.be.batch_is_exist(store, keys, count, results_out);
-    order_keys(store, keys, count);
+    order_keys(store, count, (const char *const *)keys);
     return REAL(mc.real.be.batch_is_exist(store, keys, count, results_out));
 }
 
