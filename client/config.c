@@ -35,7 +35,8 @@ static int env_ms(const char *name, int def, int max)
 
 /*
  * Parses one "[scheme://]host:port" into ep. host may be a name, an IPv4
- * address or a bracketed IPv6 address. 0, -EINVAL or -ENOTSUP (no such transport).
+ * address or a bracketed IPv6 address. 0, -EINVAL, -EBADR (KVSTORE_TRANSPORT is
+ * none of tcp|rdma|auto) or -ENOTSUP (no such transport in this build).
  */
 static int parse_endpoint(const char *s, size_t len, struct kvs_endpoint *ep,
                           const struct kvs_transport_ops **ops)
@@ -43,25 +44,28 @@ static int parse_endpoint(const char *s, size_t len, struct kvs_endpoint *ep,
     int rc = kvs_parse_endpoint(s, len, KVS_EP_SCHEME, ep);
     if (rc < 0) return rc;
     *ops = &kvs_tcp_transport;
+    if (!ep->scheme[0]) {
+        /* A bare host:port follows KVSTORE_TRANSPORT=tcp|rdma|auto (default tcp). */
+        const char *t = getenv("KVSTORE_TRANSPORT");
+        if (t && *t) {
+            if (strcmp(t, "tcp") != 0 && strcmp(t, "rdma") != 0 && strcmp(t, "auto") != 0)
+                return -EBADR;
+            snprintf(ep->scheme, sizeof(ep->scheme), "%s", t);
+        }
+    }
     if (strcmp(ep->scheme, "rdma") == 0) {
         if (&kvs_rdma_transport == NULL) return -ENOTSUP;
         *ops = &kvs_rdma_transport;
-    } else if (!ep->scheme[0] && &kvs_rdma_transport != NULL) {
-        /* A bare host:port follows KVSTORE_TRANSPORT=tcp|rdma|auto (default tcp). */
-        const char *t = getenv("KVSTORE_TRANSPORT");
-        if (t && strcmp(t, "rdma") == 0) {
-            *ops = &kvs_rdma_transport;
-            snprintf(ep->scheme, sizeof(ep->scheme), "rdma");
-        } else if (t && strcmp(t, "auto") == 0 && &kvs_auto_transport != NULL) {
-            *ops = &kvs_auto_transport;
-            snprintf(ep->scheme, sizeof(ep->scheme), "auto");
-        }
+    } else if (strcmp(ep->scheme, "auto") == 0) {
+        if (&kvs_auto_transport == NULL) return -ENOTSUP;
+        *ops = &kvs_auto_transport;
     }
     if (!ep->scheme[0]) snprintf(ep->scheme, sizeof(ep->scheme), "tcp");
     return 0;
 }
 
-/* Parses the server list into c->servers; 0, -EINVAL, -ENOTSUP or -ENOMEM. */
+/* Parses the server list into c->servers; 0, -EINVAL, -EBADR (bad KVSTORE_TRANSPORT), -ENOTSUP or
+ * -ENOMEM. */
 static int parse_servers(kvs_client *c, const char *list)
 {
     size_t max = 1;
@@ -111,6 +115,11 @@ int kvc_config_load(kvs_client *c, const char *servers)
     c->cfg.connect_timeout_ms = env_ms("KVSTORE_CONNECT_TIMEOUT_MS", conn_def, 3600 * 1000);
 
     int rc = parse_servers(c, servers);
+    if (rc == -EBADR) {
+        kvs_log(KVS_LOG_ERROR, "KVSTORE_TRANSPORT=%s: expected tcp, rdma or auto",
+                getenv("KVSTORE_TRANSPORT"));
+        return -EINVAL;
+    }
     if (rc < 0) {
         kvs_log(KVS_LOG_ERROR, "bad server list \"%s\": %s", servers,
                 rc == -ENOTSUP ? "this build has no such transport"

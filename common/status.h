@@ -33,7 +33,9 @@
     X(ENOTSUP, "not supported", KVS_STATUS_WIRE)                                                   \
     X(EMSGSIZE, "message too large", KVS_STATUS_WIRE)                                              \
     X(EBUSY, "busy", KVS_STATUS_WIRE)                                                              \
-    X(EACCES, "access denied", KVS_STATUS_WIRE)
+    X(EACCES, "access denied", KVS_STATUS_WIRE)                                                    \
+    X(EHOSTUNREACH, "host unknown or unreachable", KVS_STATUS_TRANSPORT)                           \
+    X(ENODEV, "no RDMA device on this machine", KVS_STATUS_TRANSPORT)
 
 /*
  * Classes for per-status counters: one per failure code (KVS_STATUS_C_ENOENT

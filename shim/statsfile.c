@@ -78,7 +78,13 @@ static void write_locked(struct kvb_statsfile *sf)
         return;
     }
     int rc = kvb_write_file_atomic(sf->path, sf->text, n);
-    if (rc < 0) sf->log(KVS_LOG_DEBUG, "kvbatch: writing %s: %s", sf->path, strerror(-rc));
+    /* A failure is a warning the first time it happens (a missing directory, ...), then debug. */
+    if (rc < 0)
+        sf->log(rc == sf->write_err ? KVS_LOG_DEBUG : KVS_LOG_WARN,
+                "kvbatch: cannot write the stats file %s: %s; check that its directory exists "
+                "and is writable (KVBATCH_STATS_FILE)",
+                sf->path, strerror(-rc));
+    sf->write_err = rc;
 }
 
 static void *writer_main(void *arg)

@@ -29,8 +29,9 @@ struct kvb_statsfile {
     kvb_statsfile_render_fn render;
     void *arg;
     kvb_statsfile_log_fn log;
-    unsigned gen; /* the fork generation whose writer runs; ~0u: none yet */
-    bool stopped; /* the last write is done: no writer runs, none starts */
+    unsigned gen;  /* the fork generation whose writer runs; ~0u: none yet */
+    int write_err; /* the last write's result: a new failure is warned about once */
+    bool stopped;  /* the last write is done: no writer runs, none starts */
     char text[65536];
 };
 

@@ -15,7 +15,6 @@
 #include "transport.h"
 
 #include <errno.h>
-#include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -46,14 +45,6 @@ static const struct kvs_transport_ops *serving(struct auto_conn *a, struct kvs_c
     return &kvs_tcp_transport;
 }
 
-static int device_present(void)
-{
-    int n = 0;
-    struct ibv_device **d = ibv_get_device_list(&n);
-    if (d) ibv_free_device_list(d);
-    return d && n > 0;
-}
-
 /* Connects over TCP, then picks (see the top of the file). 0 or TCP's connect error. */
 static int choose(struct auto_conn *a, struct kvs_limits *lim)
 {
@@ -61,7 +52,7 @@ static int choose(struct auto_conn *a, struct kvs_limits *lim)
     if (rc < 0) return rc;
     const char *why = NULL;
     struct kvs_limits rlim;
-    if (!device_present())
+    if (!kvs_rdma_device_present())
         why = "no local RDMA device";
     else if (!(lim->features & KVS_FEAT_RDMA))
         why = "the server does not offer RDMA";

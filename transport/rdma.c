@@ -126,7 +126,8 @@ static void fail_keys(struct kvs_key_io *k, uint32_t n, int status)
  */
 static void fail_request(struct kvs_rdma_conn *c, struct kvs_req *req, uint32_t done, int rc)
 {
-    int st = rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -EPROTO || rc == -EACCES
+    int st = rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -EPROTO || rc == -EACCES ||
+                     rc == -ENODEV || rc == -EHOSTUNREACH
                  ? rc
                  : -ECONNRESET;
     if (c->up) {

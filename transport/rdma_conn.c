@@ -181,7 +181,13 @@ static int resolve(struct kvs_rdma_conn *c, uint64_t deadline)
     struct addrinfo hints = {
         .ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
-    if (getaddrinfo(c->ep.host, c->ep.port, &hints, &res) != 0) return -ECONNREFUSED;
+    int gai = getaddrinfo(c->ep.host, c->ep.port, &hints, &res);
+    if (gai != 0) {
+        kvs_log(KVS_LOG_ERROR,
+                "rdma %s: cannot resolve host \"%s\": %s; check the name in the server list",
+                c->ep.name, c->ep.host, gai_strerror(gai));
+        return -EHOSTUNREACH;
+    }
     int rc = -ECONNREFUSED;
     c->ec = rdma_create_event_channel();
     if (!c->ec || rdma_create_id(c->ec, &c->id, c, RDMA_PS_TCP) != 0) goto out;
@@ -285,10 +291,28 @@ static int open_connection(struct kvs_rdma_conn *c)
     return 0;
 }
 
+int kvs_rdma_device_present(void)
+{
+    int n = 0;
+    struct ibv_device **d = ibv_get_device_list(&n);
+    if (d) ibv_free_device_list(d);
+    return d && n > 0;
+}
+
 int kvs_rdma_ensure_up(struct kvs_rdma_conn *c)
 {
     if (c->up) return 0;
     if (c->last_err && kvs_now_ms() < c->retry_at_ms) return c->last_err;
+    if (!kvs_rdma_device_present()) {
+        if (c->last_err != -ENODEV)
+            kvs_log(KVS_LOG_ERROR,
+                    "rdma %s: no RDMA device on this machine; use tcp:// (or "
+                    "KVSTORE_TRANSPORT=auto, which falls back to tcp)",
+                    c->ep.name);
+        c->last_err = -ENODEV;
+        c->retry_at_ms = kvs_now_ms() + KVS_RDMA_BACKOFF_MS;
+        return -ENODEV;
+    }
     if (c->last_err || c->next_id) atomic_fetch_add(&c->reconnects, 1);
     int rc = open_connection(c);
     c->last_err = rc;

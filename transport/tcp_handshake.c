@@ -112,11 +112,20 @@ static int say_hello(struct tcp_conn *c, int fd, struct kvs_limits *lim, uint64_
     int rc = tcp_send_all(c, fd, &iov, 1);
     if (rc < 0) return rc;
     rc = tcp_recv_exact(fd, in, sizeof(in), deadline);
+    if (rc == -ETIMEDOUT) {
+        kvs_log(KVS_LOG_ERROR, "tcp %s: no HELLO reply within %d ms: is this a kvstored?",
+                c->ep.name, c->cfg.connect_timeout_ms);
+        return rc;
+    }
     if (rc < 0) return rc;
     rc = kvs_wire_hdr_decode(in, &h, 4096);
     if (rc < 0 || h.opcode != (KVS_OP_HELLO | KVS_OP_REPLY) || h.body_len < KVS_WIRE_HELLO_LEN ||
-        h.body_len > 4096)
+        h.body_len > 4096) {
+        kvs_log(KVS_LOG_ERROR,
+                "tcp %s: not a kvstored (its first bytes are no HELLO reply); check the port",
+                c->ep.name);
         return -EPROTO;
+    }
     uint8_t rest[4096];
     rc = tcp_recv_exact(fd, rest, h.body_len, deadline);
     if (rc < 0) return rc;
@@ -140,8 +149,10 @@ int tcp_open_connection(struct tcp_conn *c, struct kvs_limits *lim)
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(c->ep.host, c->ep.port, &hints, &res);
     if (rc != 0) {
-        kvs_log(KVS_LOG_ERROR, "tcp %s: cannot resolve: %s", c->ep.name, gai_strerror(rc));
-        return -ECONNREFUSED;
+        kvs_log(KVS_LOG_ERROR,
+                "tcp %s: cannot resolve host \"%s\": %s; check the name in the server list",
+                c->ep.name, c->ep.host, gai_strerror(rc));
+        return -EHOSTUNREACH;
     }
     int fd = -ECONNREFUSED;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {

@@ -145,6 +145,7 @@ static inline int tcp_sock_error(int err)
     switch (err) {
     case ECONNREFUSED:
     case ECONNRESET:
+    case EHOSTUNREACH:
     case ETIMEDOUT:
     case EPROTO:
         return -err;
@@ -152,6 +153,8 @@ static inline int tcp_sock_error(int err)
     case ENOTCONN:
     case ECONNABORTED:
         return -ECONNRESET;
+    case ENETUNREACH:
+        return -EHOSTUNREACH;
     case EAGAIN:
         return -ETIMEDOUT;
     default:

@@ -182,5 +182,7 @@ struct kvs_transport_ops {
 extern const struct kvs_transport_ops kvs_tcp_transport;
 extern const struct kvs_transport_ops kvs_rdma_transport __attribute__((weak));
 extern const struct kvs_transport_ops kvs_auto_transport __attribute__((weak));
+/* True if this machine has an RDMA device (in builds with the rdma transport). */
+int kvs_rdma_device_present(void) __attribute__((weak));
 
 #endif /* KVS_TRANSPORT_H */

@@ -231,6 +231,38 @@ static void test_statsfile_writer(void **state)
     rmdir(dir);
 }
 
+static int warn_lines, debug_lines;
+static char warn_text[512];
+static void count_log(enum kvs_log_level lvl, const char *fmt, ...)
+{
+    if (lvl <= KVS_LOG_WARN) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(warn_text, sizeof(warn_text), fmt, ap);
+        va_end(ap);
+        warn_lines++;
+    } else {
+        debug_lines++;
+    }
+}
+
+/* A stats file in a directory that does not exist: one warning at the default level, then debug. */
+static void test_statsfile_missing_dir_warns_once(void **state)
+{
+    static struct kvb_statsfile sf;
+    (void)state;
+    warn_lines = debug_lines = 0;
+    assert_int_equal(kvb_statsfile_init(&sf, "/tmp/kvb-no-such-dir-39a1/s.prom", 60ull * 1000000000,
+                                        render_count, NULL, count_log),
+                     0);
+    kvb_statsfile_start(&sf, 0);
+    kvb_statsfile_stop(&sf);
+    assert_int_equal(warn_lines, 1);
+    assert_int_equal(debug_lines, 1); /* the second failure of the same kind */
+    assert_non_null(strstr(warn_text, "/tmp/kvb-no-such-dir-39a1/s.prom"));
+    assert_non_null(strstr(warn_text, "directory"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_hist_index),
         cmocka_unit_test(test_atomic_write_and_promtool),
         cmocka_unit_test(test_statsfile_writer),
+        cmocka_unit_test(test_statsfile_missing_dir_warns_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
