@@ -34,7 +34,7 @@
     X(EMSGSIZE, "message too large", KVS_STATUS_WIRE)                                              \
     X(EBUSY, "busy", KVS_STATUS_WIRE)                                                              \
     X(EACCES, "access denied", KVS_STATUS_WIRE)                                                    \
-    X(EHOSTUNREACH, "host unknown or unreachable", KVS_STATUS_TRANSPORT)                           \
+    X(EHOSTUNREACH, "cannot resolve or reach the host", KVS_STATUS_TRANSPORT)                      \
     X(ENODEV, "no RDMA device on this machine", KVS_STATUS_TRANSPORT)
 
 /*

@@ -76,7 +76,8 @@ static void test_wire_carries_the_table(void **state)
     (void)state;
     for (int c = 0; c <= KVS_STATUS_C_OTHER; c++) {
         int code = c < KVS_STATUS_C_OTHER ? kvs_status_class_code(c) : -EPIPE;
-        int on_wire = code != -ECONNREFUSED && code != -ECONNRESET && code != -EPIPE;
+        int on_wire = code != -ECONNREFUSED && code != -ECONNRESET && code != -EPIPE &&
+                      code != -EHOSTUNREACH && code != -ENODEV;
         assert_int_equal(kvs_status_on_wire(code), on_wire);
         uint8_t buf[KVS_WIRE_STATUS_LEN];
         struct kvs_wire_status s;
@@ -90,7 +91,8 @@ static void test_wire_carries_the_table(void **state)
 static void test_transport_failures(void **state)
 {
     (void)state;
-    const int transport[] = {-ECONNREFUSED, -ECONNRESET, -ETIMEDOUT, -EIO, -EPROTO};
+    const int transport[] = {-ECONNREFUSED, -ECONNRESET,   -ETIMEDOUT, -EIO,
+                             -EPROTO,       -EHOSTUNREACH, -ENODEV};
     int n = 0;
     for (int c = 0; c < KVS_STATUS_C_OTHER; c++)
         n += kvs_status_is_transport(kvs_status_class_code(c));
