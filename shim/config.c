@@ -193,34 +193,46 @@ int kvb_expand_path(const char *pattern, long pid, char *out, size_t cap)
     return 0;
 }
 
-/* One error line into err, first error only. */
-static void report(char *err, size_t errcap, int *failed, const char *name, const char *val,
-                   const char *accepted)
+static void describe_var(const struct kvb_config *cfg, const struct var *var, char *out, size_t cap,
+                         size_t *len);
+
+/*
+ * One line into err for a bad variable (lines joined by '\n', no trailing
+ * newline; what does not fit is cut): its value, what it accepts and the
+ * default used instead.
+ */
+static void report(char *err, size_t errcap, const struct kvb_config *defaults,
+                   const struct var *var, const char *val)
 {
-    if (*failed) return;
-    *failed = 1;
-    if (err && errcap)
-        snprintf(err, errcap,
-                 "kvbatch: %s='%.200s' is not valid; accepted: %s; running in pass-through "
-                 "(no batching)",
-                 name, val, accepted);
+    if (!err || !errcap) return;
+    char def[KVB_STATS_PATH_MAX + 64];
+    size_t dlen = 0;
+    describe_var(defaults, var, def, sizeof(def), &dlen);
+    const char *d = strchr(def, '=');
+    d = d ? d + 1 : def;
+    def[strcspn(def, "\n")] = '\0';
+    size_t len = strlen(err);
+    if (len + 1 >= errcap) return;
+    snprintf(err + len, errcap - len,
+             "%skvbatch: %s='%.200s' is not valid; accepted: %s; using the default %s",
+             len ? "\n" : "", var->name, val, var->accepted, d);
 }
 
 int kvb_config_load(struct kvb_config *cfg, kvb_getenv_fn get, long pid, char *err, size_t errcap)
 {
     int failed = 0;
-    kvb_config_defaults(cfg);
+    struct kvb_config defaults;
+    kvb_config_defaults(&defaults);
+    *cfg = defaults;
     if (err && errcap) err[0] = '\0';
     for (size_t i = 0; i < NVARS; i++) {
         const char *text = get(vars[i].name);
-        if (text && var_set(cfg, &vars[i], text, pid) < 0)
-            report(err, errcap, &failed, vars[i].name, text, vars[i].accepted);
+        if (text && var_set(cfg, &vars[i], text, pid) < 0) {
+            report(err, errcap, &defaults, &vars[i], text);
+            failed = 1;
+        }
     }
-    if (failed) {
-        cfg->policy = KVB_POLICY_OFF;
-        return -EINVAL;
-    }
-    return 0;
+    return failed ? -EINVAL : 0;
 }
 
 /* Appends "NAME=value\n" for var (a duration in its own unit) to out at *len. */

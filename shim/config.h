@@ -44,10 +44,11 @@ void kvb_config_defaults(struct kvb_config *cfg);
 int kvb_expand_path(const char *pattern, long pid, char *out, size_t cap);
 
 /*
- * Fills cfg from the KVBATCH_* variables seen through get. On the first bad
- * variable it writes ONE line into err ("kvbatch: KVBATCH_X='v' is ...;
- * accepted: ...; running in pass-through") and returns -EINVAL; cfg then has
- * policy OFF (and the other, valid, settings). 0 when all is well.
+ * Fills cfg from the KVBATCH_* variables seen through get. A bad variable
+ * keeps its default (the one policy for bad settings, README "Configuration"):
+ * err gets one line per bad variable ("kvbatch: KVBATCH_X='v' is not valid;
+ * accepted: ...; using the default D", joined by '\n') and the result is
+ * -EINVAL; the other settings are as given. 0 when all is well.
  */
 int kvb_config_load(struct kvb_config *cfg, kvb_getenv_fn get, long pid, char *err, size_t errcap);
 

@@ -133,7 +133,7 @@ static bool load_real_calls(struct kvb_real_calls *r)
 /* KVBATCH_*: a bad variable is reported once, on stderr; KVBATCH_LOG=info lists the settings. */
 static void load_config(bool have_lib)
 {
-    char err[512];
+    char err[2048];
     struct kvb_config *cfg = &shim.cfg;
     if (kvb_config_load(cfg, env_get, (long)getpid(), err, sizeof(err)) < 0) {
         ssize_t w = write(STDERR_FILENO, err, strlen(err));

@@ -185,7 +185,7 @@ static void test_stats_count_every_call_once(void **state)
     }
 }
 
-static void test_bad_variable_reports_once_and_passes_through(void **state)
+static void test_bad_variable_reports_once_and_keeps_its_default(void **state)
 {
     static const char *const args[] = {"semantics", NULL};
     (void)state;
@@ -200,6 +200,7 @@ static void test_bad_variable_reports_once_and_passes_through(void **state)
     assert_non_null(first);
     assert_null(strstr(first + 1, "KVBATCH_WINDOW_US"));
     assert_non_null(strstr(err, "accepted"));
+    assert_non_null(strstr(err, "using the default"));
     free(plain);
     free(out);
     free(err);
@@ -385,7 +386,7 @@ int main(void)
         cmocka_unit_test(test_same_results_with_and_without_shim),
         cmocka_unit_test(test_16_threads_batch_and_stats_pass_promtool),
         cmocka_unit_test(test_stats_count_every_call_once),
-        cmocka_unit_test(test_bad_variable_reports_once_and_passes_through),
+        cmocka_unit_test(test_bad_variable_reports_once_and_keeps_its_default),
         cmocka_unit_test(test_writeback_data_survives_exit),
         cmocka_unit_test(test_puts_after_the_exit_flush_are_stored),
         cmocka_unit_test(test_backend_call_reentering_the_shim_passes_through),

@@ -1,11 +1,12 @@
 /*
  * test_config.c - the KVBATCH_* loader: %p, ranges, and the one-line
- * message plus pass-through on a bad value (the size and duration grammar
+ * message and the variable's default on a bad value (the size and duration grammar
  * itself: test_parse.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <errno.h>
@@ -98,36 +99,67 @@ static void test_all_variables(void **state)
     assert_non_null(strstr(text, "KVBATCH_STATS_FILE=/tmp/s-42.prom\n"));
 }
 
-/* Each bad value: -EINVAL, pass-through, one line naming variable and value. */
-static void test_bad_values_fall_back_to_passthrough(void **state)
+/*
+ * Each bad value: -EINVAL, one line naming variable, value, what is accepted
+ * and the default it keeps; the other variables as given (batching stays on).
+ */
+static void test_bad_values_keep_their_default(void **state)
 {
-    static const char *const cases[][2] = {
-        {"KVBATCH_POLICY", "fast"},         {"KVBATCH_WINDOW_US", "5 ms"},
-        {"KVBATCH_WINDOW_US", "2s"},        {"KVBATCH_MAX_OPS", "0"},
-        {"KVBATCH_MAX_OPS", "12x"},         {"KVBATCH_MAX_OPS", "100000"},
-        {"KVBATCH_MAX_BYTES", "1K"},        {"KVBATCH_MAX_BYTES", "1T"},
-        {"KVBATCH_MAX_INFLIGHT", "0"},      {"KVBATCH_MAX_INFLIGHT", "65"},
-        {"KVBATCH_PUT_MODE", "async"},      {"KVBATCH_WRITEBACK_BYTES", "1K"},
-        {"KVBATCH_STATS_INTERVAL_MS", "1"}, {"KVBATCH_STATS_INTERVAL_MS", "2h"},
-        {"KVBATCH_EXIT_TIMEOUT_MS", "61s"}, {"KVBATCH_LOG", "verbose"},
-        {"KVBATCH_STATS_FILE", "/tmp/%q"},
+    static const char *const cases[][3] = {
+        {"KVBATCH_POLICY", "fast", "adaptive"},
+        {"KVBATCH_WINDOW_US", "5 ms", NULL},
+        {"KVBATCH_WINDOW_US", "2s", NULL},
+        {"KVBATCH_MAX_OPS", "0", NULL},
+        {"KVBATCH_MAX_OPS", "12x", NULL},
+        {"KVBATCH_MAX_OPS", "100000", NULL},
+        {"KVBATCH_MAX_BYTES", "1K", NULL},
+        {"KVBATCH_MAX_BYTES", "1T", NULL},
+        {"KVBATCH_MAX_INFLIGHT", "0", NULL},
+        {"KVBATCH_MAX_INFLIGHT", "65", NULL},
+        {"KVBATCH_PUT_MODE", "async", "sync"},
+        {"KVBATCH_WRITEBACK_BYTES", "1K", NULL},
+        {"KVBATCH_STATS_INTERVAL_MS", "1", NULL},
+        {"KVBATCH_STATS_INTERVAL_MS", "2h", NULL},
+        {"KVBATCH_EXIT_TIMEOUT_MS", "61s", NULL},
+        {"KVBATCH_LOG", "verbose", "warn"},
+        {"KVBATCH_STATS_FILE", "/tmp/%q", "(none)"},
     };
     (void)state;
+    struct kvb_config defaults;
+    kvb_config_defaults(&defaults);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const char *env[] = {cases[i][0], cases[i][1], "KVBATCH_MAX_OPS_X", "1", NULL};
+        /* A good KVBATCH_POLICY beside the bad one (unless it is the bad one) is kept. */
+        int bad_policy = strcmp(cases[i][0], "KVBATCH_POLICY") == 0;
+        const char *env[] = {cases[i][0], cases[i][1], bad_policy ? "KVBATCH_X" : "KVBATCH_POLICY",
+                             "fixed", NULL};
         struct kvb_config c;
-        char err[512];
+        char err[512], want[128], text[4096], deftext[4096];
         fake_env = env;
         assert_int_equal(kvb_config_load(&c, fake_get, 1, err, sizeof(err)), -EINVAL);
-        assert_int_equal(c.policy, KVB_POLICY_OFF);
+        assert_int_equal(c.policy, bad_policy ? defaults.policy : KVB_POLICY_FIXED);
         assert_non_null(strstr(err, cases[i][0]));
         assert_non_null(strstr(err, cases[i][1]));
         assert_non_null(strstr(err, "accepted"));
+        assert_non_null(strstr(err, "using the default"));
+        if (cases[i][2]) {
+            snprintf(want, sizeof(want), "using the default %s", cases[i][2]);
+            assert_non_null(strstr(err, want));
+        }
         assert_null(strchr(err, '\n'));
+        /* The bad variable's line in the description is the default's. */
+        kvb_config_describe(&c, text, sizeof(text));
+        kvb_config_describe(&defaults, deftext, sizeof(deftext));
+        snprintf(want, sizeof(want), "%s=", cases[i][0]);
+        const char *got = strstr(text, want), *def = strstr(deftext, want);
+        assert_non_null(got);
+        assert_non_null(def);
+        assert_int_equal(strcspn(got, "\n"), strcspn(def, "\n"));
+        assert_memory_equal(got, def, strcspn(def, "\n"));
     }
 }
 
-static void test_only_first_error_reported(void **state)
+/* Every bad variable is reported, one line each. */
+static void test_every_error_reported(void **state)
 {
     static const char *const env[] = {"KVBATCH_POLICY", "bogus", "KVBATCH_MAX_OPS", "-3", NULL};
     struct kvb_config c;
@@ -135,8 +167,9 @@ static void test_only_first_error_reported(void **state)
     (void)state;
     fake_env = env;
     assert_int_equal(kvb_config_load(&c, fake_get, 1, err, sizeof(err)), -EINVAL);
-    assert_non_null(strstr(err, "KVBATCH_POLICY"));
-    assert_null(strstr(err, "KVBATCH_MAX_OPS"));
+    assert_non_null(strstr(err, "KVBATCH_POLICY='bogus'"));
+    assert_non_null(strstr(err, "KVBATCH_MAX_OPS='-3'"));
+    assert_non_null(strchr(err, '\n'));
 }
 
 int main(void)
@@ -145,8 +178,8 @@ int main(void)
         cmocka_unit_test(test_expand_pid),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_all_variables),
-        cmocka_unit_test(test_bad_values_fall_back_to_passthrough),
-        cmocka_unit_test(test_only_first_error_reported),
+        cmocka_unit_test(test_bad_values_keep_their_default),
+        cmocka_unit_test(test_every_error_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
