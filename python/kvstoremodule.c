@@ -10,8 +10,12 @@
  * LD_PRELOAD=libkvbatch.so interposes on the kvs_put/kvs_get it calls. Every
  * blocking call runs with the GIL released: threads of one engine reach the
  * library (and the shim's batcher) at the same time. Errors raise
- * kvstore.Error (KeyError-like kvstore.NotFound for a missing key) carrying
- * .code (negative errno) and .message (kvs_strerror).
+ * kvstore.Error, an OSError (errno, strerror) carrying .code (negative
+ * errno), .message (kvs_strerror) and .key, or its subclass that is also the
+ * matching built-in (NotFound: FileNotFoundError and KeyError, Timeout:
+ * TimeoutError, ConnectionRefused/ConnectionLost/Unreachable:
+ * ConnectionError, InvalidArgument/BufferTooSmall: ValueError ...);
+ * docs/python.md.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,8 +27,7 @@
 
 PyMODINIT_FUNC PyInit_kvstore(void);
 
-static PyObject *KvsError;    /* kvstore.Error(code, message) */
-static PyObject *KvsNotFound; /* kvstore.NotFound, also a KeyError */
+static PyObject *KvsError; /* kvstore.Error(code, message, key), an OSError */
 
 typedef struct {
     PyObject_HEAD kvs_client *client;
@@ -32,15 +35,123 @@ typedef struct {
     Py_ssize_t hint; /* last value length seen by get(): first guess of the next */
 } ClientObject;
 
-/* Raises kvstore.Error (or NotFound) for a negative status; returns NULL. */
+/*
+ * The exception classes, defined in Python in the module's namespace:
+ * Error is an OSError (errno = -code, strerror = message) that also carries
+ * .code (negative), .message and .key; each status that has a built-in
+ * counterpart raises a subclass that is that built-in too (see errors[]).
+ */
+static const char ERROR_CLASSES[] =
+    "class Error(OSError):\n"
+    "    'A kvstore failure: an OSError with errno = -code; .code, .message, .key.'\n"
+    "    def __init__(self, code=0, message='', key=''):\n"
+    "        OSError.__init__(self, -code if code < 0 else code, message)\n"
+    "        self.code = code\n"
+    "        self.message = message\n"
+    "        self.key = key\n"
+    "    def __str__(self):\n"
+    "        return '%s (%d)%s' % (self.message, self.code, (': ' + self.key) if self.key else "
+    "'')\n"
+    "    def __reduce__(self):\n"
+    "        return (type(self), (self.code, self.message, self.key))\n"
+    "class NotFound(Error, FileNotFoundError, KeyError):\n"
+    "    'No such key (ENOENT): also a FileNotFoundError and a KeyError.'\n"
+    "    __str__ = Error.__str__\n"
+    "class InvalidArgument(Error, ValueError):\n"
+    "    'A bad argument (EINVAL, E2BIG): a bad server list, a key too long ...'\n"
+    "class BufferTooSmall(Error, ValueError):\n"
+    "    'The buffer is smaller than the value (ERANGE); .needed: its length.'\n"
+    "    needed = None\n"
+    "class ConnectionRefused(Error, ConnectionRefusedError):\n"
+    "    'Nothing listens at the server address (ECONNREFUSED).'\n"
+    "class ConnectionLost(Error, ConnectionResetError):\n"
+    "    'The connection broke with the call in flight (ECONNRESET).'\n"
+    "class Unreachable(Error, ConnectionError):\n"
+    "    'The server cannot be reached or is not a kvstored (EHOSTUNREACH, EPROTO, EIO).'\n"
+    "class Timeout(Error, TimeoutError):\n"
+    "    'No reply within the timeout (ETIMEDOUT).'\n"
+    "class AccessDenied(Error, PermissionError):\n"
+    "    'Authentication failed (EACCES).'\n";
+
+/* The class raised for each status; Error for the others. */
+static struct {
+    int code;
+    const char *name;
+    PyObject *cls; /* borrowed from the module's namespace */
+} errors[] = {
+    {-ENOENT, "NotFound", NULL},
+    {-EINVAL, "InvalidArgument", NULL},
+    {-E2BIG, "InvalidArgument", NULL},
+    {-ERANGE, "BufferTooSmall", NULL},
+    {-ECONNREFUSED, "ConnectionRefused", NULL},
+    {-ECONNRESET, "ConnectionLost", NULL},
+    {-EHOSTUNREACH, "Unreachable", NULL},
+    {-EPROTO, "Unreachable", NULL},
+    {-EIO, "Unreachable", NULL},
+    {-ETIMEDOUT, "Timeout", NULL},
+    {-EACCES, "AccessDenied", NULL},
+};
+
+/* Runs ERROR_CLASSES in the module's namespace and looks up each class. 0 or -1. */
+static int define_errors(PyObject *m)
+{
+    PyObject *ns = PyModule_GetDict(m); /* borrowed */
+    if (PyDict_SetItemString(ns, "__builtins__", PyEval_GetBuiltins()) < 0) return -1;
+    PyObject *r = PyRun_String(ERROR_CLASSES, Py_file_input, ns, ns);
+    if (!r) return -1;
+    Py_DECREF(r);
+    KvsError = PyDict_GetItemString(ns, "Error");
+    if (!KvsError) return -1;
+    for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+        if (!(errors[i].cls = PyDict_GetItemString(ns, errors[i].name))) return -1;
+    return 0;
+}
+
+/* Longest key (or other subject) an error message echoes: longer ones are cut, with "...". */
+#define ECHO_MAX 64
+
+/*
+ * Raises the class of errors[] for a negative status (kvstore.Error for the
+ * others) with its kvs_strerror text and what it is about (a key, cut to
+ * ECHO_MAX characters; "" for none); returns NULL.
+ */
 static PyObject *raise_status(long code, const char *what)
 {
-    PyObject *cls = code == -ENOENT ? KvsNotFound : KvsError;
-    PyObject *args = Py_BuildValue("(iss)", (int)code, kvs_strerror((int)code), what ? what : "");
+    PyObject *cls = KvsError;
+    for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+        if (errors[i].code == code) cls = errors[i].cls;
+    char echo[ECHO_MAX + 4];
+    what = what ? what : "";
+    if (strlen(what) > ECHO_MAX)
+        snprintf(echo, sizeof(echo), "%.*s...", ECHO_MAX, what);
+    else
+        snprintf(echo, sizeof(echo), "%s", what);
+    PyObject *args = Py_BuildValue("(isN)", (int)code, kvs_strerror((int)code),
+                                   PyUnicode_DecodeUTF8(echo, (Py_ssize_t)strlen(echo), "replace"));
     if (args) {
         PyErr_SetObject(cls, args);
         Py_DECREF(args);
     }
+    return NULL;
+}
+
+/* Raises BufferTooSmall for key, naming both lengths, with .needed; returns NULL. */
+static PyObject *raise_too_small(const char *key, long needed, Py_ssize_t have)
+{
+    raise_status(-ERANGE, key);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value) {
+        PyObject *n = PyLong_FromLong(needed);
+        PyObject *msg =
+            PyUnicode_FromFormat("buffer of %zd bytes, the value needs %ld", have, needed);
+        if (n) PyObject_SetAttrString(value, "needed", n);
+        if (msg) PyObject_SetAttrString(value, "message", msg);
+        Py_XDECREF(n);
+        Py_XDECREF(msg);
+    }
+    PyErr_Restore(type, value, tb);
     return NULL;
 }
 
@@ -195,10 +306,13 @@ static PyObject *Client_get_into(ClientObject *self, PyObject *args)
         PyBuffer_Release(&buf);
         return NULL;
     }
-    ssize_t n;
+    ssize_t n, needed = 0;
+    Py_ssize_t have = buf.len;
     Py_BEGIN_ALLOW_THREADS n = kvs_get(c, key, buf.buf, (size_t)buf.len);
+    if (n == -ERANGE) needed = kvs_get(c, key, NULL, 0); /* the length the message names */
     Py_END_ALLOW_THREADS leave(self);
     PyBuffer_Release(&buf);
+    if (n == -ERANGE && needed > 0) return raise_too_small(key, (long)needed, have);
     if (n < 0) return raise_status(n, key);
     return PyLong_FromSsize_t(n);
 }
@@ -238,7 +352,7 @@ static PyObject *Client_flush(ClientObject *self, PyObject *Py_UNUSED(ignored))
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = kvs_flush(c);
     Py_END_ALLOW_THREADS leave(self);
-    if (rc < 0) return raise_status(rc, "flush");
+    if (rc < 0) return raise_status(rc, ""); /* no key: the first transport error */
     Py_RETURN_NONE;
 }
 
@@ -345,7 +459,7 @@ static PyObject *Client_batch_put(ClientObject *self, PyObject *args)
             Py_BEGIN_ALLOW_THREADS rc = kvs_batch_put(
                 c, (size_t)b.n, b.keys, (const void *const *)b.ptrs, b.lens, b.status);
             Py_END_ALLOW_THREADS leave(self);
-            res = rc < 0 ? raise_status(rc, "batch_put") : int_list(&b, 0, 0);
+            res = rc < 0 ? raise_status(rc, "") : int_list(&b, 0, 0);
         }
     }
     batch_free(&b);
@@ -365,7 +479,7 @@ static PyObject *Client_batch_get_into(ClientObject *self, PyObject *args)
             Py_BEGIN_ALLOW_THREADS rc =
                 kvs_batch_get(c, (size_t)b.n, b.keys, b.ptrs, b.lens, b.results);
             Py_END_ALLOW_THREADS leave(self);
-            res = rc < 0 ? raise_status(rc, "batch_get_into") : int_list(&b, 1, 0);
+            res = rc < 0 ? raise_status(rc, "") : int_list(&b, 1, 0);
         }
     }
     batch_free(&b);
@@ -384,7 +498,7 @@ static PyObject *Client_batch_exists(ClientObject *self, PyObject *args)
             int rc;
             Py_BEGIN_ALLOW_THREADS rc = kvs_batch_exists(c, (size_t)b.n, b.keys, b.status);
             Py_END_ALLOW_THREADS leave(self);
-            res = rc < 0 ? raise_status(rc, "batch_exists") : int_list(&b, 0, 1);
+            res = rc < 0 ? raise_status(rc, "") : int_list(&b, 0, 1);
         }
     }
     batch_free(&b);
@@ -404,7 +518,7 @@ static PyObject *Client_server_stats(ClientObject *self, PyObject *Py_UNUSED(ign
     ssize_t n;
     Py_BEGIN_ALLOW_THREADS n = kvs_server_stats(c, buf, cap);
     Py_END_ALLOW_THREADS leave(self);
-    PyObject *res = n < 0 ? raise_status(n, "server_stats") : PyUnicode_FromString(buf);
+    PyObject *res = n < 0 ? raise_status(n, "") : PyUnicode_FromString(buf);
     PyMem_Free(buf);
     return res;
 }
@@ -471,62 +585,14 @@ static struct PyModuleDef kvstore_module = {
     .m_doc = "Client binding of libkvstore (kvbatch's KV-cache store)", .m_size = -1,
     .m_methods = module_methods};
 
-/*
- * Error's args are (code, message, key); code and message are also
- * attributes, set by a small Python-level __init__ so that subclasses and
- * pickling behave like ordinary exceptions.
- */
-static const char ERROR_INIT[] = "def __init__(self, code=0, message='', key=''):\n"
-                                 "    Exception.__init__(self, code, message, key)\n"
-                                 "    self.code = code\n"
-                                 "    self.message = message\n"
-                                 "    self.key = key\n"
-                                 "def __str__(self):\n"
-                                 "    return '%s (%d)%s' % (self.message, self.code,\n"
-                                 "        (': ' + self.key) if self.key else '')\n";
-
-static PyObject *make_error_class(const char *name, PyObject *bases)
-{
-    PyObject *ns = PyDict_New(), *builtins = PyEval_GetBuiltins(), *cls = NULL;
-    if (!ns) return NULL;
-    if (PyDict_SetItemString(ns, "__builtins__", builtins) < 0) goto out;
-    PyObject *r = PyRun_String(ERROR_INIT, Py_file_input, ns, ns);
-    if (!r) goto out;
-    Py_DECREF(r);
-    PyDict_DelItemString(ns, "__builtins__");
-    PyObject *modname = PyUnicode_FromString("kvstore");
-    if (!modname) goto out;
-    int set = PyDict_SetItemString(ns, "__module__", modname);
-    Py_DECREF(modname);
-    if (set < 0) goto out;
-    cls = PyObject_CallFunction((PyObject *)&PyType_Type, "sOO", name, bases, ns);
-out:
-    Py_DECREF(ns);
-    return cls;
-}
-
 PyMODINIT_FUNC PyInit_kvstore(void)
 {
     if (PyType_Ready(&ClientType) < 0) return NULL;
     PyObject *m = PyModule_Create(&kvstore_module);
     if (!m) return NULL;
-    PyObject *bases = PyTuple_Pack(1, PyExc_Exception);
-    KvsError = bases ? make_error_class("Error", bases) : NULL;
-    Py_XDECREF(bases);
-    if (!KvsError) goto fail;
-    /* NotFound is both a kvstore.Error and a KeyError: `except KeyError` works too */
-    bases = PyTuple_Pack(2, KvsError, PyExc_KeyError);
-    KvsNotFound = bases ? PyObject_CallFunction((PyObject *)&PyType_Type, "s(OO){s:s}", "NotFound",
-                                                KvsError, PyExc_KeyError, "__module__", "kvstore")
-                        : NULL;
-    Py_XDECREF(bases);
-    if (!KvsNotFound) goto fail;
+    if (define_errors(m) < 0) goto fail;
     Py_INCREF(&ClientType);
     if (PyModule_AddObject(m, "Client", (PyObject *)&ClientType) < 0) goto fail;
-    Py_INCREF(KvsError);
-    if (PyModule_AddObject(m, "Error", KvsError) < 0) goto fail;
-    Py_INCREF(KvsNotFound);
-    if (PyModule_AddObject(m, "NotFound", KvsNotFound) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "MAX_KEY", KVS_MAX_KEY) < 0) goto fail;
     return m;
 fail:

@@ -4,7 +4,9 @@
 Run by tests/integration/test_kvbench.c with KVSTORE_SERVERS set to a
 kvstored it started on 127.0.0.1 and PYTHONPATH pointing at build/python.
 """
+import errno
 import os
+import socket
 import threading
 import unittest
 
@@ -120,6 +122,73 @@ class BindingTest(unittest.TestCase):
             t.join(timeout=120)
         self.assertEqual(errors, [])
         self.assertFalse(any(t.is_alive() for t in threads))
+
+    def test_errors_are_oserrors_of_the_matching_kind(self):
+        self.assertTrue(issubclass(kvstore.Error, OSError))
+        with self.assertRaises(FileNotFoundError) as cm:
+            self.c.get(PREFIX + "missing-os")
+        self.assertEqual(cm.exception.errno, errno.ENOENT)
+        self.assertEqual(cm.exception.strerror, kvstore.strerror(-errno.ENOENT))
+        # A bad server list is a ValueError (still a kvstore.Error, code -EINVAL).
+        with self.assertRaises(ValueError) as cm:
+            kvstore.Client("no-port-here")
+        self.assertIsInstance(cm.exception, kvstore.Error)
+        self.assertEqual(cm.exception.code, -errno.EINVAL)
+        # Nothing listens on a closed loopback port: ConnectionRefusedError.
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        with kvstore.Client("127.0.0.1:%d" % port) as d:
+            with self.assertRaises(ConnectionError) as cm:
+                d.put(PREFIX + "x", b"v")
+            self.assertIsInstance(cm.exception, ConnectionRefusedError)
+            self.assertEqual(cm.exception.errno, errno.ECONNREFUSED)
+        # A silent peer: TimeoutError.
+        lst = socket.socket()
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(4)
+        os.environ["KVSTORE_CONNECT_TIMEOUT_MS"] = "200"
+        try:
+            with kvstore.Client("127.0.0.1:%d" % lst.getsockname()[1]) as d:
+                with self.assertRaises(TimeoutError):
+                    d.get(PREFIX + "x")
+        finally:
+            del os.environ["KVSTORE_CONNECT_TIMEOUT_MS"]
+            lst.close()
+
+    def test_small_buffer_error_names_the_length(self):
+        self.c.put(PREFIX + "len", b"x" * 1000)
+        with self.assertRaises(kvstore.BufferTooSmall) as cm:
+            self.c.get_into(PREFIX + "len", bytearray(10))
+        e = cm.exception
+        self.assertIsInstance(e, ValueError)
+        self.assertEqual(e.code, -errno.ERANGE)
+        self.assertEqual(e.needed, 1000)
+        self.assertIn("1000", str(e))
+        self.assertIn("10 bytes", str(e))
+
+    def test_long_key_is_cut_in_messages(self):
+        key = "k" * 600  # longer than MAX_KEY: refused, and the message cuts it
+        with self.assertRaises(kvstore.InvalidArgument) as cm:
+            self.c.get(key)
+        self.assertLess(len(str(cm.exception)), 200)
+        self.assertIn("...", str(cm.exception))
+
+    def test_flush_error_names_no_key(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        with kvstore.Client("127.0.0.1:%d" % port) as d:
+            try:
+                d.batch_put([PREFIX + "f"], [b"v"])
+            except kvstore.Error:
+                pass
+            with self.assertRaises(ConnectionRefusedError) as cm:
+                d.flush()
+            self.assertNotIn("flush", str(cm.exception))
+            self.assertEqual(cm.exception.key, "")
 
     def test_server_stats_and_flush(self):
         self.assertIn("# server", self.c.server_stats())
