@@ -46,6 +46,9 @@ CFLAGS   += -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -pthread -MMD -MP $(SAN
 LDFLAGS  += -pthread $(SAN_FLAGS)
 
 SONAME   := libkvstore.so.1
+# The one version string: kvs_version(), every binary's --version, kvstore.pc, Python's __version__.
+VERSION  := 0.1.0
+CPPFLAGS += -DKVS_VERSION_STRING='"$(VERSION)"'
 
 # ---- sources, by module (one folder, one job) ----
 COMMON_SRCS := $(wildcard common/*.c)
@@ -258,7 +261,7 @@ install: all
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvstore.so
 	install -m 755 $(LIBKVBATCH) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(filter $(BUILD)/bin/%,$(TARGETS)) $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' kvstore.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' kvstore.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc
 
 .PHONY: clean
 clean:

@@ -273,3 +273,8 @@ const char *kvs_strerror(int status)
 {
     return kvs_status_text(status);
 }
+
+const char *kvs_version(void)
+{
+    return KVS_VERSION_STRING;
+}

@@ -148,6 +148,9 @@ int kvs_client_counters(kvs_client *c, kvs_counter_cb emit, void *arg);
 
 const char *kvs_strerror(int status);
 
+/* The library's version ("0.1.0"), the same string as every kvbatch binary's --version. */
+const char *kvs_version(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -594,6 +594,7 @@ PyMODINIT_FUNC PyInit_kvstore(void)
     Py_INCREF(&ClientType);
     if (PyModule_AddObject(m, "Client", (PyObject *)&ClientType) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "MAX_KEY", KVS_MAX_KEY) < 0) goto fail;
+    if (PyModule_AddStringConstant(m, "__version__", kvs_version()) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);

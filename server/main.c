@@ -44,7 +44,7 @@ static void usage(FILE *out)
             "usage: kvstored [--listen HOST:PORT] [--memory SIZE] [--max-object SIZE]\n"
             "                [--max-frame SIZE] [--max-conns N] [--stall-timeout S]\n"
             "                [--rdma-listen HOST:PORT] [--rdma-lease-ms N] [--auth-file PATH]\n"
-            "                [--verbose] [--help]\n"
+            "                [--verbose] [--help] [--version]\n"
             "\n"
             "  --listen HOST:PORT  address to bind, nothing else (default 127.0.0.1:7070;\n"
             "                      port 0 picks a free port; [v6addr]:PORT for IPv6)\n"
@@ -97,6 +97,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
         {"auth-file", required_argument, NULL, 'a'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     *opt = (struct options){.host = "127.0.0.1",
@@ -162,6 +163,9 @@ static int parse_options(int argc, char **argv, struct options *opt)
             break;
         case 'h':
             usage(stdout);
+            exit(0);
+        case 'V':
+            printf("kvstored %s\n", KVS_VERSION_STRING);
             exit(0);
         case ':':
             fprintf(stderr, "kvstored: %s needs a value\n", argv[optind - 1]);

@@ -208,6 +208,10 @@ int main(int argc, char **argv)
         fputs(USAGE, stdout);
         return 0;
     }
+    if (strcmp(cmd, "--version") == 0) {
+        kvopt_version("kvbench", stdout);
+        return 0;
+    }
     fprintf(stderr, "kvbench: unknown command '%s'\n", cmd);
     fputs(USAGE, stderr);
     return KVOPT_EXIT_USAGE;

@@ -355,6 +355,7 @@ void kvopt_help(const struct kvopt_cmd *cmd, FILE *f)
         write_wrapped(f, text, col, at);
     }
     fprintf(f, "  %-*s  %s\n", width, "-h, --help", "this text");
+    fprintf(f, "  %-*s  %s\n", width, "--version", "the kvbatch version");
     if (cmd->footer) fputs(cmd->footer, f);
 }
 
@@ -443,6 +444,7 @@ static int one_option(const struct kvopt_cmd *cmd, int argc, char **argv, int *i
         const char *name = word + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         if (!eq && strcmp(name, "help") == 0) return 1;
+        if (!eq && strcmp(name, "version") == 0 && !find_long(cmd, name, len)) return 2;
         o = find_long(cmd, name, len);
         if (o && eq) value = eq + 1;
         if (o && eq && !takes_value(o)) {
@@ -468,19 +470,30 @@ static int one_option(const struct kvopt_cmd *cmd, int argc, char **argv, int *i
     return dry_run ? 0 : apply(cmd, o, value);
 }
 
-/* Whether argv asks for --help (a word that is not some option's value). */
+/* Whether argv asks for --help (1) or --version (2): a word that is not some option's value. */
 static int wants_help(const struct kvopt_cmd *cmd, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) return 0;
-        if (argv[i][0] == '-' && argv[i][1] && one_option(cmd, argc, argv, &i, 1) == 1) return 1;
+        int rc = argv[i][0] == '-' && argv[i][1] ? one_option(cmd, argc, argv, &i, 1) : 0;
+        if (rc > 0) return rc;
     }
     return 0;
 }
 
+void kvopt_version(const char *prog, FILE *f)
+{
+    fprintf(f, "%.*s %s\n", (int)strcspn(prog, " "), prog, KVS_VERSION_STRING);
+}
+
 int kvopt_parse(const struct kvopt_cmd *cmd, int argc, char **argv)
 {
-    if (wants_help(cmd, argc, argv)) {
+    int asked = wants_help(cmd, argc, argv);
+    if (asked == 2) {
+        kvopt_version(cmd->name, stdout);
+        return KVOPT_HELP;
+    }
+    if (asked) {
         kvopt_help(cmd, stdout);
         return KVOPT_HELP;
     }

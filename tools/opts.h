@@ -25,7 +25,7 @@
 /* The exit status of a tool given a bad command line. */
 #define KVOPT_EXIT_USAGE 2
 
-/* kvopt_parse: --help was asked for and printed; the tool exits 0. */
+/* kvopt_parse: --help (or --version) was asked for and printed; the tool exits 0. */
 #define KVOPT_HELP 1
 
 enum kvopt_type {
@@ -89,6 +89,9 @@ struct kvopt_cmd {
  * unexpected argument.
  */
 int kvopt_parse(const struct kvopt_cmd *cmd, int argc, char **argv);
+
+/* Writes "PROG VERSION" (PROG: prog's first word) for --version. */
+void kvopt_version(const char *prog, FILE *f);
 
 /* Writes the --help text of cmd (usage, one line per option with its default, footer). */
 void kvopt_help(const struct kvopt_cmd *cmd, FILE *f);

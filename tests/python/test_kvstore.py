@@ -190,6 +190,10 @@ class BindingTest(unittest.TestCase):
             self.assertNotIn("flush", str(cm.exception))
             self.assertEqual(cm.exception.key, "")
 
+    def test_version(self):
+        self.assertRegex(kvstore.__version__, r"^[0-9]+\.[0-9]+")
+        self.assertEqual(kvstore.__version__, os.environ.get("KVS_EXPECT_VERSION", kvstore.__version__))
+
     def test_server_stats_and_flush(self):
         self.assertIn("# server", self.c.server_stats())
         self.c.flush()
