@@ -5,6 +5,8 @@
  */
 #include "auth.h"
 
+#include "log.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
@@ -94,24 +96,39 @@ const char *kvs_auth_client_refusal(uint32_t features, size_t secret_len, int *r
                           "(started without --auth-file); refusing it";
 }
 
-int kvs_auth_client_begin(struct kvs_auth_client *a, const uint8_t *secret, size_t slen,
-                          const uint8_t *hello_body, size_t hello_len,
-                          const struct kvs_wire_hello *hello)
+int kvs_auth_client_open(struct kvs_auth_client *a, const char *transport, const char *peer,
+                         const uint8_t *secret, size_t slen, const uint8_t *hello_body,
+                         size_t hello_len, const struct kvs_wire_hello *hello)
 {
+    int run;
+    const char *refusal = kvs_auth_client_refusal(hello->features, slen, &run);
+    if (refusal) {
+        kvs_log(KVS_LOG_WARN, "%s %s: %s", transport, peer, refusal);
+        return -EACCES;
+    }
+    if (!run) return 0;
     if (kvs_wire_hello_nonce(hello_body, hello_len, hello, a->server_nonce) < 0) return -EPROTO;
     kvs_auth_nonce(a->client_nonce);
     kvs_auth_client_mac(secret, slen, a->server_nonce, a->client_nonce, a->mac);
-    return 0;
+    return 1;
 }
 
-int kvs_auth_client_server_ok(const struct kvs_auth_client *a, const uint8_t *secret, size_t slen,
-                              const uint8_t proof[KVS_WIRE_MAC_LEN])
+int kvs_auth_client_verdict(const struct kvs_auth_client *a, const char *transport,
+                            const char *peer, const uint8_t *secret, size_t slen,
+                            int32_t error_status, const uint8_t *proof, size_t proof_len)
 {
+    if (error_status == -EACCES) {
+        kvs_log(KVS_LOG_WARN, "%s %s: " KVS_AUTH_REFUSED_TEXT, transport, peer);
+        return -EACCES;
+    }
+    if (error_status != 0 || proof_len != KVS_WIRE_MAC_LEN) return -EPROTO;
     uint8_t want[KVS_WIRE_MAC_LEN];
     kvs_auth_server_mac(secret, slen, a->client_nonce, a->server_nonce, want);
     int ok = kvs_auth_mac_equal(proof, want);
     kvs_auth_wipe(want, sizeof(want));
-    return ok;
+    if (ok) return 0;
+    kvs_log(KVS_LOG_WARN, "%s %s: " KVS_AUTH_BAD_SERVER_TEXT, transport, peer);
+    return -EACCES;
 }
 
 void kvs_auth_nonce(uint8_t nonce[KVS_WIRE_NONCE_LEN])

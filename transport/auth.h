@@ -55,17 +55,27 @@ struct kvs_auth_client {
     "KVSTORE_AUTH_FILE"
 
 /*
- * Starts the exchange after a HELLO whose body is hello_body[0..hello_len):
- * takes the server's nonce, draws ours, computes our proof. 0, or -EPROTO
- * when the HELLO carries no nonce.
+ * Opens the client's half of AUTH after a HELLO whose body is
+ * hello_body[0..hello_len), the same on every transport: 0 when neither side
+ * wants AUTH; 1 when the exchange runs (a then holds our proof, to send with
+ * kvs_wire_auth_encode); -EACCES after one warning "<transport> <peer>:
+ * <reason>" when exactly one side has a secret (kvs_auth_client_refusal);
+ * -EPROTO when the HELLO carries no nonce.
  */
-int kvs_auth_client_begin(struct kvs_auth_client *a, const uint8_t *secret, size_t slen,
-                          const uint8_t *hello_body, size_t hello_len,
-                          const struct kvs_wire_hello *hello);
+int kvs_auth_client_open(struct kvs_auth_client *a, const char *transport, const char *peer,
+                         const uint8_t *secret, size_t slen, const uint8_t *hello_body,
+                         size_t hello_len, const struct kvs_wire_hello *hello);
 
-/* 1 if proof is the server's for this exchange (constant-time compare); else 0. */
-int kvs_auth_client_server_ok(const struct kvs_auth_client *a, const uint8_t *secret, size_t slen,
-                              const uint8_t proof[KVS_WIRE_MAC_LEN]);
+/*
+ * The client's verdict on the server's answer to our AUTH, the same on every
+ * transport. error_status: the status of an ERROR reply, or 0 when the server
+ * answered AUTH with proof[0..proof_len). 0: both hold the secret; -EACCES
+ * after one warning when the server refused our proof (ERROR -EACCES) or its
+ * own proof is wrong; -EPROTO for any other answer.
+ */
+int kvs_auth_client_verdict(const struct kvs_auth_client *a, const char *transport,
+                            const char *peer, const uint8_t *secret, size_t slen,
+                            int32_t error_status, const uint8_t *proof, size_t proof_len);
 
 /* Fills nonce with fresh random bytes (libsodium: getrandom on Linux). */
 void kvs_auth_nonce(uint8_t nonce[KVS_WIRE_NONCE_LEN]);

@@ -114,40 +114,28 @@ static int authenticate(struct kvs_rdma_conn *c, const uint8_t *hello_body, uint
                         const struct kvs_wire_hello *hello, uint64_t deadline)
 {
     const struct kvs_transport_config *cfg = &c->cfg;
-    int run;
-    const char *refusal = kvs_auth_client_refusal(hello->features, cfg->auth_secret_len, &run);
-    if (refusal) {
-        kvs_log(KVS_LOG_WARN, "rdma %s: %s", c->ep.name, refusal);
-        return -EACCES;
-    }
-    if (!run) return 0;
     /* The HELLO body lies in a receive buffer already posted again: take the nonce first. */
     struct kvs_auth_client a;
-    if (kvs_auth_client_begin(&a, cfg->auth_secret, cfg->auth_secret_len, hello_body, hello_len,
-                              hello) < 0)
-        return -EPROTO;
+    int rc = kvs_auth_client_open(&a, "rdma", c->ep.name, cfg->auth_secret, cfg->auth_secret_len,
+                                  hello_body, hello_len, hello);
+    if (rc <= 0) return rc;
     uint64_t id = ++c->next_id;
     uint8_t *out = kvs_rdma_send_buf(c);
     size_t len = kvs_rdma_put_hdr(out, KVS_OP_AUTH, 0, KVS_WIRE_AUTH_LEN, id);
     kvs_wire_auth_encode(out + len, a.client_nonce, a.mac);
     len += KVS_WIRE_AUTH_LEN;
-    int rc = kvs_rdma_call(c, NULL, len, 0, deadline);
+    rc = kvs_rdma_call(c, NULL, len, 0, deadline);
     if (rc < 0) return rc;
     /* The server answers a wrong proof with ERROR -EACCES, then closes. */
     int32_t st;
-    if (kvs_rdma_reply_error(c, &st) && st == -EACCES) {
-        kvs_log(KVS_LOG_WARN, "rdma %s: " KVS_AUTH_REFUSED_TEXT, c->ep.name);
-        return -EACCES;
-    }
+    if (kvs_rdma_reply_error(c, &st) && st == -EACCES)
+        return kvs_auth_client_verdict(&a, "rdma", c->ep.name, cfg->auth_secret,
+                                       cfg->auth_secret_len, st, NULL, 0);
     uint32_t blen;
     const uint8_t *body = kvs_rdma_take_reply(c, KVS_OP_AUTH, id, 0, 0, &blen, &rc);
     if (!body) return rc;
-    if (blen != KVS_WIRE_MAC_LEN) return -EPROTO;
-    if (!kvs_auth_client_server_ok(&a, cfg->auth_secret, cfg->auth_secret_len, body)) {
-        kvs_log(KVS_LOG_WARN, "rdma %s: " KVS_AUTH_BAD_SERVER_TEXT, c->ep.name);
-        return -EACCES;
-    }
-    return 0;
+    return kvs_auth_client_verdict(&a, "rdma", c->ep.name, cfg->auth_secret, cfg->auth_secret_len,
+                                   0, body, blen);
 }
 
 /* HELLO (and AUTH, see authenticate) on a fresh connection; fills c->lim. */

@@ -65,17 +65,10 @@ static int authenticate(struct tcp_conn *c, int fd, const uint8_t *hello_body, s
                         const struct kvs_wire_hello *hello, uint64_t deadline)
 {
     const struct kvs_transport_config *cfg = &c->cfg;
-    int run;
-    const char *refusal = kvs_auth_client_refusal(hello->features, cfg->auth_secret_len, &run);
-    if (refusal) {
-        kvs_log(KVS_LOG_WARN, "tcp %s: %s", c->ep.name, refusal);
-        return -EACCES;
-    }
-    if (!run) return 0;
     struct kvs_auth_client a;
-    if (kvs_auth_client_begin(&a, cfg->auth_secret, cfg->auth_secret_len, hello_body, hello_len,
-                              hello) < 0)
-        return -EPROTO;
+    int rc = kvs_auth_client_open(&a, "tcp", c->ep.name, cfg->auth_secret, cfg->auth_secret_len,
+                                  hello_body, hello_len, hello);
+    if (rc <= 0) return rc;
 
     /* body zeroed: the analyzer cannot see that the decoder makes an ERROR body >= 4 bytes. */
     uint8_t out[KVS_WIRE_HDR_LEN + KVS_WIRE_AUTH_LEN], in[KVS_WIRE_HDR_LEN], body[256] = {0};
@@ -83,23 +76,19 @@ static int authenticate(struct tcp_conn *c, int fd, const uint8_t *hello_body, s
     kvs_wire_hdr_encode(out, &h);
     kvs_wire_auth_encode(out + KVS_WIRE_HDR_LEN, a.client_nonce, a.mac);
     struct iovec iov = {.iov_base = out, .iov_len = sizeof(out)};
-    int rc = tcp_send_all(c, fd, &iov, 1);
+    rc = tcp_send_all(c, fd, &iov, 1);
     if (rc == 0) rc = tcp_recv_exact(fd, in, sizeof(in), deadline);
     if (rc < 0) return rc;
     if (kvs_wire_hdr_decode(in, &h, sizeof(body)) < 0) return -EPROTO;
     rc = tcp_recv_exact(fd, body, h.body_len, deadline);
     if (rc < 0) return rc;
-    if (h.opcode == (KVS_OP_ERROR | KVS_OP_REPLY)) {
-        if ((int32_t)kvs_get_u32(body) != -EACCES) return -EPROTO;
-        kvs_log(KVS_LOG_WARN, "tcp %s: " KVS_AUTH_REFUSED_TEXT, c->ep.name);
-        return -EACCES;
-    }
-    if (h.opcode != (KVS_OP_AUTH | KVS_OP_REPLY) || h.body_len != KVS_WIRE_MAC_LEN) return -EPROTO;
-    if (!kvs_auth_client_server_ok(&a, cfg->auth_secret, cfg->auth_secret_len, body)) {
-        kvs_log(KVS_LOG_WARN, "tcp %s: " KVS_AUTH_BAD_SERVER_TEXT, c->ep.name);
-        return -EACCES;
-    }
-    return 0;
+    int32_t refused = 0;
+    if (h.opcode == (KVS_OP_ERROR | KVS_OP_REPLY))
+        refused = (int32_t)kvs_get_u32(body);
+    else if (h.opcode != (KVS_OP_AUTH | KVS_OP_REPLY))
+        return -EPROTO;
+    return kvs_auth_client_verdict(&a, "tcp", c->ep.name, cfg->auth_secret, cfg->auth_secret_len,
+                                   refused, body, h.body_len);
 }
 
 /* HELLO exchange (and AUTH, see authenticate) on a fresh blocking socket; fills *lim. */

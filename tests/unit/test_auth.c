@@ -158,6 +158,45 @@ static void test_client_refusal_rule(void **state)
     assert_non_null(strstr(why, "does not authenticate"));
 }
 
+/* The client's verdict on the server's answer, one for both transports. */
+static void test_client_verdict(void **state)
+{
+    (void)state;
+    const uint8_t secret[] = "s3cret";
+    uint8_t hello_body[KVS_WIRE_HELLO_AUTH_LEN] = {0};
+    struct kvs_wire_hello hello = {.features = KVS_FEAT_AUTH};
+    struct kvs_auth_client a;
+    /* Neither side wants AUTH: nothing runs. Exactly one side: refused. */
+    struct kvs_wire_hello plain = {0};
+    assert_int_equal(
+        kvs_auth_client_open(&a, "tcp", "peer", secret, 0, hello_body, sizeof(hello_body), &plain),
+        0);
+    assert_int_equal(
+        kvs_auth_client_open(&a, "tcp", "peer", secret, 0, hello_body, sizeof(hello_body), &hello),
+        -EACCES);
+    int rc = kvs_auth_client_open(&a, "tcp", "peer", secret, sizeof(secret) - 1, hello_body,
+                                  sizeof(hello_body), &hello);
+    assert_int_equal(rc, 1);
+    uint8_t proof[KVS_WIRE_MAC_LEN];
+    kvs_auth_server_mac(secret, sizeof(secret) - 1, a.client_nonce, a.server_nonce, proof);
+    assert_int_equal(kvs_auth_client_verdict(&a, "tcp", "peer", secret, sizeof(secret) - 1, 0,
+                                             proof, sizeof(proof)),
+                     0);
+    assert_int_equal(kvs_auth_client_verdict(&a, "tcp", "peer", secret, sizeof(secret) - 1, 0,
+                                             proof, sizeof(proof) - 1),
+                     -EPROTO);
+    assert_int_equal(
+        kvs_auth_client_verdict(&a, "tcp", "peer", secret, sizeof(secret) - 1, -EACCES, NULL, 0),
+        -EACCES);
+    assert_int_equal(
+        kvs_auth_client_verdict(&a, "tcp", "peer", secret, sizeof(secret) - 1, -EIO, NULL, 0),
+        -EPROTO);
+    proof[0] ^= 1;
+    assert_int_equal(kvs_auth_client_verdict(&a, "tcp", "peer", secret, sizeof(secret) - 1, 0,
+                                             proof, sizeof(proof)),
+                     -EACCES);
+}
+
 static void test_load_secret(void **state)
 {
     (void)state;
@@ -389,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_mac_construction),
         cmocka_unit_test(test_nonces_fresh),
         cmocka_unit_test(test_client_refusal_rule),
+        cmocka_unit_test(test_client_verdict),
         cmocka_unit_test(test_load_secret),
         cmocka_unit_test_setup_teardown(test_proto_auth_then_serve, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proto_request_before_auth, setup, teardown),
