@@ -1,7 +1,8 @@
 /*
  * kvbench.c - benchmark driver for kvbatch: main picks the command; the
  * command line of put|get|exists and of --server-stats. The workloads live
- * beside it (kvbench_basic.c, kvbench_layerwise.c, kvbench_micro.c).
+ * beside it (kvbench_basic.c, kvbench_layerwise.c, kvbench_micro.c,
+ * kvbench_mooncake.c).
  */
 #include "kvbench.h"
 
@@ -13,6 +14,7 @@
 static const char USAGE[] = "usage: kvbench put|get|exists [options]\n"
                             "       kvbench layerwise [options]\n"
                             "       kvbench micro [options]\n"
+                            "       kvbench mooncake [options]\n"
                             "       kvbench --server-stats [--servers S]\n"
                             "kvbench COMMAND --help lists a command's options.\n"
                             "exit status: 0 ok, 1 some ops failed, 2 bad arguments\n";
@@ -184,7 +186,8 @@ static int server_stats_main(int argc, char **argv, int asked)
     if (rc == KVOPT_HELP) return 0;
     if (rc < 0) return KVOPT_EXIT_USAGE;
     if (!asked) {
-        fprintf(stderr, "kvbench: a command (put, get, exists, layerwise, micro) comes first\n");
+        fprintf(stderr,
+                "kvbench: a command (put, get, exists, layerwise, micro, mooncake) comes first\n");
         return KVOPT_EXIT_USAGE;
     }
     return server_stats(common.servers);
@@ -202,6 +205,7 @@ int main(int argc, char **argv)
             return basic_main((enum bench_op)c->value, argc - 1, argv + 1);
     if (strcmp(cmd, "layerwise") == 0) return bench_layerwise_main(argc - 1, argv + 1);
     if (strcmp(cmd, "micro") == 0) return bench_micro_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "mooncake") == 0) return bench_mooncake_main(argc - 1, argv + 1);
     if (strcmp(cmd, "server-stats") == 0) return server_stats_main(argc - 1, argv + 1, 1);
     if (strncmp(cmd, "--server", 8) == 0) return server_stats_main(argc, argv, 0);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

@@ -8,6 +8,7 @@
  * kvbench_stats.c     histograms, result printing, CSV/JSON, progress line, sessions
  * kvbench_layerwise.c engine-shaped layer-by-layer save/load workload
  * kvbench_micro.c     sweep of sizes x threads x paths
+ * kvbench_mooncake.c  threads on Mooncake's C API (put_from / get_into), the library dlopened
  *
  * kvbench's own names take the bench_ prefix (kvb_ is the batcher's).
  */
@@ -168,6 +169,7 @@ void bench_emit_median(struct bench_output *out, const struct bench_result *runs
 /* Sub-commands beyond the basic put/get/exists (argc/argv start at the sub-command). */
 int bench_layerwise_main(int argc, char **argv);
 int bench_micro_main(int argc, char **argv);
+int bench_mooncake_main(int argc, char **argv);
 
 /*
  * The basic workload, shared by the put/get/exists command and by micro: the

@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "kvpreload.h"
 #include "kvtest.h"
 
 #define OUT_CAP   (256 * 1024)
@@ -75,12 +76,6 @@ static int run(const char *const argv[], const char *const env[], char *out, siz
     if (waitpid(pid, &status, 0) < 0) return -1;
     fputs(out, stderr); /* the child's output belongs in the test log */
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static int file_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
 }
 
 static char *read_file(const char *path)
@@ -275,45 +270,17 @@ static void layerwise_load_misses_count_once(void **state)
     assert_true(ops_per_s >= 0 && ops_per_s < 1e9);
 }
 
-/* The sanitizer runtime this test runs with (ASan/TSan builds), or "": it must lead LD_PRELOAD. */
-static const char *asan_runtime(void)
+/* "LD_PRELOAD=<sanitizer runtime> <shim>" in buf (kvt_preload_env). */
+static const char *shim_env(char *buf, size_t cap)
 {
-    static char path[512];
-    FILE *maps = fopen("/proc/self/maps", "r");
-    char line[1024];
-    path[0] = '\0';
-    while (maps && fgets(line, sizeof(line), maps)) {
-        char *p = strchr(line, '/');
-        if (p && (strstr(p, "/libasan.so") || strstr(p, "/libtsan.so"))) {
-            p[strcspn(p, "\n")] = '\0';
-            snprintf(path, sizeof(path), "%s ", p);
-            break;
-        }
-    }
-    if (maps) fclose(maps);
-    return path;
-}
-
-/* "LD_PRELOAD=<shim>" in buf, or NULL (and the test is skipped) when it is not built. */
-static const char *shim_or_skip(char *buf, size_t cap)
-{
-    const char *rel = kvt_build_path("lib/libkvbatch.so");
-    if (!file_exists(rel)) return NULL;
-    char *abs = realpath(rel, NULL);
-    if (!abs) return NULL;
-    snprintf(buf, cap, "LD_PRELOAD=%s%s", asan_runtime(), abs);
-    free(abs);
-    return buf;
+    return kvt_preload_env(NULL, buf, cap);
 }
 
 static void kvbench_single_path_is_batched_by_shim(void **state)
 {
     (void)state;
     char preload[1700], statsenv[256], stats[128];
-    if (!shim_or_skip(preload, sizeof(preload))) {
-        fprintf(stderr, "libkvbatch.so not built: skipped\n");
-        skip();
-    }
+    shim_env(preload, sizeof(preload));
     char *out = out_buf;
     snprintf(stats, sizeof(stats), "%s/kvbench.prom", tmpdir);
     snprintf(statsenv, sizeof(statsenv), "KVBATCH_STATS_FILE=%s", stats);
@@ -329,6 +296,40 @@ static void kvbench_single_path_is_batched_by_shim(void **state)
     fprintf(stderr, "shim stats: %.0f ops in %.0f batches\n", ops, batches);
     assert_true(ops >= 4000);
     assert_true(batches > 0 && batches < ops);
+    free(text);
+}
+
+/*
+ * kvbench mooncake: threads on Mooncake's C API over the drop-in, without the
+ * shim (path "single") and under it ("shim"), where the stats file shows
+ * the put_from and get_into calls batched under backend="mooncake".
+ */
+static void kvbench_mooncake_with_and_without_shim(void **state)
+{
+    (void)state;
+    char preload[1700], statsenv[256], stats[128];
+    char *out = out_buf;
+    const char *args[] = {kvbench(),   "mooncake",  "--master", server.addr, "--max-ops",
+                          "4000",      "--threads", "8",        "--size",    "4K",
+                          "--seconds", "60",        "--quiet",  NULL};
+    const char *plain[] = {NULL};
+    assert_int_equal(run(args, plain, out, OUT_CAP), 0);
+    assert_non_null(strstr(out, "mc-put_from    single"));
+    assert_non_null(strstr(out, "mc-get         single"));
+    snprintf(stats, sizeof(stats), "%s/mooncake.prom", tmpdir);
+    snprintf(statsenv, sizeof(statsenv), "KVBATCH_STATS_FILE=%s", stats);
+    const char *env[] = {shim_env(preload, sizeof(preload)), statsenv, "KVBATCH_POLICY=fixed",
+                         "KVBATCH_WINDOW_US=1ms", NULL};
+    assert_int_equal(run(args, env, out, OUT_CAP), 0);
+    assert_non_null(strstr(out, "mc-put_from    shim"));
+    assert_non_null(strstr(out, "mc-get         shim"));
+    char *text = read_file(stats);
+    assert_non_null(text);
+    double puts = metric_sum(text, "kvbatch_ops_total{backend=\"mooncake\",op=\"put\"}");
+    double batches = metric_sum(text, "kvbatch_batches_total{backend=\"mooncake\",op=\"put\"}");
+    fprintf(stderr, "kvbench mooncake under the shim: %.0f puts in %.0f batches\n", puts, batches);
+    assert_true(puts >= 4000); /* and the prefill's */
+    assert_true(batches > 0 && batches < puts);
     free(text);
 }
 
@@ -391,10 +392,7 @@ static void python_engine_same_results_with_shim(void **state)
     snprintf(checksum, sizeof(checksum), "%.41s", cs);
 
     char preload[1700], statsenv[256], stats[128];
-    if (!shim_or_skip(preload, sizeof(preload))) {
-        fprintf(stderr, "libkvbatch.so not built: shim half skipped\n");
-        skip();
-    }
+    shim_env(preload, sizeof(preload));
     snprintf(stats, sizeof(stats), "%s/engine.prom", tmpdir);
     snprintf(statsenv, sizeof(statsenv), "KVBATCH_STATS_FILE=%s", stats);
     const char *env_shim[] = {pypath, preload, statsenv, NULL};
@@ -422,6 +420,7 @@ int main(void)
         cmocka_unit_test(layerwise_and_micro_run),
         cmocka_unit_test(layerwise_load_misses_count_once),
         cmocka_unit_test(kvbench_single_path_is_batched_by_shim),
+        cmocka_unit_test(kvbench_mooncake_with_and_without_shim),
         cmocka_unit_test(python_binding_unit_tests),
         cmocka_unit_test(python_engine_same_results_with_shim),
     };
