@@ -57,3 +57,7 @@ $(BUILD)/tests/preload/mc_workload_double: $(BUILD)/obj/tests/preload/mc_workloa
 $(BUILD)/tests/preload/mc_nolib: $(LIBKVBATCH)
 $(BUILD)/tests/preload/mc_nolib: private LDFLAGS += -L$(BUILD)/lib -l:libkvbatch.so
 tests: $(BUILD)/tests/preload/mc_workload_double
+# tests/preload/libmc_local.c: a library over the double that mc_dlopen loads RTLD_LOCAL.
+$(BUILD)/tests/preload/libmc_local.so: $(MC_DOUBLE)
+$(BUILD)/tests/preload/libmc_local.so: private LDFLAGS += -L$(BUILD)/tests/preload \
+    -l:libmc_double.so -Wl,-rpath,'$$ORIGIN'

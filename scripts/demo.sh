@@ -5,8 +5,10 @@
 # It starts kvstored on 127.0.0.1 (a free port), runs the same programs
 # without and with LD_PRELOAD=libkvbatch.so - kvbench's single-key path with
 # 16 threads x 4 KiB, then the engine-shaped layer-wise workload (llama3-70b
-# at TP 8, an async connector) - prints the
-# speed-up, and shows kvbatch-stat's view of the shim's stats file.
+# at TP 8, an async connector), then Mooncake-shaped programs on the drop-in
+# (an LMCache-shaped Python connector over mooncake.store, and threads on
+# Mooncake's C API) - prints the speed-up, and shows kvbatch-stat's view of
+# the shim's stats files.
 # Everything is bounded in time; the server is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +23,7 @@ rm -f "$OUT"/*.prom "$OUT"/*.json
 for f in "$BIN/kvstored" "$BIN/kvbench" "$SHIM"; do
     [ -e "$f" ] || { echo "demo: $f is missing; run make first" >&2; exit 1; }
 done
+SHIM=$(readlink -f "$SHIM") # LD_PRELOAD is resolved in every process the programs start
 
 "$BIN/kvstored" --listen 127.0.0.1:0 --memory 2G >"$OUT/kvstored.log" 2>&1 &
 server=$!
@@ -77,9 +80,50 @@ awk -v a="$(lw_field "$OUT/lw-plain.json" layerwise-save exposed_p50_us)" \
 echo "(where slices are 64 KiB, llama3-8b at TP 1, this host's loopback link bounds both paths:"
 echo " scripts/layerwise-ab.sh and docs/benchmarks.md)"
 
+# kvbatch-stat's per-op table alone, indented
+op_table() { awk '/^op /{p=1} p && !done {print "   " $0} /^all /{done=1}'; }
+
+echo
+echo "== 3. Mooncake-shaped: programs written for Mooncake Store, on kvbatch's drop-in"
+if [ -e "$BUILD/python/mooncake/__init__.py" ]; then
+    echo "   LMCache's mooncakestore connector shape (tests/python/mooncake_connectors.py lmcache):"
+    echo "   1024 x 16 KiB chunks saved with asyncio.to_thread(store.put_from, ...), then one"
+    echo "   batch_get_into; mooncake.store's put_from is a kvs_put, which the shim batches"
+    for run in plain shim; do
+        env=(PYTHONPATH="$BUILD/python")
+        [ $run = shim ] && env+=(LD_PRELOAD="$SHIM" KVBATCH_STATS_FILE="$OUT/lmcache-shim.prom")
+        t0=$(date +%s.%N)
+        env "${env[@]}" python3 tests/python/mooncake_connectors.py lmcache --servers "$addr" \
+            --prefix "demo.$run." --chunks 1024 --size 16384 >"$OUT/lmcache-$run.out"
+        t1=$(date +%s.%N)
+        awk -v r=$run -v a="$t0" -v b="$t1" 'BEGIN { printf "   %-5s %6.0f ms\n", r, (b - a) * 1000 }'
+    done
+    if cmp -s "$OUT/lmcache-plain.out" "$OUT/lmcache-shim.out"; then
+        echo "   every result the same with and without the shim"
+    else
+        echo "   RESULTS DIFFER: diff $OUT/lmcache-plain.out $OUT/lmcache-shim.out"
+    fi
+    "$BIN/kvbatch-stat" -s -b kvs "$OUT/lmcache-shim.prom" | op_table
+else
+    echo "   (no build/python/mooncake: the Python connector run is skipped)"
+fi
+echo
+echo "   Mooncake's C API (kvbench mooncake): 16 threads x 8 KiB, one mooncake_store_put_from /"
+echo "   mooncake_store_get_into per call; the shim merges them into mooncake_store_batch_*"
+MC=(mooncake --master "$addr" --threads 16 --size 8K --seconds "$SECONDS_PER_RUN" --quiet)
+"$BIN/kvbench" "${MC[@]}" --json "$OUT/mc-plain.json" | grep '^run'
+LD_PRELOAD=$SHIM KVBATCH_STATS_FILE="$OUT/mc-shim.prom" \
+    "$BIN/kvbench" "${MC[@]}" --json "$OUT/mc-shim.json" | grep '^run'
+mc_ops() { sed -n "/\"$2\"/s/.*\"ops_per_s\": \([0-9.]*\).*/\1/p" "$1" | tail -1; }
+for w in mc-put_from mc-get; do
+    awk -v w=$w -v a="$(mc_ops "$OUT/mc-plain.json" $w)" -v b="$(mc_ops "$OUT/mc-shim.json" $w)" \
+        'BEGIN { if (a > 0) printf "   %-12s %10.0f ops/s without, %10.0f with the shim (%.2fx)\n", w, a, b, b / a }'
+done
+"$BIN/kvbatch-stat" -s -b mooncake "$OUT/mc-shim.prom" | op_table
+
 if [ -x "$BIN/kvbatch-stat" ]; then
     echo
-    echo "== 3. what the shim did in the 16-thread put run (kvbatch-stat $OUT/put-shim.prom)"
+    echo "== 4. what the shim did in the 16-thread put run (kvbatch-stat $OUT/put-shim.prom)"
     "$BIN/kvbatch-stat" "$OUT/put-shim.prom"
 fi
 echo

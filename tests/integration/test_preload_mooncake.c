@@ -7,7 +7,8 @@
  * configs, the program's own mixed batches, remove) under each policy and
  * write-behind; 16 threads with a stats file showing batching under the
  * mooncake backend label (and nothing batched a second time under kvs);
- * fork; a process with no Mooncake library; one that never calls the API,
+ * fork; a process with no Mooncake library; a library loaded RTLD_LOCAL;
+ * one that never calls the API,
  * which shows no trace of it; and libkvbatch's exports (nm -D).
  */
 #include <setjmp.h>
@@ -246,6 +247,30 @@ static void test_a_kvs_program_shows_no_mooncake(void **state)
     free(text);
 }
 
+/*
+ * A library on Mooncake's API loaded RTLD_LOCAL (as CPython loads extension
+ * modules; tests/preload/libmc_local.c over the double): its calls reach
+ * the shim, dlsym(RTLD_NEXT) cannot see the Mooncake library, and the shim
+ * finds it among the loaded objects. Without that every call returns -1.
+ */
+static void test_a_library_loaded_rtld_local(void **state)
+{
+    char stats_env[PATH_MAX + 32], lib[PATH_MAX];
+    (void)state;
+    const char *const args[] = {kvt_abs_build("tests/preload/libmc_local.so", lib, sizeof(lib)),
+                                NULL};
+    snprintf(stats_env, sizeof(stats_env), "KVBATCH_STATS_FILE=%s", tmp("local.prom"));
+    const char *const plain_env[] = {NULL};
+    const char *const env[] = {preload(), stats_env, NULL};
+    assert_int_equal(
+        kvt_run("tests/preload/mc_dlopen", args, plain_env, tmp("l.out"), tmp("l.err")), 0);
+    assert_int_equal(kvt_run("tests/preload/mc_dlopen", args, env, tmp("l.out"), tmp("l.err")), 0);
+    char *text = kvt_slurp(tmp("local.prom"));
+    assert_true(kvt_metric(text, "kvbatch_ops_total{backend=\"mooncake\",op=\"put\"}") == 20);
+    assert_true(kvt_metric(text, "kvbatch_ops_total{backend=\"mooncake\",op=\"exists\"}") == 40);
+    free(text);
+}
+
 /* libkvbatch exports exactly the calls it interposes: libkvstore's and Mooncake's. */
 static void test_exports_exactly_the_interposed_calls(void **state)
 {
@@ -311,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_no_mooncake_library),
         cmocka_unit_test(test_a_kvs_program_shows_no_mooncake),
+        cmocka_unit_test(test_a_library_loaded_rtld_local),
         cmocka_unit_test(test_exports_exactly_the_interposed_calls),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

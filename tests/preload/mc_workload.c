@@ -207,6 +207,9 @@ static int fork_check(void)
     pid_t pid = fork();
     if (pid < 0) return 1;
     if (pid == 0) {
+        /* A write-behind put is the parent's to send: it may land a moment after the fork. */
+        for (int i = 0; i < 500 && mooncake_store_is_exist(store, "mf.parent") != 1; i++)
+            usleep(10000);
         int ok = mooncake_store_get_into(store, "mf.parent", buf, sizeof(buf)) == 6 &&
                  mooncake_store_put_from(store, "mf.child", "child", 5, NULL) == 0 &&
                  mooncake_store_is_exist(store, "mf.child") == 1;
