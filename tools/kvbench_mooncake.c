@@ -236,6 +236,7 @@ static int mc_run_once(const struct mc_cmd *c, const struct mc_api *api, mooncak
                        enum bench_op op, struct bench_result *res)
 {
     struct mc_run r = {.cmd = c, .api = api, .store = store, .op = op};
+    memset(res, 0, sizeof(*res));
     uint64_t total = c->max_ops > 0 ? (uint64_t)c->max_ops : UINT64_MAX / 2;
     r.ops_each = (total + (uint64_t)c->threads - 1) / (uint64_t)c->threads;
     atomic_init(&r.done, 0);
@@ -263,7 +264,6 @@ static int mc_run_once(const struct mc_cmd *c, const struct mc_api *api, mooncak
         bench_sleep_ns(50 * 1000 * 1000);
     }
     struct bench_hist lat = {0};
-    memset(res, 0, sizeof(*res));
     for (int i = 0; i < started; i++) {
         pthread_join(t[i], NULL);
         bench_hist_merge(&lat, &w[i].lat);
@@ -330,7 +330,7 @@ int bench_mooncake_main(int argc, char **argv)
         }
         struct bench_result runs[64], med;
         for (int i = 0; i < c.common.repeat && rc == 0; i++) {
-            rc = mc_run_once(&c, &api, store, c.ops[o], &runs[i]);
+            if ((rc = mc_run_once(&c, &api, store, c.ops[o], &runs[i])) < 0) break;
             runs[i].run = i + 1;
             errors += runs[i].errors;
             bench_emit(&out, &runs[i]);
