@@ -34,19 +34,23 @@ static int env_ms(const char *name, int def, int max)
 }
 
 /*
- * Parses one "[scheme://]host:port" into ep. host may be a name, an IPv4
- * address or a bracketed IPv6 address. 0, -EINVAL, -EBADR (KVSTORE_TRANSPORT is
- * none of tcp|rdma|auto) or -ENOTSUP (no such transport in this build).
+ * Parses one "[scheme://]host:port" or "unix://PATH" / "shm://PATH" into ep.
+ * host may be a name, an IPv4 address or a bracketed IPv6 address. A bare
+ * host:port follows KVSTORE_TRANSPORT=tcp|rdma|auto: unset or auto lets the
+ * tcp transport use the server's local socket when the server is on this
+ * host (ep->try_local), auto also composes it with rdma (transport/auto.c);
+ * tcp is TCP only. 0, -EINVAL, -EBADR (KVSTORE_TRANSPORT is none of
+ * tcp|rdma|auto) or -ENOTSUP (no such transport in this build).
  */
 static int parse_endpoint(const char *s, size_t len, struct kvs_endpoint *ep,
                           const struct kvs_transport_ops **ops)
 {
-    int rc = kvs_parse_endpoint(s, len, KVS_EP_SCHEME, ep);
+    int rc = kvs_parse_endpoint(s, len, KVS_EP_SCHEME | KVS_EP_LOCAL, ep);
     if (rc < 0) return rc;
-    *ops = &kvs_tcp_transport;
+    *ops = &kvs_tcp_transport; /* it also serves unix:// and shm:// (tcp_local.c) */
     if (!ep->scheme[0]) {
-        /* A bare host:port follows KVSTORE_TRANSPORT=tcp|rdma|auto (default tcp). */
         const char *t = getenv("KVSTORE_TRANSPORT");
+        ep->try_local = !t || !*t || strcmp(t, "auto") == 0;
         if (t && *t) {
             if (strcmp(t, "tcp") != 0 && strcmp(t, "rdma") != 0 && strcmp(t, "auto") != 0)
                 return -EBADR;
@@ -123,7 +127,7 @@ int kvc_config_load(kvs_client *c, const char *servers)
     if (rc < 0) {
         kvs_log(KVS_LOG_ERROR, "bad server list \"%s\": %s", servers,
                 rc == -ENOTSUP ? "this build has no such transport"
-                               : "expected [tcp://]host:port[,host:port...]");
+                               : "expected [tcp://]host:port or unix:///PATH[,...]");
         return rc;
     }
     return load_auth(&c->cfg);

@@ -146,6 +146,28 @@ int kvs_list_next(const char **p, const char **item, size_t *len)
     return 1;
 }
 
+/* "unix://PATH" / "shm://PATH" (scheme slen bytes at s) into *ep, as kvs_parse_endpoint. */
+static int parse_local(const char *s, size_t len, size_t slen, unsigned flags,
+                       struct kvs_endpoint *ep)
+{
+    static const char *const schemes[] = {"unix", "shm"};
+    struct kvs_endpoint e;
+    memset(&e, 0, sizeof(e));
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
+        if (slen == strlen(schemes[i]) && memcmp(s, schemes[i], slen) == 0)
+            memcpy(e.scheme, schemes[i], slen + 1);
+    if (!e.scheme[0] || !(flags & KVS_EP_LOCAL)) return -EINVAL;
+    const char *path = s + slen + 3;
+    size_t plen = len - slen - 3;
+    if (plen < 2 || path[0] != '/' || plen >= sizeof(e.path)) return -EINVAL;
+    for (size_t i = 0; i < plen; i++)
+        if (strchr(" \t,", path[i]) || path[i] == '\0') return -EINVAL;
+    memcpy(e.path, path, plen);
+    memcpy(e.name, path, plen);
+    *ep = e;
+    return 0;
+}
+
 int kvs_parse_endpoint(const char *s, size_t len, unsigned flags, struct kvs_endpoint *ep)
 {
     static const char *const schemes[] = {"tcp", "rdma"};
@@ -159,7 +181,7 @@ int kvs_parse_endpoint(const char *s, size_t len, unsigned flags, struct kvs_end
         for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
             if (slen == strlen(schemes[i]) && memcmp(s, schemes[i], slen) == 0)
                 memcpy(e.scheme, schemes[i], slen + 1);
-        if (!e.scheme[0]) return -EINVAL;
+        if (!e.scheme[0]) return parse_local(s, len, slen, flags, ep);
         len -= slen + 3;
         s = sep + 3;
     }

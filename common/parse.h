@@ -41,7 +41,15 @@ int kvs_parse_duration_units(const char *s, uint64_t unit_ns, uint64_t *units);
 
 /* One server or listening address. */
 struct kvs_endpoint {
-    char scheme[8];  /* "tcp" or "rdma" as written (a client may also set "auto"); "" if none */
+    char scheme[8]; /* "tcp", "rdma", "unix" or "shm" as written (a client may also set "auto"); ""
+                       if none */
+    /*
+     * unix:// and shm:// only: the local socket's path (host and port are
+     * then empty, name is the path). The client sets try_local on a bare
+     * host:port under KVSTORE_TRANSPORT=auto (docs/client.md).
+     */
+    char path[108];
+    int try_local;
     char host[256];  /* name, IPv4 address or IPv6 address, without brackets */
     char port[8];    /* decimal, no leading zeros (for getaddrinfo) */
     unsigned portno; /* the same port as a number */
@@ -49,6 +57,7 @@ struct kvs_endpoint {
 };
 
 #define KVS_EP_SCHEME 1u /* a "tcp://" or "rdma://" prefix is allowed */
+#define KVS_EP_LOCAL  4u /* so is "unix:///PATH" or "shm:///PATH" (with KVS_EP_SCHEME) */
 #define KVS_EP_PORT0  2u /* port 0 is allowed (listen on a free port) */
 
 /*
@@ -56,6 +65,9 @@ struct kvs_endpoint {
  * or an IPv4 address, or any address in brackets ("[::1]:7070"; an IPv6
  * address needs them); it holds no blank, '/', ',' or bracket of its own.
  * port is 1 to 5 digits, 1..65535 (0 too with KVS_EP_PORT0).
+ * With KVS_EP_LOCAL, "unix://PATH" or "shm://PATH" names a local socket:
+ * PATH is absolute ("unix:///run/kvstored/7070.sock"), at most 107 bytes,
+ * without NUL, blank or ','.
  */
 int kvs_parse_endpoint(const char *s, size_t len, unsigned flags, struct kvs_endpoint *ep);
 

@@ -11,6 +11,11 @@ export KVS_TEST_BUILD=$BUILD
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+# kvstored's local sockets (and the clients' look-up of them) in a private
+# directory. The client tests reach their servers over the local socket
+# (KVSTORE_TRANSPORT unset: auto) unless KVSTORE_TRANSPORT=tcp is exported.
+KVSTORE_RUNTIME_DIR=$(mktemp -d /tmp/kvs-run.XXXXXX) || exit 1
+export KVSTORE_RUNTIME_DIR
 
 bins=$(find "$BUILD/tests" -type f -perm -u+x -name 'test_*' 2>/dev/null | sort)
 if [ "$SAN" = tsan ] && [ -f tests/threaded.txt ]; then
@@ -35,7 +40,7 @@ count_cases() {
 }
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log"; rm -rf "$KVSTORE_RUNTIME_DIR"' EXIT
 pass=0 fail=0 failed= tests_pass=0 tests_fail=0 tests_skip=0
 for b in $bins; do
     echo "=== $b"

@@ -16,6 +16,7 @@
 #include "auth.h"
 #include "net.h"
 #include "clock.h"
+#include "local.h"
 #include "parse.h"
 #include "proto.h"
 #include "rdma.h"
@@ -36,6 +37,7 @@ struct options {
     char rdma_port[8];
     long rdma_lease_ms;
     const char *auth_file; /* --auth-file, or NULL */
+    const char *unix_path; /* --unix PATH, "none", or NULL: the default (common/local.h) */
 };
 
 static void usage(FILE *out)
@@ -44,7 +46,7 @@ static void usage(FILE *out)
             "usage: kvstored [--listen HOST:PORT] [--memory SIZE] [--max-object SIZE]\n"
             "                [--max-frame SIZE] [--max-conns N] [--stall-timeout S]\n"
             "                [--rdma-listen HOST:PORT] [--rdma-lease-ms N] [--auth-file PATH]\n"
-            "                [--verbose] [--help] [--version]\n"
+            "                [--unix PATH|none] [--verbose] [--help] [--version]\n"
             "\n"
             "  --listen HOST:PORT  address to bind, nothing else (default 127.0.0.1:7070;\n"
             "                      port 0 picks a free port; [v6addr]:PORT for IPv6)\n"
@@ -59,12 +61,17 @@ static void usage(FILE *out)
             "  --rdma-lease-ms N   cut a client holding an RDMA slot longer (default 10000)\n"
             "  --auth-file PATH    require clients to prove they hold the secret in PATH\n"
             "                      (mode 600; clients: KVSTORE_AUTH_FILE), on TCP and RDMA\n"
+            "  --unix PATH|none    the same-host socket (default $KVSTORE_RUNTIME_DIR, else\n"
+            "                      $XDG_RUNTIME_DIR, else /tmp, /kvstored-PORT-NETNS.sock:\n"
+            "                      where clients on this host look; none: TCP only).\n"
+            "                      Peers must run as kvstored's uid or root\n"
             "  --verbose           log connections and protocol errors on stderr\n"
             "\n"
             "SIZE is bytes, or a number with B, K, KB, KiB, M, MB, MiB, G, GB, GiB (any\n"
             "case): powers of 1024. A duration (S, N) is a number, optionally with a\n"
             "fraction and a unit ns, us, ms or s; a bare number is in the option's unit.\n"
-            "Prints \"listening on HOST:PORT\" once ready; SIGTERM or SIGINT stop it cleanly.\n");
+            "Prints \"listening on HOST:PORT\" (then \"local socket PATH\") once ready; SIGTERM or "
+            "SIGINT stop it cleanly.\n");
 }
 
 /* HOST:PORT or [V6]:PORT (port 0: a free one) into host / port. */
@@ -95,6 +102,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
         {"rdma-listen", required_argument, NULL, 'r'},
         {"rdma-lease-ms", required_argument, NULL, 'L'},
         {"auth-file", required_argument, NULL, 'a'},
+        {"unix", required_argument, NULL, 'u'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
@@ -161,6 +169,11 @@ static int parse_options(int argc, char **argv, struct options *opt)
         case 'a':
             opt->auth_file = optarg;
             break;
+        case 'u':
+            if (optarg[0] != '/' && strcmp(optarg, "none") != 0)
+                return bad_option("--unix", optarg, "an absolute path, or none");
+            opt->unix_path = optarg;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -186,6 +199,35 @@ static int parse_options(int argc, char **argv, struct options *opt)
         fprintf(stderr, "kvstored: --max-object (%llu bytes) is larger than --memory (%llu)\n",
                 (unsigned long long)opt->max_object, (unsigned long long)pool);
         return -1;
+    }
+    return 0;
+}
+
+/*
+ * The local socket (--unix): the given path, or the default one for the
+ * port bound (addr: "HOST:PORT"), into upath ("" when none). An explicit
+ * path that cannot be served is an error; the default one gets a line on
+ * stderr and kvstored serves TCP only.
+ */
+static int listen_local(struct kvsd_net *net, const struct options *opt, const char *addr,
+                        char *upath, size_t len)
+{
+    char err[256];
+    struct kvs_endpoint ep;
+    if (opt->unix_path && strcmp(opt->unix_path, "none") == 0) return 0;
+    if (opt->unix_path) {
+        snprintf(upath, len, "%s", opt->unix_path);
+    } else if (kvs_parse_endpoint(addr, strlen(addr), 0, &ep) < 0 ||
+               kvs_local_default_path(ep.portno, upath, len) < 0) {
+        fprintf(stderr, "kvstored: no default local socket for %s; serving TCP only\n", addr);
+        upath[0] = '\0';
+        return 0;
+    }
+    int rc = kvsd_net_listen_local(net, upath, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kvstored: %s%s\n", err, opt->unix_path ? "" : "; serving TCP only");
+        upath[0] = '\0';
+        return opt->unix_path ? rc : 0;
     }
     return 0;
 }
@@ -293,8 +335,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvstored: getsockname: %s\n", strerror(-rc));
         goto out_net;
     }
+    char upath[108] = "";
+    rc = listen_local(net, &opt, addr, upath, sizeof(upath));
+    if (rc < 0) goto out_net;
     printf("listening on %s\n", addr);
     if (rdma) printf("rdma listening on %s\n", rdma_addr);
+    if (upath[0]) printf("local socket %s\n", upath);
     fflush(stdout);
     if (opt.verbose)
         fprintf(stderr, "kvstored: memory %zu bytes, max object %llu, max frame %llu\n",

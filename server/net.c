@@ -7,6 +7,7 @@
 #include "net.h"
 
 #include "clock.h"
+#include "local_socket.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +44,8 @@ struct kvsd_net {
     struct kvsd_server *srv;
     int epfd;
     int lfd;
+    int ufd; /* the local (Unix-domain) listener, or -1: kvsd_net_listen_local */
+    char upath[108];
     int max_conns;
     int verbose;
     int spare_fd; /* held in reserve to accept-and-close when out of descriptors */
@@ -50,7 +53,7 @@ struct kvsd_net {
     uint64_t next_sweep_ms;
     struct conn *conns;
     /* epoll tags of the two non-connection fds */
-    char listen_tag, stop_tag;
+    char listen_tag, local_tag, stop_tag;
     /* one more fd served by this loop (kvstored's RDMA side): kvsd_net_watch */
     char extra_tag;
     void (*extra_fn)(void *arg);
@@ -109,6 +112,7 @@ int kvsd_net_create(struct kvsd_server *srv, const struct kvsd_net_config *cfg,
         goto fail;
     }
     n->srv = srv;
+    n->ufd = -1;
     n->max_conns = cfg->max_conns;
     n->verbose = cfg->verbose;
     n->stall_timeout_ms = cfg->stall_timeout_ms;
@@ -182,11 +186,11 @@ static void conn_close(struct kvsd_net *n, struct conn *c)
  * triggered) listening socket readable and spin the loop. Spend the spare
  * descriptor to accept it and close it at once. Returns 1 if one was refused.
  */
-static int refuse_without_fds(struct kvsd_net *n)
+static int refuse_without_fds(struct kvsd_net *n, int lfd)
 {
     if (n->spare_fd < 0) return 0;
     close(n->spare_fd);
-    int fd = accept4(n->lfd, NULL, NULL, SOCK_CLOEXEC);
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     if (fd >= 0) {
         close(fd);
         n->srv->counters.conns_refused++;
@@ -196,16 +200,21 @@ static int refuse_without_fds(struct kvsd_net *n)
 }
 
 /*
- * Serves the accepted socket fd as a new connection, or refuses it (over
- * --max-conns, or out of memory): closed at once and counted.
+ * Serves the accepted socket fd (local: from the Unix-domain listener) as a
+ * new connection, or refuses it (over --max-conns, a local peer of another
+ * uid, or out of memory): closed at once and counted.
  */
-static void conn_add(struct kvsd_net *n, int fd)
+static void conn_add(struct kvsd_net *n, int fd, int local)
 {
     int one = 1;
     struct conn *c = NULL;
     if (n->srv->counters.conns_current >= (uint64_t)n->max_conns) goto refuse;
+    if (local && !kvsd_local_peer_ok(fd, n->verbose)) {
+        n->srv->counters.conns_refused_peer++;
+        goto refuse;
+    }
     c = calloc(1, sizeof(*c));
-    if (!c || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
+    if (!c || (!local && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0) ||
         !(c->proto = kvsd_proto_conn_new(n->srv)))
         goto refuse;
     c->fd = fd;
@@ -218,7 +227,9 @@ static void conn_add(struct kvsd_net *n, int fd)
     n->conns = c;
     n->srv->counters.conns_current++;
     n->srv->counters.conns_total++;
-    if (n->verbose) fprintf(stderr, "kvstored: connection %d accepted\n", fd);
+    if (local) n->srv->counters.conns_local++;
+    if (n->verbose)
+        fprintf(stderr, "kvstored: %sconnection %d accepted\n", local ? "local " : "", fd);
     return;
 refuse:
     if (c) kvsd_proto_conn_free(c->proto);
@@ -227,18 +238,18 @@ refuse:
     n->srv->counters.conns_refused++;
 }
 
-static void accept_all(struct kvsd_net *n)
+static void accept_all(struct kvsd_net *n, int lfd)
 {
     for (;;) {
-        int fd = accept4(n->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
-            if ((errno == EMFILE || errno == ENFILE) && refuse_without_fds(n)) continue;
+            if ((errno == EMFILE || errno == ENFILE) && refuse_without_fds(n, lfd)) continue;
             if (errno != EAGAIN && n->verbose)
                 fprintf(stderr, "kvstored: accept: %s\n", strerror(errno));
             return;
         }
-        conn_add(n, fd);
+        conn_add(n, fd, lfd == n->ufd);
     }
 }
 
@@ -380,7 +391,9 @@ int kvsd_net_run(struct kvsd_net *n, int stop_fd)
             if (tag == &n->stop_tag)
                 stop = 1;
             else if (tag == &n->listen_tag)
-                accept_all(n);
+                accept_all(n, n->lfd);
+            else if (tag == &n->local_tag)
+                accept_all(n, n->ufd);
             else if (tag == &n->extra_tag)
                 n->extra_fn(n->extra_arg);
             else
@@ -391,6 +404,23 @@ int kvsd_net_run(struct kvsd_net *n, int stop_fd)
     }
     epoll_ctl(n->epfd, EPOLL_CTL_DEL, stop_fd, NULL);
     return rc;
+}
+
+int kvsd_net_listen_local(struct kvsd_net *n, const char *path, char *err, size_t errlen)
+{
+    if (n->ufd >= 0) return -EBUSY;
+    int fd = kvsd_local_listen(path, err, errlen);
+    if (fd < 0) return fd;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &n->local_tag};
+    if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        int rc = set_reason(err, errlen, -errno, "epoll_ctl");
+        close(fd);
+        unlink(path);
+        return rc;
+    }
+    n->ufd = fd;
+    snprintf(n->upath, sizeof(n->upath), "%s", path);
+    return 0;
 }
 
 int kvsd_net_watch(struct kvsd_net *n, int fd, void (*fn)(void *arg), void *arg)
@@ -409,6 +439,10 @@ void kvsd_net_destroy(struct kvsd_net *n)
     while (n->conns)
         conn_close(n, n->conns);
     close(n->lfd);
+    if (n->ufd >= 0) {
+        close(n->ufd);
+        unlink(n->upath);
+    }
     close(n->epfd);
     if (n->spare_fd >= 0) close(n->spare_fd);
     free(n);

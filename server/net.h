@@ -33,6 +33,12 @@ int kvsd_net_create(struct kvsd_server *srv, const struct kvsd_net_config *cfg,
 /* "HOST:PORT" actually bound (the real port when 0 was asked), "[v6]:PORT" for IPv6. */
 int kvsd_net_local_addr(const struct kvsd_net *n, char *buf, size_t len);
 /*
+ * Also serves the same protocol on a Unix-domain socket at path
+ * (local_socket.h: who may connect, a stale file replaced); unlinked again
+ * by kvsd_net_destroy. 0 or a negative errno with a reason in err.
+ */
+int kvsd_net_listen_local(struct kvsd_net *n, const char *path, char *err, size_t errlen);
+/*
  * Serves clients until stop_fd becomes readable (a signalfd, a pipe); does
  * not read stop_fd. Returns 0, or a negative errno if the loop itself failed.
  */

@@ -30,8 +30,10 @@ struct kvsd_server_counters {
     uint64_t removed_matching; /* keys removed by REMOVE_MATCHING */
     uint64_t errors_protocol, errors_unsupported, errors_nomem;
     uint64_t conns_current, conns_total, conns_refused, conns_stalled;
-    uint64_t auth_ok;       /* connections that passed AUTH */
-    uint64_t auth_failures; /* closed for a wrong MAC or a request before AUTH */
+    uint64_t conns_local;        /* of conns_total: over the local socket */
+    uint64_t conns_refused_peer; /* of conns_refused: a local peer of another uid (SO_PEERCRED) */
+    uint64_t auth_ok;            /* connections that passed AUTH */
+    uint64_t auth_failures;      /* closed for a wrong MAC or a request before AUTH */
 };
 
 /* What every connection of one kvstored shares. */

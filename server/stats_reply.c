@@ -65,6 +65,8 @@ static void counter_lines(struct text *t, const struct kvsd_server *srv)
     line(t, "connections_total", k->conns_total);
     line(t, "connections_refused", k->conns_refused);
     line(t, "connections_stalled", k->conns_stalled);
+    line(t, "connections_local", k->conns_local);
+    line(t, "connections_refused_peer", k->conns_refused_peer);
     for (uint8_t op = KVS_OP_PUT; op <= KVS_OP_HELLO; op++)
         appendf(t, "requests_%s %llu\n", kvs_wire_opcode_name(op),
                 (unsigned long long)k->requests[op]);

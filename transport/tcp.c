@@ -1,8 +1,8 @@
 /*
  * tcp.c - the TCP transport's vtable and a connection's life: created
  * without connecting, brought up on first use (with a backoff after a failed
- * attempt), dropped, destroyed, and reset in a forked child. How the files of the transport divide the work, and the
- * invariants they keep: tcp_int.h.
+ * attempt), dropped, destroyed, and reset in a forked child. How the files of the transport divide
+ * the work, and the invariants they keep: tcp_int.h.
  */
 #include "tcp_int.h"
 
@@ -203,6 +203,7 @@ static void tcp_counters(struct kvs_conn *conn, kvs_counter_fn emit, void *arg)
     emit(arg, "connects", atomic_load(&c->n_connects));
     emit(arg, "connections_lost", atomic_load(&c->n_conn_lost));
     emit(arg, "timeouts", atomic_load(&c->n_timeouts));
+    emit(arg, "local_connects", atomic_load(&c->n_local_connects));
 }
 
 static void tcp_fork_prepare(struct kvs_conn *conn)

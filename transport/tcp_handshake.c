@@ -2,7 +2,9 @@
  * tcp_handshake.c - opening one TCP connection: resolve the name, connect
  * each address within the connect timeout, then HELLO (the server's limits)
  * and, with a shared secret or a server that asks for one, AUTH. Everything
- * here runs on a fresh socket nobody else sees yet.
+ * here runs on a fresh socket nobody else sees yet. A unix:// or shm://
+ * endpoint, or KVSTORE_TRANSPORT=auto with the server on this host, connects
+ * to kvstored's local socket instead (tcp_local.c); the rest is the same.
  */
 #include "tcp_int.h"
 
@@ -131,29 +133,14 @@ static int say_hello(struct tcp_conn *c, int fd, struct kvs_limits *lim, uint64_
     return 0;
 }
 
-int tcp_open_connection(struct tcp_conn *c, struct kvs_limits *lim)
+/* Blocking mode, options and HELLO on a connected fd (closed on failure); the fd or a negative
+ * code. */
+static int finish_connection(struct tcp_conn *c, int fd, int local, struct kvs_limits *lim,
+                             uint64_t deadline)
 {
-    uint64_t deadline = kvs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    int rc = getaddrinfo(c->ep.host, c->ep.port, &hints, &res);
-    if (rc != 0) {
-        kvs_log(KVS_LOG_ERROR,
-                "tcp %s: cannot resolve host \"%s\": %s; check the name in the server list",
-                c->ep.name, c->ep.host, gai_strerror(rc));
-        return -EHOSTUNREACH;
-    }
-    int fd = -ECONNREFUSED;
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        fd = connect_addr(ai, deadline);
-        if (fd >= 0) break;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) return fd;
-
     int one = 1;
-    rc = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    if (rc == 0) rc = setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    int rc = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    if (rc == 0 && !local) rc = setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (rc < 0) {
         close(fd);
         return -EIO;
@@ -166,4 +153,55 @@ int tcp_open_connection(struct tcp_conn *c, struct kvs_limits *lim)
         return rc;
     }
     return fd;
+}
+
+/* The local socket at path, connected, its server trusted, HELLO done: the fd or a negative code.
+ */
+static int open_local(struct tcp_conn *c, const char *path, struct kvs_limits *lim,
+                      uint64_t deadline)
+{
+    struct tcp_local_addr la;
+    int fd = tcp_local_addr(path, &la);
+    if (fd == 0) fd = connect_addr(&la.ai, deadline);
+    if (fd < 0) return fd;
+    int rc = tcp_local_check_server(c, fd);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    fd = finish_connection(c, fd, 1, lim, deadline);
+    if (fd >= 0) atomic_fetch_add(&c->n_local_connects, 1);
+    return fd;
+}
+
+int tcp_open_connection(struct tcp_conn *c, struct kvs_limits *lim)
+{
+    uint64_t deadline = kvs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms;
+    if (c->ep.path[0]) return open_local(c, c->ep.path, lim, deadline);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(c->ep.host, c->ep.port, &hints, &res);
+    if (rc != 0) {
+        kvs_log(KVS_LOG_ERROR,
+                "tcp %s: cannot resolve host \"%s\": %s; check the name in the server list",
+                c->ep.name, c->ep.host, gai_strerror(rc));
+        return -EHOSTUNREACH;
+    }
+    char path[108];
+    if (c->ep.try_local && tcp_local_find(c, res, path, sizeof(path))) {
+        int lfd = open_local(c, path, lim, deadline);
+        tcp_local_chosen(c, path, lfd);
+        if (lfd >= 0 || lfd == -EACCES) {
+            freeaddrinfo(res);
+            return lfd;
+        }
+    }
+    int fd = -ECONNREFUSED;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = connect_addr(ai, deadline);
+        if (fd >= 0) break;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) return fd;
+    return finish_connection(c, fd, 0, lim, deadline);
 }

@@ -54,11 +54,13 @@
 #define KVS_TCP_INT_H
 
 #include <errno.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 
 #include <uthash.h>
 
@@ -137,6 +139,8 @@ struct tcp_conn {
     /* counters */
     atomic_ullong n_frames, n_send_calls, n_recv_calls, n_bytes_sent, n_bytes_recv;
     atomic_ullong n_connects, n_timeouts, n_conn_lost;
+    atomic_ullong n_local_connects; /* connections made over the local socket */
+    int local_logged;               /* auto: 1 local, 2 TCP was last said at info (connect_mu) */
 };
 
 /* A socket errno as the transport's code (-ECONNRESET, -ETIMEDOUT, -EIO ...): always < 0. */
@@ -174,6 +178,26 @@ int tcp_conn_up(struct tcp_conn *c, struct kvs_limits *lim, uint64_t *gen);
 
 /* Opens a connection and does HELLO (and AUTH); fills *lim. The fd or a negative code. */
 int tcp_open_connection(struct tcp_conn *c, struct kvs_limits *lim);
+
+/* ---- tcp_local.c: kvstored's same-host socket (common/local.h) ---- */
+
+/* A sockaddr_un for path wrapped in an addrinfo, for connect_addr. */
+struct tcp_local_addr {
+    struct sockaddr_un un;
+    struct addrinfo ai;
+};
+/* Fills *la for path; 0 or -ECONNREFUSED (a path that does not fit). */
+int tcp_local_addr(const char *path, struct tcp_local_addr *la);
+/* The server at the other end of fd is trusted (kvs_local_peer_trusted): 0 or -EACCES. */
+int tcp_local_check_server(struct tcp_conn *c, int fd);
+/*
+ * KVSTORE_TRANSPORT=auto: 1 when one of res's addresses is this host's and
+ * its default local socket (kvs_local_default_path of the port) exists, with
+ * that path in path; else 0.
+ */
+int tcp_local_find(struct tcp_conn *c, const struct addrinfo *res, char *path, size_t len);
+/* Says at info which way auto went (fd: open_local's result; < 0: TCP), once per change. */
+void tcp_local_chosen(struct tcp_conn *c, const char *path, int fd);
 
 /* ---- tcp_send.c ---- */
 

@@ -206,8 +206,26 @@ static void test_endpoints_accepted(void **state)
     endpoint_ok("rdma://[::1]:9", KVS_EP_SCHEME, "rdma", "::1", "9", "[::1]:9");
     endpoint_ok("0.0.0.0:0", KVS_EP_PORT0, "", "0.0.0.0", "0", "0.0.0.0:0");
 
-    /* len bounds the text: the rest of a server list is not read. */
+    /* A local socket: its path is the routing name; no host, no port. */
     struct kvs_endpoint ep;
+    const unsigned loc = KVS_EP_SCHEME | KVS_EP_LOCAL;
+    assert_int_equal(kvs_parse_endpoint("unix:///run/k/7070.sock", 23, loc, &ep), 0);
+    assert_string_equal(ep.scheme, "unix");
+    assert_string_equal(ep.path, "/run/k/7070.sock");
+    assert_string_equal(ep.name, "/run/k/7070.sock");
+    assert_string_equal(ep.host, "");
+    assert_int_equal(ep.portno, 0);
+    assert_int_equal(kvs_parse_endpoint("shm:///s,x", 8, loc, &ep), 0); /* len bounds it */
+    assert_string_equal(ep.scheme, "shm");
+    assert_string_equal(ep.path, "/s");
+    char longpath[120] = "unix:///";
+    memset(longpath + 8, 'p', 106); /* a 107-byte path fits a sockaddr_un, 108 does not */
+    assert_int_equal(kvs_parse_endpoint(longpath, strlen(longpath), loc, &ep), 0);
+    assert_int_equal(strlen(ep.path), 107);
+    longpath[114] = 'p';
+    assert_int_equal(kvs_parse_endpoint(longpath, strlen(longpath), loc, &ep), -EINVAL);
+
+    /* len bounds the text: the rest of a server list is not read. */
     const char *list = "a:1,b:2";
     assert_int_equal(kvs_parse_endpoint(list, 3, 0, &ep), 0);
     assert_string_equal(ep.name, "a:1");
@@ -245,6 +263,14 @@ static void test_endpoints_refused(void **state)
         {"://a:7070", KVS_EP_SCHEME},
         {"tcp://a:7070", 0}, /* no scheme where none is allowed (kvstored --listen) */
         {"tcp://", KVS_EP_SCHEME},
+        {"unix:///run/k.sock", KVS_EP_SCHEME}, /* local sockets only where allowed */
+        {"unix:///run/k.sock", KVS_EP_LOCAL},
+        {"unix://run/k.sock", KVS_EP_SCHEME | KVS_EP_LOCAL}, /* relative */
+        {"unix://", KVS_EP_SCHEME | KVS_EP_LOCAL},
+        {"unix:///", KVS_EP_SCHEME | KVS_EP_LOCAL},
+        {"shm:///a b", KVS_EP_SCHEME | KVS_EP_LOCAL},
+        {"shm:///a,b", KVS_EP_SCHEME | KVS_EP_LOCAL},
+        {"UNIX:///a", KVS_EP_SCHEME | KVS_EP_LOCAL},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct kvs_endpoint ep;
