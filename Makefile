@@ -183,10 +183,14 @@ check-deps:
 	@scripts/deps.sh test
 
 # Runs every test binary (each bounded by a timeout) and prints one
-# "N passed, N failed" line; TESTS=pattern narrows the set.
+# "N passed, N failed" line; TESTS=pattern narrows the set. The client tests
+# reach kvstored over its local socket (KVSTORE_TRANSPORT auto, the default);
+# then the client integration tests run again over TCP (KVSTORE_TRANSPORT=tcp).
+TCP_TESTS ?= tests/integration/test_client tests/integration/test_auth
 test: check-deps
 	@$(MAKE) --no-print-directory tests
 	@BUILD=$(BUILD) SAN=$(SAN) scripts/run-tests.sh $(TESTS)
+	@$(if $(TESTS),true,echo "=== again over TCP: $(TCP_TESTS)" && KVSTORE_TRANSPORT=tcp BUILD=$(BUILD) SAN=$(SAN) scripts/run-tests.sh $(TCP_TESTS))
 
 # ---- demo ----
 .PHONY: demo

@@ -147,6 +147,8 @@ struct tcp_conn {
 static inline int tcp_sock_error(int err)
 {
     switch (err) {
+    case ENOENT: /* no local socket at the path: nobody listens */
+        return -ECONNREFUSED;
     case ECONNREFUSED:
     case ECONNRESET:
     case EHOSTUNREACH:
