@@ -191,7 +191,7 @@ int tcp_open_connection(struct tcp_conn *c, struct kvs_limits *lim)
     if (c->ep.try_local && tcp_local_find(c, res, path, sizeof(path))) {
         int lfd = open_local(c, path, lim, deadline);
         tcp_local_chosen(c, path, lfd);
-        if (lfd >= 0 || lfd == -EACCES) {
+        if (lfd >= 0) {
             freeaddrinfo(res);
             return lfd;
         }
