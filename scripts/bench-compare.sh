@@ -43,6 +43,10 @@ for p in ${ONLY//,/ }; do
 done
 want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 OUT=$(realpath -m "${OUT:-$BUILD/bench}") # absolute: redis-server changes directory
+# Every row is TCP loopback unless it says otherwise: libkvstore would take
+# kvstored's local socket by itself (docs/client.md "The local socket").
+# The *-local rows unset it (empty: the default, local socket on this host).
+export KVSTORE_TRANSPORT=tcp
 PY=/usr/bin/python3
 KVBENCH=$BUILD/bin/kvbench
 KVSTORED=$BUILD/bin/kvstored
@@ -256,6 +260,7 @@ gp_variant() { # gp_variant NAME ROUND
     case "$name" in
     shim) envs=(LD_PRELOAD="$SHIM") ;;
     batch) args=(--mode batch --batch 16) ;;
+    batch-local) envs=(KVSTORE_TRANSPORT=); args=(--mode batch --batch 16) ;;
     shim-async) envs=(LD_PRELOAD="$SHIM"); args=(--mode async --batch 4) ;;
     esac
     for op in put get; do
@@ -275,7 +280,7 @@ gp_variant() { # gp_variant NAME ROUND
             >"$OUT/runs/gp__${name}__${op}__r$r.cpu"
     done
 }
-GP_VARIANTS="iperf3 single batch"
+GP_VARIANTS="iperf3 single batch batch-local"
 [ -n "$SHIM" ] && GP_VARIANTS="$GP_VARIANTS shim shim-async"
 if want goodput; then
     for r in $(seq "$REPEAT"); do

@@ -232,6 +232,7 @@ GP_ROWS = (
     ("shim", "kvbatch single-key sync, shim"),
     ("shim-async", "kvbatch async (4 in flight per thread), shim"),
     ("batch", "kvbatch explicit batch of 16"),
+    ("batch-local", "kvbatch explicit batch of 16, local socket"),
 )
 
 # The like-for-like rows: (variant, requests in flight per client, label).
