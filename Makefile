@@ -8,7 +8,8 @@
 #   make demo            the shim batching a real workload against a local kvstored
 #   make fuzz            libFuzzer on the wire decoder, the server, its auth gate and the
 #                        env parser (tests/fuzz/fuzz_*.c), bounded in time (clang)
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local   (also the Python modules, into the interpreter's path)
+#   make uninstall PREFIX=/usr/local
 #
 # BUILD=dir puts every output under dir (default build/, build-$(SAN)/ with SAN).
 
@@ -266,6 +267,14 @@ install: all
 	install -m 755 $(LIBKVBATCH) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(filter $(BUILD)/bin/%,$(TARGETS)) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' kvstore.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc
+
+# Removes what install put there (mk/*.mk add their own pieces).
+.PHONY: uninstall
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/include/kvstore.h $(DESTDIR)$(PREFIX)/lib/$(SONAME) \
+	    $(DESTDIR)$(PREFIX)/lib/libkvstore.so $(DESTDIR)$(PREFIX)/lib/$(notdir $(LIBKVBATCH)) \
+	    $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(filter $(BUILD)/bin/%,$(TARGETS)))) \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc
 
 .PHONY: clean
 clean:

@@ -45,6 +45,13 @@ install-mooncake: $(LIBMOONCAKE)
 	sed -e 's|@PREFIX@|$(PREFIX)|' mooncake/kvstore_mooncake.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore_mooncake.pc
 
+.PHONY: uninstall-mooncake
+uninstall: uninstall-mooncake
+uninstall-mooncake:
+	rm -f $(DESTDIR)$(PREFIX)/include/mooncake/store_c.h $(DESTDIR)$(PREFIX)/lib/$(MC_SONAME) \
+	    $(DESTDIR)$(PREFIX)/lib/libkvstore_mooncake.so $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore_mooncake.pc
+	-rmdir $(DESTDIR)$(PREFIX)/include/mooncake 2>/dev/null
+
 # tests/preload/mc_workload.c knows only store_c.h: built over the drop-in (mc_workload) and
 # over a library that is not libkvstore (mc_workload_double, over tests/preload/libmc_double.c);
 # tests/preload/mc_nolib.c links the shim itself, with no Mooncake library under it.

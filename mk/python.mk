@@ -16,14 +16,18 @@ all: $(PYMOD)
 
 $(BUILD)/obj/python/kvstoremodule.o: CPPFLAGS += -I$(PY_INCLUDE)
 
+# One link line for the build tree's copy (rpath: the tree's lib/) and the installed one
+# (rpath: PREFIX/lib), as for mooncake.store below.
+PYLINK = $(CC) -shared $(call obj,python/kvstoremodule.c) $(LDFLAGS) -L$(BUILD)/lib \
+    -Wl,--no-as-needed -lkvstore -Wl,--as-needed
+
 $(PYMOD): $(call obj,python/kvstoremodule.c) $(LIBKVSTORE)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -o $@ $(call obj,python/kvstoremodule.c) $(LDFLAGS) -L$(BUILD)/lib \
-	    -Wl,--no-as-needed -lkvstore -Wl,--as-needed -Wl,-rpath,'$$ORIGIN/../lib'
+	$(PYLINK) -o $@ -Wl,-rpath,'$$ORIGIN/../lib'
 
 # mooncake.store (python/mooncake_store.c): Mooncake's Python API over the C drop-in
 # (libkvs_mooncake.a from mk/mooncake.mk, linked privately), as the package
-# $(BUILD)/python/mooncake/. Installed by make install into PYTHON_SITEDIR.
+# $(BUILD)/python/mooncake/. make install puts both modules into PYTHON_SITEDIR.
 MC_PYDIR := $(BUILD)/python/mooncake
 MC_PYMOD := $(MC_PYDIR)/store$(PY_EXT)
 all: $(MC_PYMOD) $(MC_PYDIR)/__init__.py
@@ -50,12 +54,20 @@ PYTHON_SITEDIR ?= $(shell $(PYTHON) -c 'import sysconfig; d = sysconfig.get_path
     p = "$(PREFIX)".rstrip("/"); print(d if d.startswith(p + "/") else \
     sysconfig.get_paths(scheme="posix_prefix", vars={"base": p, "platbase": p})["platlib"])')
 
-.PHONY: install-python
+.PHONY: install-python uninstall-python
 install: install-python
-install-python: $(MC_PYMOD) $(MC_PYDIR)/__init__.py
+install-python: $(PYMOD) $(MC_PYMOD) $(MC_PYDIR)/__init__.py
 	install -d $(DESTDIR)$(PYTHON_SITEDIR)/mooncake
+	$(PYLINK) -o $(DESTDIR)$(PYTHON_SITEDIR)/kvstore$(PY_EXT) -Wl,-rpath,$(PREFIX)/lib
 	install -m 644 $(MC_PYDIR)/__init__.py $(DESTDIR)$(PYTHON_SITEDIR)/mooncake/
 	$(MC_PYLINK) -o $(DESTDIR)$(PYTHON_SITEDIR)/mooncake/store$(PY_EXT) -Wl,-rpath,$(PREFIX)/lib
+
+uninstall: uninstall-python
+uninstall-python:
+	rm -f $(DESTDIR)$(PYTHON_SITEDIR)/kvstore$(PY_EXT) $(DESTDIR)$(PYTHON_SITEDIR)/mooncake/__init__.py \
+	    $(DESTDIR)$(PYTHON_SITEDIR)/mooncake/store$(PY_EXT)
+	rm -rf $(DESTDIR)$(PYTHON_SITEDIR)/mooncake/__pycache__
+	-rmdir $(DESTDIR)$(PYTHON_SITEDIR)/mooncake 2>/dev/null
 
 .PHONY: python
 python: $(PYMOD) $(MC_PYMOD)
