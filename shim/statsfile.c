@@ -6,46 +6,11 @@
 #include "statsfile.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "clock.h"
-
-int kvb_write_file_atomic(const char *path, const char *text, size_t len)
-{
-    char tmp[KVB_STATS_PATH_MAX + 32];
-    int rc = 0;
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
-        return -ENAMETOOLONG;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return -errno;
-    for (size_t off = 0; off < len;) {
-        ssize_t n = write(fd, text + off, len - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            rc = n < 0 ? -errno : -EIO;
-            goto out_close;
-        }
-        off += (size_t)n;
-    }
-    if (close(fd) < 0) {
-        rc = -errno;
-        goto out_unlink;
-    }
-    if (rename(tmp, path) < 0) {
-        rc = -errno;
-        goto out_unlink;
-    }
-    return 0;
-
-out_close:
-    close(fd);
-out_unlink:
-    unlink(tmp);
-    return rc;
-}
+#include "file.h"
 
 int kvb_statsfile_init(struct kvb_statsfile *sf, const char *path, uint64_t interval_ns,
                        kvb_statsfile_render_fn render, void *arg, kvb_statsfile_log_fn log)
@@ -77,9 +42,17 @@ static void write_locked(struct kvb_statsfile *sf)
         sf->log(KVS_LOG_WARN, "kvbatch: stats text too long; %s not written", sf->path);
         return;
     }
-    int rc = kvb_write_file_atomic(sf->path, sf->text, n);
-    /* A failure is a warning the first time it happens (a missing directory, ...), then debug. */
-    if (rc < 0)
+    int rc = kvs_file_replace(sf->path, sf->text, n, 0644);
+    /*
+     * A failure is a warning the first time it happens (a missing directory,
+     * a path that is not a regular file, ...), then debug.
+     */
+    if (rc == -EEXIST)
+        sf->log(rc == sf->write_err ? KVS_LOG_DEBUG : KVS_LOG_WARN,
+                "kvbatch: %s exists and is not a regular file; no stats written there "
+                "(KVBATCH_STATS_FILE)",
+                sf->path);
+    else if (rc < 0)
         sf->log(rc == sf->write_err ? KVS_LOG_DEBUG : KVS_LOG_WARN,
                 "kvbatch: cannot write the stats file %s: %s; check that its directory exists "
                 "and is writable (KVBATCH_STATS_FILE)",

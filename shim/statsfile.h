@@ -1,9 +1,13 @@
 /*
  * statsfile.h - the stats file (KVBATCH_STATS_FILE). A writer thread renders
- * it every interval and replaces it atomically: a temporary file beside it,
- * then rename(), so a scraper never sees a half-written file (fsync-free: it
- * is a snapshot, not a journal). It is written a last time when the writer
- * stops (at exit); a forked child starts a writer of its own, on its own file.
+ * it every interval and replaces it atomically (kvs_file_replace,
+ * common/file.h: a temporary file beside it under an unguessable name,
+ * created exclusively and never through a link, then rename()), so a scraper
+ * never sees a half-written file (fsync-free: it is a snapshot, not a
+ * journal). A path that exists and is not a regular file (a symbolic link,
+ * a device, a fifo) is never replaced: one warning, no file. It is written
+ * a last time when the writer stops (at exit); a forked child starts a
+ * writer of its own, on its own file.
  */
 #ifndef KVB_STATSFILE_H
 #define KVB_STATSFILE_H
@@ -57,8 +61,5 @@ void kvb_statsfile_fork_prepare(struct kvb_statsfile *sf);
 void kvb_statsfile_fork_parent(struct kvb_statsfile *sf);
 /* In the child: its own file (path, "" = none); its writer starts with kvb_statsfile_start. */
 void kvb_statsfile_fork_child(struct kvb_statsfile *sf, const char *path);
-
-/* Writes text[0..len) to path via "path.tmp.PID" + rename. 0 or a negative errno. */
-int kvb_write_file_atomic(const char *path, const char *text, size_t len);
 
 #endif

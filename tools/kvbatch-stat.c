@@ -14,7 +14,6 @@
  * counts only while it belongs to the same shim instance (same start time).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,9 +27,11 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "file.h"
 #include "opts.h"
 
 #define MAX_SAMPLES 512
+#define MAX_FILE    (1 << 20) /* bytes: what is read of a stats file, at most */
 #define NAME_LEN    160
 
 /* The command line. */
@@ -92,16 +93,24 @@ static void add_sample(struct snap *sn, const char *name, double value)
     sn->s[sn->n++].value = value;
 }
 
-/* Reads FILE into snap (only backend's samples of the batcher's, if not NULL); 0 or -errno. */
+/*
+ * Reads FILE into snap (only backend's samples of the batcher's, if not
+ * NULL); 0 or a negative errno: -EINVAL if FILE is not a regular file (a
+ * fifo or a device such as /dev/zero is never read), -EFBIG if it is over
+ * MAX_FILE bytes (the shim writes at most 64 KiB), -ENODATA if it holds no
+ * sample.
+ */
 static int load(const char *path, const char *backend, struct snap *sn)
 {
-    char line[512], be[64];
-    FILE *f = fopen(path, "r");
-    if (!f) return -errno;
+    static char text[MAX_FILE];
+    char be[64];
+    ssize_t len = kvs_file_read(path, text, sizeof(text));
+    if (len < 0) return (int)len;
     sn->n = 0;
     sn->info[0] = sn->backends[0] = '\0';
-    while (fgets(line, sizeof(line), f)) {
-        if (line[0] == '#' || line[0] == '\n') continue;
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '#') continue;
         char *sp = strrchr(line, ' ');
         if (!sp) continue;
         *sp = '\0';
@@ -119,8 +128,16 @@ static int load(const char *path, const char *backend, struct snap *sn)
         if (strncmp(line, "kvbatch_info{", 13) == 0)
             snprintf(sn->info, sizeof(sn->info), "%.159s", line + 12);
     }
-    fclose(f);
     return sn->n ? 0 : -ENODATA;
+}
+
+/* Says why FILE could not be read (load's codes), on stderr. */
+static void load_failed(const char *path, int rc)
+{
+    const char *why = rc == -EINVAL  ? "not a regular file"
+                      : rc == -EFBIG ? "larger than a stats file can be (1 MiB)"
+                                     : strerror(-rc);
+    fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", path, why);
 }
 
 static double get(const struct snap *sn, const char *name)
@@ -415,24 +432,18 @@ static const struct snap *last_look(const char *state, const struct snap *cur, s
 
 /*
  * Keeps a copy of the stats file as read (its text, re-rendered from cur) for
- * the next look: temporary file + rename, private to the user. Failure to keep
+ * the next look: kvs_file_replace (a new file under a random name, never
+ * through a planted link, then rename), private to the user. Failure to keep
  * it only costs the next look its "since the last look".
  */
 static void save_look(const char *state, const struct snap *cur)
 {
-    char tmp[PATH_MAX + 8];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", state);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
-    if (fd < 0) return;
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        return;
-    }
-    for (int i = 0; i < cur->n; i++)
-        fprintf(f, "%s %.17g\n", cur->s[i].name, cur->s[i].value);
-    if (fclose(f) != 0 || rename(tmp, state) != 0) unlink(tmp);
+    static char text[MAX_SAMPLES * (NAME_LEN + 32)];
+    size_t len = 0;
+    for (int i = 0; i < cur->n && len < sizeof(text); i++)
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "%s %.17g\n", cur->s[i].name,
+                                cur->s[i].value);
+    if (len < sizeof(text)) kvs_file_replace(state, text, len, 0600);
 }
 
 static void json_num(const char *key, double v, int comma)
@@ -582,7 +593,7 @@ static int watch(const struct options *o, struct snap *cur, struct snap *prev)
         nanosleep(&ts, NULL);
         int rc = load(o->path, o->backend, cur);
         if (rc < 0) {
-            fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", o->path, strerror(-rc));
+            load_failed(o->path, rc);
             return 1;
         }
         double secs =
@@ -602,7 +613,7 @@ int main(int argc, char **argv)
     if (rc < 0) return KVOPT_EXIT_USAGE;
     rc = load(o.path, o.backend, &cur);
     if (rc < 0) {
-        fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", o.path, strerror(-rc));
+        load_failed(o.path, rc);
         return 1;
     }
     if (o.every > 0) return watch(&o, &cur, &prev);

@@ -3,7 +3,8 @@
  * here (the shim's Prometheus text, values chosen so every rate is known):
  * the summary's rates since start, "since the last look" across two runs,
  * -s, a new shim instance, --json, -w, two backends summed or one picked,
- * and its errors for a missing file and a bad argument.
+ * and its errors for a missing file, a bad argument and what is not a stats
+ * file (/dev/zero, a fifo, 1.2 MB).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,11 +57,14 @@ static void write_stats(double start, double wrote, double puts, double put_batc
     assert_int_equal(fclose(f), 0);
 }
 
-/* Runs kvbatch-stat with args (one string, shell words); its stdout+stderr in *out. */
+/*
+ * Runs kvbatch-stat with args (one string, shell words), bounded by 20 s
+ * (timeout(1): exit status 124 when it did not end); its stdout+stderr in *out.
+ */
 static int stat_run(const char *args, char **out)
 {
     char cmd[PATH_MAX + 256];
-    snprintf(cmd, sizeof(cmd), "XDG_RUNTIME_DIR=%s %s %s 2>&1", dir,
+    snprintf(cmd, sizeof(cmd), "XDG_RUNTIME_DIR=%s timeout 20 %s %s 2>&1", dir,
              kvt_build_path("bin/kvbatch-stat"), args);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
@@ -234,6 +239,37 @@ static void test_bad_inputs(void **state)
     free(out);
 }
 
+/*
+ * What is not a stats file is refused at once, never read without end:
+ * /dev/zero (endless, no newline), a fifo with no writer (its open would
+ * wait), a regular file over 1 MiB.
+ */
+static void test_not_a_stats_file(void **state)
+{
+    char args[256], path[160], *out;
+    (void)state;
+    assert_int_equal(stat_run("/dev/zero", &out), 1);
+    assert_non_null(strstr(out, "kvbatch-stat: cannot read /dev/zero: not a regular file"));
+    free(out);
+    snprintf(path, sizeof(path), "%s/fifo.prom", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    snprintf(args, sizeof(args), "-s %s", path);
+    assert_int_equal(stat_run(args, &out), 1);
+    assert_non_null(strstr(out, "not a regular file"));
+    free(out);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/big.prom", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 40000; i++) /* 40000 samples of 30 bytes: 1.2 MB */
+        fprintf(f, "kvbatch_queued_ops%-10d 1\n", i);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(stat_run(path, &out), 1);
+    assert_non_null(strstr(out, "larger than a stats file can be (1 MiB)"));
+    free(out);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_backends_summed_or_one),
         cmocka_unit_test(test_json_and_interval),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_not_a_stats_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,8 @@
 /*
  * test_stats.c - the stats file: counters and histograms rendered in the
  * Prometheus text format (checked by promtool on a real file), exact
- * cumulative buckets, atomic replacement, settings gauges, the writer thread.
+ * cumulative buckets, atomic replacement, settings gauges, the writer thread,
+ * and what a hostile user can plant at its temporary name or its path.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +16,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include "config.h"
+#include "file.h"
 #include "stats.h"
 #include "metrics.h"
 #include "statsfile.h"
@@ -141,8 +146,8 @@ static void test_atomic_write_and_promtool(void **state)
     snprintf(path, sizeof(path), "%s/kvbatch.prom", dir);
     fill(&st);
     size_t n = render_all(&st);
-    assert_int_equal(kvb_write_file_atomic(path, "old\n", 4), 0);
-    assert_int_equal(kvb_write_file_atomic(path, text, n), 0);
+    assert_int_equal(kvs_file_replace(path, "old\n", 4, 0644), 0);
+    assert_int_equal(kvs_file_replace(path, text, n, 0644), 0);
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     static char back[65536];
@@ -158,7 +163,7 @@ static void test_atomic_write_and_promtool(void **state)
     } else {
         fprintf(stderr, "SKIP promtool check: /usr/bin/promtool is not installed\n");
     }
-    assert_int_equal(kvb_write_file_atomic("/nonexistent-dir/x.prom", "x", 1), -ENOENT);
+    assert_int_equal(kvs_file_replace("/nonexistent-dir/x.prom", "x", 1, 0644), -ENOENT);
     unlink(path);
     rmdir(dir);
 }
@@ -263,6 +268,106 @@ static void test_statsfile_missing_dir_warns_once(void **state)
     assert_non_null(strstr(warn_text, "directory"));
 }
 
+static atomic_int warnings;
+static void count_warnings(enum kvs_log_level lvl, const char *fmt, ...)
+{
+    (void)fmt;
+    if (lvl <= KVS_LOG_WARN) atomic_fetch_add(&warnings, 1);
+}
+
+/* The file's bytes (up to 255), or "" if it cannot be read. */
+static const char *contents(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    buf[0] = '\0';
+    if (!f) return buf;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/*
+ * Starts a writer on path (2 ms interval), lets it write at least 4 times,
+ * stops it; returns the warnings it logged. Each call has a writer of its
+ * own: a stopped writer's detached thread may still be leaving its wait.
+ */
+static int write_a_while(const char *path)
+{
+    static struct kvb_statsfile sfs[8];
+    static int used;
+    assert_true(used < 8);
+    struct kvb_statsfile *sf = &sfs[used++];
+    atomic_store(&renders, 0);
+    atomic_store(&warnings, 0);
+    assert_int_equal(kvb_statsfile_init(sf, path, 2000000, render_count, NULL, count_warnings), 0);
+    kvb_statsfile_start(sf, 0);
+    for (int i = 0; i < 5000 && atomic_load(&renders) < 4; i++)
+        usleep(1000);
+    kvb_statsfile_stop(sf);
+    return atomic_load(&warnings);
+}
+
+/*
+ * What another user may plant in the stats file's directory (the process
+ * may be root): a symbolic link at the temporary name the writer once used
+ * ("<file>.tmp.<pid>") is never followed - the file it points to keeps its
+ * bytes, the stats file is written; a symbolic link, a fifo or a character
+ * device at the stats file's own path is left as it is, with one warning for
+ * all the writes refused.
+ */
+static void test_stats_file_planted_links_and_special_files(void **state)
+{
+    char dir[] = "/tmp/kvb-hostile-XXXXXX", path[128], victim[128], planted[160], buf[256];
+    struct stat st;
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/s.prom", dir);
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    FILE *f = fopen(victim, "w");
+    assert_non_null(f);
+    fputs("precious\n", f);
+    fclose(f);
+
+    snprintf(planted, sizeof(planted), "%s.tmp.%ld", path, (long)getpid());
+    assert_int_equal(symlink(victim, planted), 0);
+    assert_int_equal(write_a_while(path), 0);
+    assert_string_equal(contents(victim, buf, sizeof(buf)), "precious\n");
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(file_render_number(path), atomic_load(&renders));
+    assert_int_equal(lstat(planted, &st), 0);
+    assert_true(S_ISLNK(st.st_mode)); /* left where it was, never opened */
+    unlink(planted);
+    unlink(path);
+
+    assert_int_equal(symlink(victim, path), 0);
+    assert_int_equal(write_a_while(path), 1);
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_string_equal(contents(victim, buf, sizeof(buf)), "precious\n");
+    unlink(path);
+
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(write_a_while(path), 1);
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    unlink(path);
+
+    if (mknod(path, S_IFCHR | 0600, makedev(1, 3)) == 0) { /* /dev/null's numbers */
+        assert_int_equal(write_a_while(path), 1);
+        assert_int_equal(lstat(path, &st), 0);
+        assert_true(S_ISCHR(st.st_mode));
+        unlink(path);
+    } else {
+        fprintf(stderr, "SKIP the character device case: mknod: %s\n", strerror(errno));
+    }
+    snprintf(buf, sizeof(buf), "ls %s | wc -l | grep -qx 1", dir); /* the victim only */
+    assert_int_equal(system(buf), 0);
+    unlink(victim);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_atomic_write_and_promtool),
         cmocka_unit_test(test_statsfile_writer),
         cmocka_unit_test(test_statsfile_missing_dir_warns_once),
+        cmocka_unit_test(test_stats_file_planted_links_and_special_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
