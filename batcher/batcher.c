@@ -125,7 +125,8 @@ struct kvb_batcher {
 
     struct pending_key *pending;
     uint64_t wb_bytes;
-    int wb_first_error;
+    int wb_first_error; /* the first write-behind failure not yet returned by kvb_flush */
+    uint64_t wb_failed; /* write-behind failures since then (wb_first_error's included) */
     int state_waiters;
 
     pthread_t flusher;
@@ -501,6 +502,7 @@ static void retire_batch(struct kvb_batcher *b, struct batch *bt)
             if (op->result < 0) {
                 kvb_count(&st->writeback_errors, 1);
                 if (!b->wb_first_error) b->wb_first_error = (int)op->result;
+                b->wb_failed++;
             }
         }
         pending_put_done(b, op->pk, op);
@@ -718,17 +720,27 @@ static int complete_upto(struct kvb_batcher *b, uint64_t upto, int reason, uint6
     }
 }
 
-int kvb_flush(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t timeout_ns)
+int kvb_flush_counted(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t timeout_ns,
+                      uint64_t *failed)
 {
     uint64_t deadline = deadline_after(timeout_ns);
     pthread_mutex_lock(&b->lock);
     int rc = complete_upto(b, b->next_seq, (int)reason, deadline);
+    uint64_t n = 0;
     if (rc == 0 && b->wb_first_error) {
         rc = b->wb_first_error;
+        n = b->wb_failed;
         b->wb_first_error = 0;
+        b->wb_failed = 0;
     }
     pthread_mutex_unlock(&b->lock);
+    if (failed) *failed = n;
     return rc;
+}
+
+int kvb_flush(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t timeout_ns)
+{
+    return kvb_flush_counted(b, reason, timeout_ns, NULL);
 }
 
 /* Frees b and everything it holds; nothing may touch it any more. */

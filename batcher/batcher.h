@@ -48,6 +48,8 @@ struct kvb_batcher *kvb_batcher_create(const struct kvb_params *p, const struct 
  * bound), stops the flusher thread and frees b. Returns 0, or -EBUSY when
  * batches were still in flight at the timeout: b is then left allocated
  * (their completions still point to it) and only the thread is stopped.
+ * Write-behind failures no kvb_flush returned are dropped: a caller that
+ * must report them flushes with kvb_flush_counted first.
  */
 int kvb_batcher_destroy(struct kvb_batcher *b, uint64_t timeout_ns);
 
@@ -98,5 +100,12 @@ void kvb_order_after_puts(struct kvb_batcher *b, size_t n, const char *const key
  * flush (and forgets it), -ETIMEDOUT if the wait timed out, else 0.
  */
 int kvb_flush(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t timeout_ns);
+/*
+ * kvb_flush that also says, in *failed (if not NULL), how many write-behind
+ * puts failed since the previous flush that returned a failure - the count
+ * behind the first failure it returns (0 when it returns none).
+ */
+int kvb_flush_counted(struct kvb_batcher *b, enum kvb_flush_reason reason, uint64_t timeout_ns,
+                      uint64_t *failed);
 
 #endif

@@ -123,6 +123,22 @@ static void retire_counters(kvs_client *c)
     pthread_mutex_unlock(&shim.table_lock);
 }
 
+/*
+ * n write-behind puts of a closing client failed after their kvs_put
+ * returned 0, first the first failure: a warning, and the failure is kept
+ * for the next kvs_flush (kvs_close returns nothing).
+ */
+static void report_lost_at_close(uint64_t n, int first)
+{
+    if (n == 0) return;
+    kvb_shim_log(KVS_LOG_WARN,
+                 "kvbatch: kvs_close: %llu write-behind put%s not stored (first: %s); the next "
+                 "kvs_flush returns it",
+                 (unsigned long long)n, n == 1 ? " was" : "s were", strerror(-first));
+    int none = 0;
+    atomic_compare_exchange_strong(&shim.lost_error, &none, first);
+}
+
 void kvb_shim_client_close(kvs_client *c)
 {
     struct kvb_batcher *b = NULL;
@@ -143,10 +159,22 @@ void kvb_shim_client_close(kvs_client *c)
         }
         pthread_mutex_unlock(&shim.table_lock);
     }
-    int rc = b && owned ? kvb_batcher_destroy(b, CLOSE_TIMEOUT_NS) : 0;
+    uint64_t lost = 0;
+    int first = 0, rc = 0;
+    if (b && owned) {
+        first = kvb_flush_counted(b, KVB_FLUSH_EXPLICIT, CLOSE_TIMEOUT_NS, &lost);
+        rc = kvb_batcher_destroy(b, 0); /* -EBUSY: the flush timed out */
+    }
     if (c) retire_counters(c);
     shim.real.kvs_close(c); /* completes whatever is still in flight */
-    if (rc == -EBUSY) kvb_batcher_destroy(b, 0);
+    if (rc == -EBUSY) {
+        uint64_t more = 0;
+        int late = kvb_flush_counted(b, KVB_FLUSH_EXPLICIT, 0, &more);
+        if (more && !lost) first = late;
+        lost += more;
+        kvb_batcher_destroy(b, 0);
+    }
+    report_lost_at_close(lost, first);
 }
 
 void kvb_shim_flush_all(void)
@@ -156,13 +184,15 @@ void kvb_shim_flush_all(void)
     for (int i = 0; i < KVB_SHIM_MAX_CLIENTS; i++) {
         struct kvb_shim_client *e = &shim.clients[i];
         if (!atomic_load(&e->client) || e->gen != gen || !e->b) continue;
-        int rc = kvb_flush(e->b, KVB_FLUSH_EXIT, timeout);
+        uint64_t lost = 0;
+        int rc = kvb_flush_counted(e->b, KVB_FLUSH_EXIT, timeout, &lost);
         if (rc == -ETIMEDOUT)
             kvb_shim_log(KVS_LOG_WARN, "kvbatch: exit: pending ops not acknowledged within %llums",
                          (unsigned long long)(timeout / 1000000));
         else if (rc < 0)
-            kvb_shim_log(KVS_LOG_WARN, "kvbatch: exit: a write-behind put failed: %s",
-                         strerror(-rc));
+            kvb_shim_log(KVS_LOG_WARN,
+                         "kvbatch: exit: %llu write-behind put%s not stored (first: %s)",
+                         (unsigned long long)lost, lost == 1 ? " was" : "s were", strerror(-rc));
     }
 }
 

@@ -183,7 +183,9 @@ EXPORT ssize_t kvs_wait(kvs_op *op)
 
 /*
  * Inside a backend call, flushing the batcher would wait for the very batch
- * being sent: only the real flush runs there.
+ * being sent: only the real flush runs there. A write-behind failure of a
+ * client closed meanwhile (shim.lost_error) is returned by the first flush
+ * that has none of its own.
  */
 EXPORT int kvs_flush(kvs_client *c)
 {
@@ -192,7 +194,9 @@ EXPORT int kvs_flush(kvs_client *c)
     struct kvb_batcher *b = kvb_in_backend_call() ? NULL : kvb_shim_batcher_for(c);
     int mine = b ? kvb_flush(b, KVB_FLUSH_EXPLICIT, UINT64_MAX) : 0;
     int theirs = shim.real.kvs_flush(c);
-    return mine < 0 ? mine : theirs;
+    if (mine < 0) return mine;
+    int lost = atomic_exchange(&shim.lost_error, 0);
+    return lost < 0 ? lost : theirs;
 }
 
 /*

@@ -93,6 +93,12 @@ struct kvb_shim {
      * shim's, a C++ destructor, another thread).
      */
     _Atomic bool exited;
+    /*
+     * The first write-behind failure of a client that kvs_close had to
+     * report (it returns nothing): the next kvs_flush of any client returns
+     * it, so the process still learns that acknowledged puts were lost.
+     */
+    _Atomic int lost_error;
 
     /* The client table (preload_clients.c). Lock order: statsfile.lock, then table_lock. */
     pthread_mutex_t table_lock;

@@ -297,6 +297,31 @@ static void test_exit_is_bounded_when_server_is_gone(void **state)
 }
 
 /*
+ * Write-behind puts lost to a dead server, then kvs_close: one warning
+ * naming how many, and the next kvs_flush (of a new client: the old one is
+ * gone) returns the failure, once.
+ */
+static void test_close_reports_lost_writeback_puts(void **state)
+{
+    static const char *const args[] = {"lost", "lost", "20", NULL};
+    (void)state;
+    const char *const env[] = {preload(), "KVBATCH_PUT_MODE=writeback",
+                               "KVBATCH_EXIT_TIMEOUT_MS=300", NULL};
+    kvt_server_kill(&server);
+    int rc = run(env, tmp("lost.out"), tmp("lost.err"), args);
+    assert_int_equal(kvt_server_restart(&server), 0);
+    char *out = kvt_slurp(tmp("lost.out")), *err = kvt_slurp(tmp("lost.err"));
+    fprintf(stderr, "%s%s", out, err);
+    assert_non_null(strstr(out, "puts acknowledged"));
+    const char *warn = strstr(err, "kvbatch: kvs_close: 20 write-behind puts were not stored");
+    assert_non_null(warn);
+    assert_null(strstr(warn + 20, "kvs_close:")); /* one warning */
+    assert_int_equal(rc, 0);
+    free(out);
+    free(err);
+}
+
+/*
  * Per-key order (tests/preload/kvb_order.c): 4 threads x 25 rounds of one
  * case, each a put followed by a call the shim does not batch on the same
  * key; every round must see what it sees without the shim, at once and
@@ -392,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_backend_call_reentering_the_shim_passes_through),
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_exit_is_bounded_when_server_is_gone),
+        cmocka_unit_test(test_close_reports_lost_writeback_puts),
         cmocka_unit_test(test_writeback_order_put_then_remove),
         cmocka_unit_test(test_writeback_order_put_then_batch_put),
         cmocka_unit_test(test_writeback_order_put_then_batch_get),

@@ -10,6 +10,9 @@
  *   kvb_workload SERVERS late PREFIX N      puts N values from an atexit handler that runs
  *                                           after the shim's exit flush
  *   kvb_workload SERVERS async PREFIX N     N async puts, then waits for them and reads them
+ *   kvb_workload SERVERS lost PREFIX N      N puts, kvs_close, then a new client's kvs_flush
+ *                                           must fail once (the server is down: write-behind
+ *                                           puts acknowledged, then lost) and then return 0
  *
  * Exit status 0 when every check passed.
  */
@@ -234,6 +237,23 @@ static int async_keys(const char *prefix, int n)
     return bad ? 1 : 0;
 }
 
+/*
+ * With the server down: puts that kvs_put acknowledged (write-behind) are
+ * lost; kvs_close cannot return that, so the next kvs_flush - here of a new
+ * client - must, once.
+ */
+static int lost_at_close(const char *servers, const char *prefix, int n)
+{
+    if (write_keys(prefix, n) == 0) printf("puts acknowledged\n");
+    kvs_close(client);
+    kvs_client *c2 = kvs_open(servers);
+    if (!c2) return 1;
+    int first = kvs_flush(c2), second = kvs_flush(c2);
+    printf("after kvs_close: kvs_flush %d, then %d\n", first, second);
+    kvs_close(c2);
+    return first < 0 && second == 0 ? 0 : 1;
+}
+
 static int forking(void)
 {
     char buf[16];
@@ -261,7 +281,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
         fprintf(stderr, "usage: kvb_workload SERVERS "
-                        "semantics|threads|write|read|fork|counted|late|async ...\n");
+                        "semantics|threads|write|read|fork|counted|late|async|lost ...\n");
         return 2;
     }
     if (strcmp(argv[2], "late") == 0 && argc == 5) {
@@ -288,6 +308,8 @@ int main(int argc, char **argv)
         rc = counted();
     else if (strcmp(argv[2], "late") == 0 && argc == 5)
         return 0; /* the puts happen at exit; no kvs_close */
+    else if (strcmp(argv[2], "lost") == 0 && argc == 5)
+        return lost_at_close(argv[1], argv[3], atoi(argv[4])); /* closes client itself */
     else if (strcmp(argv[2], "async") == 0 && argc == 5)
         rc = async_keys(argv[3], atoi(argv[4]));
     kvs_close(client);

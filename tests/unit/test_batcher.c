@@ -361,6 +361,28 @@ static void test_order_after_puts_waits_for_the_keys_puts(void **state)
     fake_env_down(&e);
 }
 
+/* kvb_flush_counted: the first write-behind failure and how many failed with it, once. */
+static void test_flush_counts_writeback_failures(void **state)
+{
+    struct fake_env e;
+    uint64_t failed = 99;
+    struct kvb_params p = fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 64, 1 << 20, 2);
+    (void)state;
+    p.writeback = 1;
+    fake_env_up(&e, FAKE_SYNC, p);
+    assert_int_equal(kvb_put(e.b, "err-1", "x", 1), 0);
+    assert_int_equal(kvb_put(e.b, "fine", "x", 1), 0);
+    assert_int_equal(kvb_put(e.b, "err-2", "x", 1), 0);
+    assert_int_equal(kvb_flush_counted(e.b, KVB_FLUSH_EXPLICIT, FAKE_LONG_WINDOW, &failed), -EIO);
+    assert_int_equal(failed, 2);
+    assert_int_equal(kvb_flush_counted(e.b, KVB_FLUSH_EXPLICIT, FAKE_LONG_WINDOW, &failed), 0);
+    assert_int_equal(failed, 0);
+    assert_int_equal(kvb_put(e.b, "err-3", "x", 1), 0);
+    assert_int_equal(kvb_flush_counted(e.b, KVB_FLUSH_EXPLICIT, FAKE_LONG_WINDOW, &failed), -EIO);
+    assert_int_equal(failed, 1);
+    fake_env_down(&e);
+}
+
 static void test_writeback_memory_is_bounded(void **state)
 {
     struct fake_env e;
@@ -479,6 +501,7 @@ int main(void)
         cmocka_unit_test(test_writeback_put_returns_at_once_and_is_readable),
         cmocka_unit_test(test_writeback_memory_is_bounded),
         cmocka_unit_test(test_order_after_puts_waits_for_the_keys_puts),
+        cmocka_unit_test(test_flush_counts_writeback_failures),
         cmocka_unit_test(test_writeback_backpressure_does_not_split),
         cmocka_unit_test(test_stats_count_each_op_once),
     };
