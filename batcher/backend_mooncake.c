@@ -541,6 +541,21 @@ static const struct kvb_backend_ops mc_ops = {
     .release = mc_release,
 };
 
+enum kvs_status_class kvb_mc_status_class(long code)
+{
+    static const struct {
+        long code;
+        enum kvs_status_class c;
+    } map[] = {
+        {-704, KVS_STATUS_C_ENOENT},   {-600, KVS_STATUS_C_EINVAL}, {-10, KVS_STATUS_C_ERANGE},
+        {-200, KVS_STATUS_C_ENOSPC},   {-900, KVS_STATUS_C_EIO},    {-901, KVS_STATUS_C_ETIMEDOUT},
+        {-1012, KVS_STATUS_C_ENOTSUP},
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (map[i].code == code) return map[i].c;
+    return KVS_STATUS_C_OTHER;
+}
+
 unsigned kvb_mc_threads(struct kvb_mc_backend *mc)
 {
     pthread_mutex_lock(&mc->lock);

@@ -37,6 +37,7 @@
 
 #include "backend.h"
 #include "mooncake/store_c.h"
+#include "status.h"
 
 /* The library's functions the backend calls (the shim's: found with dlsym(RTLD_NEXT)). */
 struct kvb_mc_calls {
@@ -85,5 +86,15 @@ int kvb_mc_group(struct kvb_mc_backend *mc, const mooncake_replicate_config_t *c
 
 /* Submit threads started so far. */
 unsigned kvb_mc_threads(struct kvb_mc_backend *mc);
+
+/*
+ * The stats class of a Mooncake code (its ErrorCode, mooncake-store/include/
+ * types.h), for struct kvb_stats' classify: the errno class of the same
+ * meaning - -704 OBJECT_NOT_FOUND ENOENT, -600 INVALID_PARAMS EINVAL (a
+ * buffer too small included), -10 BUFFER_OVERFLOW ERANGE, -200
+ * NO_AVAILABLE_HANDLE ENOSPC, -900 RPC_FAIL EIO, -901 RPC_TIMEOUT ETIMEDOUT,
+ * -1012 NOT_SUPPORTED ENOTSUP; any other code: other.
+ */
+enum kvs_status_class kvb_mc_status_class(long code);
 
 #endif

@@ -55,6 +55,13 @@ struct kvb_stats {
     struct kvb_hist batch_bytes;      /* value bytes per batch */
     struct kvb_hist queue_delay;      /* ns from enqueue to send */
     struct kvb_hist op_latency;       /* ns from enqueue to completion */
+    /*
+     * The class a negative result counts under in errors[][]: NULL for the
+     * status table's (libkvstore's codes, kvs_status_class); a backend
+     * whose library has codes of its own sets its mapping after
+     * kvb_stats_init (the Mooncake backend: kvb_mc_status_class).
+     */
+    enum kvs_status_class (*classify)(long status);
 };
 
 /* Zeroes s and attaches the bucket bounds. */
@@ -92,7 +99,8 @@ static inline uint64_t kvb_result_bytes(enum kvb_opkind k, ssize_t r, size_t put
 /* Counts one op's result: success adds nothing, a negative status one error. */
 static inline void kvb_count_result(struct kvb_stats *s, enum kvb_opkind k, long status)
 {
-    if (status < 0) kvb_count(&s->errors[k][kvs_status_class(status)], 1);
+    if (status < 0)
+        kvb_count(&s->errors[k][s->classify ? s->classify(status) : kvs_status_class(status)], 1);
 }
 
 /* Counts a call passed straight to the library's single-key function, with its result r. */

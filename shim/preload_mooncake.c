@@ -96,6 +96,13 @@ static __thread struct {
     unsigned gen, version;
 } cache;
 
+/* Fresh counters, Mooncake's codes counted under the classes of their meaning. */
+static void stats_reset(void)
+{
+    kvb_stats_init(&mc.stats);
+    mc.stats.classify = kvb_mc_status_class;
+}
+
 /* ---- the library ---- */
 
 /* Is p inside libkvbatch itself? */
@@ -218,7 +225,7 @@ static bool mc_init(void)
     if (atomic_load_explicit(&mc.found, memory_order_acquire)) return true;
     pthread_mutex_lock(&mc.lock);
     if (!atomic_load_explicit(&mc.found, memory_order_relaxed) && load_real()) {
-        kvb_stats_init(&mc.stats);
+        stats_reset();
         atomic_store_explicit(&mc.found, true, memory_order_release);
     }
     pthread_mutex_unlock(&mc.lock);
@@ -547,7 +554,7 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
-    kvb_stats_init(&mc.stats);
+    stats_reset();
     atomic_store(&mc.used, false);
     atomic_fetch_add(&mc.version, 1);
     pthread_mutex_unlock(&mc.lock);

@@ -163,6 +163,11 @@ static void sixteen_threads(const char *prog, const char *mode, const char *name
     assert_true(put_batches > 0 && (mode || puts / put_batches > 1));
     assert_true(get_batches > 0 && (gets - get_direct) / get_batches > 1);
     assert_true(kvs_ops == 0);
+    /* Mooncake's codes under their meaning: every miss an ENOENT, every buffer too small EINVAL. */
+    assert_true(kvt_metric(text, "kvbatch_errors_total{backend=\"mooncake\",op=\"get\",status="
+                                 "\"ENOENT\"}") == 16 * 200 + 16 * 20);
+    assert_true(kvt_metric(text, "kvbatch_errors_total{backend=\"mooncake\",op=\"get\",status="
+                                 "\"EINVAL\"}") == 16 * 200);
     assert_true(kvt_metric(text, "kvbatch_queued_ops{backend=\"mooncake\"}") == 0);
     free(text);
     free(plain);

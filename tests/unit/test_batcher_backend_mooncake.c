@@ -636,6 +636,27 @@ static void test_copy_mode_puts_go_from_registered_staging(void **state)
     assert_int_equal(get(&F.unregisters), 0);
 }
 
+/* Mooncake's codes count under the class of their meaning, through a batcher's stats. */
+static void test_mooncake_codes_count_by_meaning(void **state)
+{
+    (void)state;
+    struct kvb_stats st;
+    kvb_stats_init(&st);
+    st.classify = kvb_mc_status_class;
+    kvb_count_result(&st, KVB_OP_GET, MC_NOT_FOUND);
+    kvb_count_result(&st, KVB_OP_GET, MC_INVALID_PARAMS);
+    kvb_count_result(&st, KVB_OP_PUT, MC_RPC_FAIL);
+    kvb_count_result(&st, KVB_OP_PUT, -705); /* OBJECT_ALREADY_EXISTS: no errno of that meaning */
+    kvb_count_result(&st, KVB_OP_PUT, -ENOENT); /* not a Mooncake code: not ENOENT */
+    assert_int_equal(atomic_load(&st.errors[KVB_OP_GET][KVS_STATUS_C_ENOENT]), 1);
+    assert_int_equal(atomic_load(&st.errors[KVB_OP_GET][KVS_STATUS_C_EINVAL]), 1);
+    assert_int_equal(atomic_load(&st.errors[KVB_OP_PUT][KVS_STATUS_C_EIO]), 1);
+    assert_int_equal(atomic_load(&st.errors[KVB_OP_PUT][KVS_STATUS_C_OTHER]), 2);
+    assert_int_equal(kvb_mc_status_class(-901), KVS_STATUS_C_ETIMEDOUT);
+    assert_int_equal(kvb_mc_status_class(-200), KVS_STATUS_C_ENOSPC);
+    assert_int_equal(kvb_mc_status_class(-1), KVS_STATUS_C_OTHER);
+}
+
 /* ---- a batcher over the backend, many threads ---- */
 
 struct worker {
@@ -718,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_submit_threads_are_bounded),
         cmocka_unit_test(test_one_key_twice_goes_in_rounds),
         cmocka_unit_test(test_copy_mode_puts_go_from_registered_staging),
+        cmocka_unit_test(test_mooncake_codes_count_by_meaning),
         cmocka_unit_test(test_batcher_over_it_16_threads),
         cmocka_unit_test(test_batcher_over_it_16_threads_writeback),
     };
