@@ -63,7 +63,7 @@ static void run_single(struct worker *w, void *buf)
         else
             rc = kvs_exists(b->client, key) == 1 ? 0 : -ENOENT;
         uint64_t t1 = kvs_now_ns();
-        bench_hist_add(&w->op_lat, t1 - t0, 1);
+        if (rc >= 0) bench_hist_add(&w->op_lat, t1 - t0, 1); /* latency of ops that worked */
         note_status(w, rc, b->op == BENCH_EXISTS ? 0 : b->size);
         atomic_fetch_add_explicit(w->done, 1, memory_order_relaxed);
     }
@@ -147,10 +147,14 @@ static int run_batch(struct worker *w, void *bufs)
             a.keys[i] = w->keys[(idx + j + i) % b->keys];
         int call = batch_call(b, &a, k);
         uint64_t t1 = kvs_now_ns();
-        bench_hist_add(&w->batch_lat, t1 - t0, 1);
-        bench_hist_add(&w->op_lat, t1 - t0, k); /* each key waited for its whole batch */
-        for (size_t i = 0; i < k; i++)
-            note_status(w, batch_key_status(w, &a, i, call), b->op == BENCH_EXISTS ? 0 : b->size);
+        uint64_t ok = 0;
+        for (size_t i = 0; i < k; i++) {
+            ssize_t st = batch_key_status(w, &a, i, call);
+            ok += st >= 0;
+            note_status(w, st, b->op == BENCH_EXISTS ? 0 : b->size);
+        }
+        if (ok) bench_hist_add(&w->batch_lat, t1 - t0, 1);
+        if (ok) bench_hist_add(&w->op_lat, t1 - t0, ok); /* each key waited for its whole batch */
         atomic_fetch_add_explicit(w->done, k, memory_order_relaxed);
         j += k;
     }
@@ -199,7 +203,7 @@ static int run_async(struct worker *w, void *bufs)
             ssize_t rc = kvs_wait(ops[s]);
             ops[s] = NULL;
             if (b->op == BENCH_GET) rc = check_get(w, keys[s], (char *)bufs + s * b->size, rc);
-            bench_hist_add(&w->op_lat, kvs_now_ns() - issued[s], 1);
+            if (rc >= 0) bench_hist_add(&w->op_lat, kvs_now_ns() - issued[s], 1);
             note_status(w, rc, b->size);
             atomic_fetch_add_explicit(w->done, 1, memory_order_relaxed);
         }

@@ -135,11 +135,15 @@ void bench_print_result(const struct bench_result *r)
         printf("  wait/layer p50 %s p99 %s  wait/req p50 %s p99 %s",
                fmt_us(a, sizeof(a), r->wait_p50_us), fmt_us(b, sizeof(b), r->wait_p99_us),
                fmt_us(c, sizeof(c), r->req_wait_p50_us), fmt_us(d, sizeof(d), r->req_wait_p99_us));
-    printf("  (%llu ops, %llu errors, %.2f s)", (unsigned long long)r->ops,
-           (unsigned long long)r->errors, r->seconds);
+    unsigned long long ok = r->ops > r->errors ? r->ops - r->errors : 0;
+    printf("  (%llu ops ok, %llu errors, %.2f s)", ok, (unsigned long long)r->errors, r->seconds);
     if (r->label[0]) printf(" [%s]", r->label);
     if (r->first_error) printf(" first error: %s", kvs_strerror(r->first_error));
     printf("\n");
+    /* ops/s and latencies count only ops that worked: say so when none did */
+    if (r->errors && !ok)
+        printf("kvbench: all %llu ops failed: %s\n", (unsigned long long)r->errors,
+               r->first_error ? kvs_strerror(r->first_error) : "unknown error");
     fflush(stdout);
 }
 
