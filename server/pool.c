@@ -17,7 +17,9 @@
 #define PAGE_FREE   (-2)       /* page owner: nobody */
 #define MAX_PAGES   (1u << 24) /* 16 TiB: keeps page indices in 24 bits of headroom */
 #define NO_CHUNK    UINT32_MAX
-#define MAX_CLASSES 64
+#define MAX_CLASSES KVSD_POOL_MAX_CLASSES
+#define LEARN_SLOTS 8  /* sizes tracked as candidates for an exact class */
+#define LEARN_AFTER 16 /* reservations of one size that make its exact class */
 
 struct page {
     int32_t owner;       /* slab class, KVSD_POOL_LARGE or PAGE_FREE */
@@ -44,7 +46,12 @@ struct kvsd_pool {
     uint32_t free_hint; /* no free page below this index */
     uint64_t bytes_used;
     int nclasses;
+    int nbase; /* classes 0..nbase-1 grow by the factor; learned ones follow */
     struct slab_class classes[MAX_CLASSES];
+    struct {
+        uint32_t chunk_size;
+        uint32_t seen;
+    } candidates[LEARN_SLOTS];
     struct page *pages;
 };
 
@@ -63,6 +70,7 @@ static void init_classes(struct kvsd_pool *p)
         p->classes[i].room_head = KVSD_POOL_NO_PAGE;
     }
     p->nclasses = n;
+    p->nbase = n;
 }
 
 int kvsd_pool_create(size_t bytes, struct kvsd_pool **out)
@@ -123,10 +131,63 @@ int kvsd_pool_nclasses(const struct kvsd_pool *p)
 int kvsd_pool_class_of(const struct kvsd_pool *p, size_t len)
 {
     if (len > KVSD_POOL_PAGE / 2) return KVSD_POOL_LARGE;
-    /* Classes are few (about 40): a linear walk is as fast as a search here. */
-    for (int i = 0; i < p->nclasses; i++)
-        if (len <= p->classes[i].chunk_size) return i;
-    return KVSD_POOL_LARGE;
+    /*
+     * Classes are few (at most 64): a linear walk is as fast as a search. The
+     * growth classes are sorted, so the first that holds len is theirs; a
+     * learned class (appended later, unsorted) wins when its chunk is smaller.
+     */
+    int best = KVSD_POOL_LARGE;
+    for (int i = 0; i < p->nbase; i++) {
+        if (len <= p->classes[i].chunk_size) {
+            best = i;
+            break;
+        }
+    }
+    for (int i = p->nbase; i < p->nclasses; i++) {
+        if (len <= p->classes[i].chunk_size &&
+            (best == KVSD_POOL_LARGE || p->classes[i].chunk_size < p->classes[best].chunk_size))
+            best = i;
+    }
+    return best;
+}
+
+/* A chunk size that holds len exactly (8-byte aligned, at least the smallest chunk). */
+static uint32_t exact_chunk(size_t len)
+{
+    uint32_t size = (uint32_t)((len + 7) & ~(size_t)7);
+    return size < KVSD_POOL_MIN_CHUNK ? KVSD_POOL_MIN_CHUNK : size;
+}
+
+int kvsd_pool_learn(struct kvsd_pool *p, size_t len)
+{
+    if (len > KVSD_POOL_PAGE / 2 || p->nclasses == MAX_CLASSES) return 0;
+    uint32_t exact = exact_chunk(len);
+    int cls = kvsd_pool_class_of(p, len);
+    /* Worth a class only if a page of exact chunks holds over 2% more values. */
+    uint32_t held = p->classes[cls].per_page, held_exact = KVSD_POOL_PAGE / exact;
+    if ((uint64_t)held * 50 >= (uint64_t)held_exact * 49) return 0;
+
+    int slot = 0;
+    for (int i = 0; i < LEARN_SLOTS; i++) {
+        if (p->candidates[i].chunk_size == exact) {
+            slot = i;
+            break;
+        }
+        if (p->candidates[i].seen < p->candidates[slot].seen) slot = i;
+    }
+    if (p->candidates[slot].chunk_size != exact) {
+        /* A new size takes the least-seen slot: rare sizes come and go, frequent ones stay. */
+        p->candidates[slot].chunk_size = exact;
+        p->candidates[slot].seen = 0;
+    }
+    if (++p->candidates[slot].seen < LEARN_AFTER) return 0;
+
+    p->candidates[slot].chunk_size = 0;
+    p->candidates[slot].seen = 0;
+    struct slab_class *c = &p->classes[p->nclasses++];
+    *c = (struct slab_class){
+        .chunk_size = exact, .per_page = KVSD_POOL_PAGE / exact, .room_head = KVSD_POOL_NO_PAGE};
+    return 1;
 }
 
 static size_t run_pages(size_t len)
@@ -267,8 +328,10 @@ int kvsd_pool_alloc(struct kvsd_pool *p, size_t len, uint64_t *off)
 
 void kvsd_pool_free(struct kvsd_pool *p, uint64_t off, size_t len)
 {
+    /* The page's owner, not len: a class learned since the alloc may hold len better now. */
+    (void)len;
     uint32_t pg = kvsd_pool_page_of(off);
-    int cls = kvsd_pool_class_of(p, len);
+    int cls = p->pages[pg].owner;
     if (cls == KVSD_POOL_LARGE) {
         uint32_t n = p->pages[pg].run;
         release_pages(p, pg, n);

@@ -7,8 +7,10 @@
  * and is contiguous. The region is cut into 1 MiB pages. A page either is
  * free, belongs to one slab class (and is carved into that class's fixed-size
  * chunks), or is part of a run of contiguous pages holding one large value
- * (larger than half a page). Chunk sizes grow by a factor 1.25 from 64 bytes,
- * so same-size layer slices fill whole pages and never fragment. A slab page
+ * (larger than half a page). Chunk sizes grow by a factor 1.25 from 64 bytes;
+ * a size reserved often whose growth class wastes over 2% of a page gets a
+ * class of its own, learned (kvsd_pool_learn), so same-size layer slices fill
+ * whole pages with at most 8 bytes of rounding and never fragment. A slab page
  * whose last chunk is freed goes back to the free pages, so memory moves
  * between classes as the workload changes.
  *
@@ -21,10 +23,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KVSD_POOL_PAGE      (1u << 20)
-#define KVSD_POOL_MIN_CHUNK 64u
-#define KVSD_POOL_LARGE     (-1) /* class id of values stored in page runs */
-#define KVSD_POOL_NO_PAGE   UINT32_MAX
+#define KVSD_POOL_PAGE        (1u << 20)
+#define KVSD_POOL_MIN_CHUNK   64u
+#define KVSD_POOL_LARGE       (-1) /* class id of values stored in page runs */
+#define KVSD_POOL_NO_PAGE     UINT32_MAX
+#define KVSD_POOL_MAX_CLASSES 64 /* growth classes (41) and learned ones */
 
 struct kvsd_pool;
 
@@ -52,9 +55,9 @@ void kvsd_pool_destroy(struct kvsd_pool *p);
 uint8_t *kvsd_pool_base(const struct kvsd_pool *p);
 size_t kvsd_pool_size(const struct kvsd_pool *p);
 
-/* Number of slab classes (ids 0..n-1). */
+/* Number of slab classes (ids 0..n-1); grows as classes are learned, ids never change. */
 int kvsd_pool_nclasses(const struct kvsd_pool *p);
-/* The slab class that holds a value of len bytes, or KVSD_POOL_LARGE. */
+/* The slab class with the smallest chunk that holds len bytes, or KVSD_POOL_LARGE. */
 int kvsd_pool_class_of(const struct kvsd_pool *p, size_t len);
 /* Bytes a value of len bytes occupies (its chunk size, or its whole pages). */
 size_t kvsd_pool_slot_size(const struct kvsd_pool *p, size_t len);
@@ -65,7 +68,17 @@ size_t kvsd_pool_slot_size(const struct kvsd_pool *p, size_t len);
  * the caller may evict and retry) or -E2BIG (larger than the whole region).
  */
 int kvsd_pool_alloc(struct kvsd_pool *p, size_t len, uint64_t *off);
-/* Gives back a slot obtained with kvsd_pool_alloc for the same len. */
+/*
+ * Notes that a value of len bytes is about to be stored. After 16 such
+ * notes of one exact size (8-byte rounded; a few sizes are tracked at a
+ * time) whose class holds over 2% fewer of it per page than chunks of that
+ * exact size would, a class of that chunk size is added (until 64 classes).
+ * Returns 1 when it added one, else 0. Values stored before keep their
+ * slots; new ones of that size go to the new class.
+ */
+int kvsd_pool_learn(struct kvsd_pool *p, size_t len);
+
+/* Gives back a slot obtained with kvsd_pool_alloc (len as given there). */
 void kvsd_pool_free(struct kvsd_pool *p, uint64_t off, size_t len);
 
 /* Page index of an offset. */

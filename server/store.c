@@ -47,7 +47,7 @@ struct kvsd_store {
     struct kvsd_pool *pool;
     struct kvsd_item *index;
     struct kvsd_item *limbo;
-    struct lru *lrus; /* one per slab class, then one for large runs */
+    struct lru *lrus; /* one per slab class the pool can have, then one for large runs */
     int nlrus;
     struct kvsd_item **page_items; /* per pool page: reclaiming a page visits only its items */
     uint64_t clock;
@@ -62,7 +62,7 @@ int kvsd_store_create(size_t memory_bytes, struct kvsd_store **out)
     rc = kvsd_pool_create(memory_bytes, &s->pool);
     if (rc < 0) goto fail_store;
     rc = -ENOMEM;
-    s->nlrus = kvsd_pool_nclasses(s->pool) + 1;
+    s->nlrus = KVSD_POOL_MAX_CLASSES + 1; /* room for learned classes */
     s->lrus = calloc((size_t)s->nlrus, sizeof(*s->lrus));
     if (!s->lrus) goto fail_pool;
     struct kvsd_pool_stats ps;
@@ -277,6 +277,7 @@ int kvsd_store_reserve(struct kvsd_store *s, const uint8_t *key, uint16_t klen, 
 {
     struct kvsd_item *it = malloc(sizeof(*it) + klen);
     if (!it) return -ENOMEM;
+    kvsd_pool_learn(s->pool, len); /* before the class is chosen, so both agree */
     int rc = alloc_slot(s, len, &it->off);
     if (rc < 0) {
         if (rc == -ENOSPC) s->nospace++;
@@ -421,16 +422,17 @@ void kvsd_store_stats(const struct kvsd_store *s, struct kvsd_store_stats *st)
 
 void kvsd_store_class_stats(const struct kvsd_store *s, int cls, struct kvsd_store_class_stats *st)
 {
-    const struct lru *l = &s->lrus[cls];
+    int nclasses = kvsd_pool_nclasses(s->pool);
+    const struct lru *l = &s->lrus[cls == nclasses ? s->nlrus - 1 : cls];
     st->items = l->items;
     st->evictions = l->evictions;
-    if (cls == s->nlrus - 1) {
+    if (cls == nclasses) {
         struct kvsd_pool_stats ps;
         kvsd_pool_stats(s->pool, &ps);
         st->chunk_size = 0;
         /* Pages of large runs: everything neither free nor in a slab class. */
         uint32_t slab_pages = 0;
-        for (int i = 0; i < s->nlrus - 1; i++) {
+        for (int i = 0; i < nclasses; i++) {
             struct kvsd_pool_class_stats cs;
             kvsd_pool_class_stats(s->pool, i, &cs);
             slab_pages += cs.pages;

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -230,6 +231,109 @@ static void test_class_fills_pages(void **state)
     kvsd_pool_destroy(p);
 }
 
+/* Fills a 64 MiB pool with len-byte values (noting each to the pool if learn): value bytes / pool.
+ */
+static double uniform_fill(size_t len, int learn)
+{
+    struct kvsd_pool *p;
+    assert_int_equal(kvsd_pool_create(64 * MIB, &p), 0);
+    uint64_t n = 0, off;
+    for (;;) {
+        if (learn) kvsd_pool_learn(p, len);
+        if (kvsd_pool_alloc(p, len, &off) != 0) break;
+        n++;
+        assert_true(n <= 64 * MIB / len);
+    }
+    double fill = (double)(n * len) / (double)kvsd_pool_size(p);
+    kvsd_pool_destroy(p);
+    return fill;
+}
+
+/*
+ * Any uniform slice size fills >= 0.9 of the pool once its class is learned
+ * (without eviction the first page, filled before, stays in the growth class).
+ */
+static void test_learned_classes_fill_the_pool(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {4096, 8192, 16384, 20480, 24576, 32768, 65536, 100000};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        double before = uniform_fill(sizes[i], 0), after = uniform_fill(sizes[i], 1);
+        printf("uniform %6zu-byte values: value bytes / pool %.3f growth classes only, %.3f "
+               "learned\n",
+               sizes[i], before, after);
+        assert_true(after >= 0.9);
+    }
+}
+
+static void test_learning_rules(void **state)
+{
+    (void)state;
+    struct kvsd_pool *p;
+    assert_int_equal(kvsd_pool_create(4 * MIB, &p), 0);
+    int n = kvsd_pool_nclasses(p);
+    struct kvsd_pool_class_stats cs;
+
+    /* 15 notes of a size make nothing; the 16th makes its exact class (8-byte rounded). */
+    uint64_t old;
+    assert_int_equal(kvsd_pool_alloc(p, 20475, &old), 0);
+    int old_cls = kvsd_pool_class_of(p, 20475);
+    for (int i = 0; i < 15; i++)
+        assert_int_equal(kvsd_pool_learn(p, 20475), 0);
+    assert_int_equal(kvsd_pool_learn(p, 20475), 1);
+    assert_int_equal(kvsd_pool_nclasses(p), n + 1);
+    assert_int_equal(kvsd_pool_class_of(p, 20475), n);
+    assert_int_equal(kvsd_pool_slot_size(p, 20475), 20480);
+    kvsd_pool_class_stats(p, n, &cs);
+    assert_int_equal(cs.chunk_size, 20480);
+    assert_int_equal(cs.chunks_per_page, KVSD_POOL_PAGE / 20480);
+    /* Growth classes keep their ids; a length the new class does not hold keeps its class. */
+    assert_int_equal(kvsd_pool_class_of(p, 20481), old_cls);
+    assert_int_equal(kvsd_pool_class_of(p, 64), 0);
+
+    /* A slot taken before the class existed goes back to its own class and page. */
+    uint64_t fresh;
+    assert_int_equal(kvsd_pool_alloc(p, 20475, &fresh), 0);
+    assert_int_not_equal(kvsd_pool_page_of(fresh), kvsd_pool_page_of(old));
+    kvsd_pool_free(p, old, 20475);
+    kvsd_pool_class_stats(p, old_cls, &cs);
+    assert_int_equal(cs.pages, 0);
+    assert_int_equal(cs.chunks_used, 0);
+    kvsd_pool_free(p, fresh, 20475);
+    struct kvsd_pool_stats st;
+    kvsd_pool_stats(p, &st);
+    assert_int_equal(st.pages_free, st.pages_total);
+    assert_int_equal(st.bytes_used, 0);
+
+    /* Sizes their class already holds well, and large values, make no class. */
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(kvsd_pool_learn(p, 8192), 0);
+        assert_int_equal(kvsd_pool_learn(p, 20480), 0);
+        assert_int_equal(kvsd_pool_learn(p, KVSD_POOL_PAGE / 2 + 1), 0);
+    }
+    assert_int_equal(kvsd_pool_nclasses(p), n + 1);
+
+    /* Classes stop at the maximum; every length still lands in one that holds it. */
+    for (size_t len = 30000; kvsd_pool_nclasses(p) < KVSD_POOL_MAX_CLASSES; len += 3000) {
+        assert_true(len < KVSD_POOL_PAGE / 2);
+        for (int i = 0; i < 16; i++)
+            kvsd_pool_learn(p, len);
+    }
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(kvsd_pool_learn(p, 17000), 0);
+    for (size_t len = 1; len <= KVSD_POOL_PAGE / 2; len = len * 5 / 4 + 1) {
+        int cls = kvsd_pool_class_of(p, len);
+        kvsd_pool_class_stats(p, cls, &cs);
+        assert_true(len <= cs.chunk_size);
+        for (int i = 0; i < kvsd_pool_nclasses(p); i++) {
+            struct kvsd_pool_class_stats other;
+            kvsd_pool_class_stats(p, i, &other);
+            assert_true(len > other.chunk_size || other.chunk_size >= cs.chunk_size);
+        }
+    }
+    kvsd_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +344,8 @@ int main(void)
         cmocka_unit_test(test_run_needs_contiguous_pages),
         cmocka_unit_test(test_no_overlap_until_full),
         cmocka_unit_test(test_class_fills_pages),
+        cmocka_unit_test(test_learned_classes_fill_the_pool),
+        cmocka_unit_test(test_learning_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
