@@ -221,6 +221,19 @@ static void test_fork(void **state)
     assert_int_equal(run("mc_workload", wb_env, tmp("f.out"), tmp("f.err"), args), 0);
 }
 
+/* Write-behind puts of a process that exits without destroying its store are flushed at exit. */
+static void test_writeback_puts_survive_exit(void **state)
+{
+    static const char *const wargs[] = {"write", "mcexit", "300", NULL};
+    static const char *const rargs[] = {"read", "mcexit", "300", NULL};
+    (void)state;
+    const char *const env[] = {preload(), "KVBATCH_PUT_MODE=writeback", "KVBATCH_POLICY=fixed",
+                               "KVBATCH_WINDOW_US=20ms", NULL};
+    const char *const plain_env[] = {NULL};
+    assert_int_equal(run("mc_workload", env, tmp("w.out"), tmp("w.err"), wargs), 0);
+    assert_int_equal(run("mc_workload", plain_env, tmp("r.out"), tmp("r.err"), rargs), 0);
+}
+
 /* No library under the shim provides the API: each call returns -1, said once on stderr. */
 static void test_no_mooncake_library(void **state)
 {
@@ -339,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_16_threads_over_the_drop_in),
         cmocka_unit_test(test_16_threads_over_another_library),
         cmocka_unit_test(test_fork),
+        cmocka_unit_test(test_writeback_puts_survive_exit),
         cmocka_unit_test(test_no_mooncake_library),
         cmocka_unit_test(test_a_kvs_program_shows_no_mooncake),
         cmocka_unit_test(test_a_library_loaded_rtld_local),

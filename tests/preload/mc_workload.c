@@ -13,6 +13,9 @@
  *   mc_workload MASTER threads N OPS   N threads put_from / get_into / is_exist / remove
  *                                      their own keys, and count every result
  *   mc_workload MASTER fork            parent and a forked child both use the store
+ *   mc_workload MASTER write PREFIX N  puts N values and exits without destroying the store
+ *                                      (write-behind puts then rest on the shim's exit flush)
+ *   mc_workload MASTER read PREFIX N   checks those N values
  *
  * MASTER is mooncake_store_setup's master_server_addr. Exit status 0 when
  * every check passed.
@@ -221,6 +224,27 @@ static int fork_check(void)
     return mooncake_store_get_into(store, "mf.child", buf, sizeof(buf)) == 5 ? 0 : 1;
 }
 
+/* write: N put_from of 4 KiB, then exit(0) with the store left as it is. read: checks them. */
+static int write_or_read(int write, const char *prefix, int n)
+{
+    static char val[4096], buf[4096];
+    char key[96];
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s.%d", prefix, i);
+        memset(val, 'a' + i % 26, sizeof(val));
+        if (write)
+            bad += mooncake_store_put_from(store, key, val, sizeof(val), NULL) != 0;
+        else
+            bad += mooncake_store_get_into(store, key, buf, sizeof(buf)) != (int64_t)sizeof(buf) ||
+                   memcmp(buf, val, sizeof(val)) != 0;
+    }
+    printf("%s %d: %d bad\n", write ? "write" : "read", n, bad);
+    fflush(stdout);
+    if (write) exit(bad != 0); /* no destroy: the exit flush sends what is pending */
+    return bad != 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -233,8 +257,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "mc_workload: setup on %s failed\n", argv[1]);
         return 1;
     }
-    mooncake_store_remove_all(store, 1); /* what an earlier run left */
     int rc = 2;
+    int wr = strcmp(argv[2], "write") == 0;
+    if ((wr || strcmp(argv[2], "read") == 0) && argc == 5) {
+        rc = write_or_read(wr, argv[3], atoi(argv[4]));
+        mooncake_store_destroy(store);
+        return rc;
+    }
+    mooncake_store_remove_all(store, 1); /* what an earlier run left */
     if (strcmp(argv[2], "semantics") == 0)
         rc = semantics(argc > 3 && strcmp(argv[3], "writeback") == 0);
     else if (strcmp(argv[2], "threads") == 0 && argc == 5)
