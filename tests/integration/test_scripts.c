@@ -52,7 +52,17 @@ static void test_sync_bound_bad_arguments(void **state)
 {
     (void)state;
     expect_refused("scripts/sync-bound.sh --rounds x", "'x' is not a count from 1 to 99");
-    expect_refused("scripts/sync-bound.sh --threads 0", "'0' is not a count from 1 to 99");
+    expect_refused("scripts/sync-bound.sh --threads 0", "'0' is not a count from 1 to 1024");
+    expect_refused("scripts/sync-bound.sh --threads 4,2000",
+                   "'2000' is not a count from 1 to 1024");
+    expect_refused("scripts/sync-bound.sh --place cpu1", "--place 'cpu1' (accepted: free, pinned");
+    expect_refused("scripts/sync-bound.sh --ops del", "--ops 'del' (accepted: put, get)");
+    expect_refused("scripts/sync-bound.sh --variant fast",
+                   "--variant 'fast' is not NAME=KVBATCH_X=V");
+    expect_refused("scripts/sync-bound.sh --variant a=LD_PRELOAD=x",
+                   "--variant 'a=LD_PRELOAD=x' is not NAME=KVBATCH_X=V");
+    expect_refused("scripts/sync-bound.sh --variant shim=KVBATCH_LOG=info",
+                   "--variant name 'shim' is taken");
     expect_refused("scripts/sync-bound.sh --seconds soon", "--seconds 'soon' is not a number");
     expect_refused("scripts/sync-bound.sh --bogus", "unknown argument '--bogus'");
 }
