@@ -14,6 +14,7 @@
 #include "batcher.h"
 
 #include "clock.h"
+#include "controller.h"
 #include "futex.h"
 
 #include <errno.h>
@@ -49,6 +50,7 @@ struct kvb_op {
     size_t len;      /* put: value length; get: capacity */
     ssize_t result;
     uint64_t t_enq;
+    uint64_t window_end;    /* OPF_TIMER: when the window of the batch it opened ends */
     struct pending_key *pk; /* OPF_TRACKED */
     struct kvb_batcher *b;
     struct batch *bt; /* the batch it is in; its callers sleep on bt->wake_word */
@@ -73,6 +75,7 @@ struct batch {
     uint32_t n;
     uint64_t bytes;
     uint64_t t_first;
+    uint64_t window_end; /* t_first + the window in effect when it opened */
     uint64_t seq;
     struct kvb_op **ops;
     const char **keys;
@@ -101,9 +104,13 @@ struct kvb_batcher {
     pthread_mutex_t lock;
     pthread_cond_t flusher_cv; /* the flusher sleeps here */
     pthread_cond_t state_cv;   /* rare waits: flush, write-behind space, key order */
-    struct kvb_params p;
+    struct kvb_params p;       /* as configured; under auto, window and in-flight are ceilings */
     struct kvb_backend be;
     struct kvb_stats *st;
+    uint64_t window_ns;    /* the window in effect (auto: the controller's) */
+    uint32_t max_inflight; /* the in-flight limit in effect (auto: the controller's) */
+    bool tuned;            /* policy auto: ctl picks window_ns and max_inflight */
+    struct kvb_ctl ctl;
 
     struct batch *open[KVB_OP_KINDS];
     struct batch *ready_head, *ready_tail;
@@ -209,6 +216,7 @@ static struct batch *batch_get(struct kvb_batcher *b, int kind, unsigned group, 
     bt->n = 0;
     bt->bytes = 0;
     bt->t_first = now;
+    bt->window_end = now + b->window_ns;
     bt->seq = ++b->next_seq;
     bt->timer_owner = false;
     return bt;
@@ -226,12 +234,46 @@ static void batch_recycle(struct kvb_batcher *b, struct batch *bt)
 static void op_accepted(struct kvb_batcher *b)
 {
     if (++b->active > b->peak) b->peak = b->active;
+    if (b->tuned) kvb_ctl_outstanding(&b->ctl, b->active);
 }
 
 /* An in-flight slot is free: a sealed batch could be sent now. Lock held. */
 static bool slot_free(const struct kvb_batcher *b)
 {
-    return b->inflight < b->p.max_inflight;
+    return b->inflight < b->max_inflight;
+}
+
+/* Shows the window and in-flight limit in effect (and, under auto, the controller's state). */
+static void publish_setting(struct kvb_batcher *b)
+{
+    struct kvb_stats *st = b->st;
+    atomic_store_explicit(&st->window_ns, (int64_t)b->window_ns, memory_order_relaxed);
+    atomic_store_explicit(&st->max_inflight, b->max_inflight, memory_order_relaxed);
+    if (!b->tuned) return;
+    atomic_store_explicit(&st->tune_level, b->ctl.cur, memory_order_relaxed);
+    atomic_store_explicit(&st->tune_levels, b->ctl.nlevels, memory_order_relaxed);
+    atomic_store_explicit(&st->tune_reason, b->ctl.reason, memory_order_relaxed);
+    atomic_store_explicit(&st->tune_mean_ns, (int64_t)b->ctl.last.mean_ns, memory_order_relaxed);
+    atomic_store_explicit(&st->tune_p99_ns, (int64_t)b->ctl.last.p99_ns, memory_order_relaxed);
+}
+
+/*
+ * Auto: lets the controller end its epoch at now and takes the setting it
+ * picks. A higher in-flight limit lets the caller's next take_ready send
+ * more; a lower one lets batches in flight drain; a changed window holds
+ * for batches opened from now on. Lock held.
+ */
+static void tune(struct kvb_batcher *b, uint64_t now)
+{
+    uint64_t epoch = b->ctl.epoch_start;
+    bool changed = kvb_ctl_tick(&b->ctl, now);
+    if (changed) {
+        const struct kvb_ctl_level *l = kvb_ctl_setting(&b->ctl);
+        b->window_ns = l->window_ns;
+        b->max_inflight = l->inflight;
+        kvb_count(&b->st->tune_changes, 1);
+    }
+    if (changed || b->ctl.epoch_start != epoch) publish_setting(b);
 }
 
 /* Appends bt, sealed for reason, to the ready FIFO. Lock held. */
@@ -299,11 +341,11 @@ static void arm_window_timers(struct kvb_batcher *b)
     for (int k = 0; k < KVB_OP_KINDS; k++) {
         struct batch *bt = b->open[k];
         if (!bt) continue;
-        if (slot_free(b) && now - bt->t_first >= b->p.window_ns) {
+        if (slot_free(b) && now >= bt->window_end) {
             seal(b, k, KVB_FLUSH_WINDOW); /* its window passed while no slot was free */
             b->peak = b->active;
         } else if (!bt->timer_owner) {
-            nudge_flusher(b, bt->t_first + b->p.window_ns);
+            nudge_flusher(b, bt->window_end);
         }
     }
 }
@@ -316,7 +358,7 @@ static void arm_window_timers(struct kvb_batcher *b)
  */
 static void seal_if_due(struct kvb_batcher *b)
 {
-    if (b->p.policy != KVB_BATCH_ADAPTIVE || !slot_free(b) || b->ready_head) return;
+    if (b->p.policy == KVB_BATCH_FIXED || !slot_free(b) || b->ready_head) return;
     if (b->inflight > 0 && b->active < b->peak) return;
     for (int k = 0; k < KVB_OP_KINDS; k++)
         seal(b, k, KVB_FLUSH_IDLE);
@@ -462,11 +504,11 @@ static void pending_put_done(struct kvb_batcher *b, struct pending_key *pk, stru
     }
 }
 
-/* Copies bt's per-key results into its ops and counts them (no lock needed). */
-static void deliver_results(struct kvb_stats *st, struct batch *bt)
+/* Copies bt's per-key results into its ops and counts them, completed at now (no lock needed). */
+static void deliver_results(struct kvb_stats *st, struct batch *bt, uint64_t now)
 {
     uint64_t bytes = 0;
-    observe_since_enqueue(&st->op_latency, bt, kvs_now_ns());
+    observe_since_enqueue(&st->op_latency, bt, now);
     for (uint32_t i = 0; i < bt->n; i++) {
         ssize_t r = bt->kind == KVB_OP_GET ? bt->sres[i] : bt->ist[i];
         bt->ops[i]->result = r;
@@ -559,10 +601,16 @@ static void done_cb(void *arg, ssize_t nok)
     struct batch *send[KVB_SEND_BATCH];
     (void)nok;
     atomic_fetch_add_explicit(&b->callbacks, 1, memory_order_relaxed);
-    deliver_results(b->st, bt);
+    uint64_t now = kvs_now_ns();
+    deliver_results(b->st, bt, now);
 
     pthread_mutex_lock(&b->lock);
     retire_batch(b, bt);
+    if (b->tuned) {
+        for (uint32_t i = 0; i < bt->n; i++)
+            kvb_ctl_op(&b->ctl, now - bt->ops[i]->t_enq);
+        tune(b, now);
+    }
     seal_if_due(b);
     arm_window_timers(b);
     size_t nsend = pick_sender(b, bt, send);
@@ -590,10 +638,10 @@ static void *flusher_main(void *arg)
         for (int k = 0; k < KVB_OP_KINDS; k++) {
             struct batch *bt = b->open[k];
             if (!bt) continue;
-            if (b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0) {
+            if (b->p.policy != KVB_BATCH_FIXED && b->inflight == 0) {
                 seal(b, k, KVB_FLUSH_IDLE);
-            } else if (now - bt->t_first < b->p.window_ns) {
-                if (bt->t_first + b->p.window_ns < next) next = bt->t_first + b->p.window_ns;
+            } else if (now < bt->window_end) {
+                if (bt->window_end < next) next = bt->window_end;
             } else if (slot_free(b)) {
                 seal(b, k, KVB_FLUSH_WINDOW);
                 b->peak = b->active; /* fewer callers than expected came */
@@ -637,6 +685,15 @@ struct kvb_batcher *kvb_batcher_create(const struct kvb_params *p, const struct 
     b->be = *be;
     b->st = stats;
     b->flusher_deadline = UINT64_MAX;
+    b->window_ns = p->window_ns;
+    b->max_inflight = p->max_inflight;
+    if (p->policy == KVB_BATCH_AUTO) {
+        b->tuned = true;
+        kvb_ctl_init(&b->ctl, p->window_ns, p->max_inflight, p->latency_target_ns, kvs_now_ns());
+        b->window_ns = kvb_ctl_setting(&b->ctl)->window_ns;
+        b->max_inflight = kvb_ctl_setting(&b->ctl)->inflight;
+    }
+    publish_setting(b);
     if (pthread_mutex_init(&b->lock, NULL)) goto err_free;
     if (pthread_mutex_init(&b->free_lock, NULL)) goto err_lock;
     if (pthread_condattr_init(&ca)) goto err_free_lock;
@@ -814,19 +871,18 @@ static void batch_add(struct kvb_batcher *b, struct batch *bt, struct kvb_op *op
 }
 
 /*
- * bt, just opened by op at `now`, is still forming and a slot is free: it
- * needs a window timer - its opener's own wait if that is a synchronous
- * caller, else the flusher's. (With no slot free a completion arms it.) Lock
- * held.
+ * bt, just opened by op, is still forming and a slot is free: it needs a
+ * window timer - its opener's own wait if that is a synchronous caller, else
+ * the flusher's. (With no slot free a completion arms it.) Lock held.
  */
-static void arm_opener_timer(struct kvb_batcher *b, struct batch *bt, struct kvb_op *op,
-                             uint64_t now)
+static void arm_opener_timer(struct kvb_batcher *b, struct batch *bt, struct kvb_op *op)
 {
     if (!(op->flags & (OPF_ASYNC | OPF_WRITEBACK))) {
         bt->timer_owner = true;
         op->flags |= OPF_TIMER;
+        op->window_end = bt->window_end;
     } else {
-        nudge_flusher(b, now + b->p.window_ns);
+        nudge_flusher(b, bt->window_end);
     }
 }
 
@@ -860,7 +916,7 @@ static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64
         seal(b, k, KVB_FLUSH_MAX_BYTES);
     else
         seal_if_due(b);
-    if (created && b->open[k] == bt && slot_free(b)) arm_opener_timer(b, bt, op, now);
+    if (created && b->open[k] == bt && slot_free(b)) arm_opener_timer(b, bt, op);
     return 0;
 }
 
@@ -960,21 +1016,29 @@ static void count_unbatched(struct kvb_stats *st, const struct kvb_op *op)
 }
 
 /*
- * Adaptive, and nothing of kind waits or travels: an op of kind may go at
- * once, as its caller's own single-key call. Lock held.
+ * Adaptive or auto: an op of kind goes at once as its caller's own
+ * single-key call when the batch it would open would be sent alone, right
+ * now - a slot is free, nothing of kind forms or waits for a slot, and no
+ * company is expected within the window: nothing is in flight (the link is
+ * idle), or the window is 0, or every caller seen is already in (with it,
+ * active reaches peak). A batch of one through the batch API costs more
+ * than the library's own call (a batch op, the batcher's completion on the
+ * library's thread, a wake-up by it); the direct call costs what the call
+ * without the shim costs. Lock held.
  */
-static bool idle_for(const struct kvb_batcher *b, int kind)
+static bool goes_direct(const struct kvb_batcher *b, int kind)
 {
-    return b->p.policy == KVB_BATCH_ADAPTIVE && b->inflight == 0 && !b->ready_head &&
-           !b->open[kind];
+    if (b->p.policy == KVB_BATCH_FIXED || !slot_free(b) || b->ready_head || b->open[kind])
+        return false;
+    return b->inflight == 0 || b->window_ns == 0 || b->active + 1 >= b->peak;
 }
 
 /*
- * Queues op and sends whatever may go now from this thread. For sync ops in
- * an idle batcher with adaptive policy, *direct is set instead: the caller
- * performs the real single-key call itself (no thread hand-off) while
- * holding an in-flight slot. Returns 0, 1 if op was answered at once (result
- * set), or a negative code.
+ * Queues op and sends whatever may go now from this thread. For a sync op
+ * that would be sent alone at once (goes_direct), *direct is set instead:
+ * the caller performs the real single-key call itself (no thread hand-off)
+ * while holding an in-flight slot. Returns 0, 1 if op was answered at once
+ * (result set), or a negative code.
  */
 static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *direct)
 {
@@ -996,7 +1060,7 @@ static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *d
     } else if (track && (rc = track_put(b, NULL, op)) < 0) {
         goto out;
     }
-    if (direct && !track && idle_for(b, op->kind)) {
+    if (direct && !track && goes_direct(b, op->kind)) {
         b->inflight++; /* the caller's own call holds the slot */
         op_accepted(b);
         *direct = true;
@@ -1038,7 +1102,7 @@ static void window_wait(struct kvb_batcher *b, struct kvb_op *op)
 {
     struct batch *send[KVB_SEND_BATCH];
     size_t n = 0;
-    uint64_t deadline = op->t_enq + b->p.window_ns;
+    uint64_t deadline = op->window_end; /* op may complete, and its batch be reused, meanwhile */
     while (kvs_now_ns() < deadline) {
         if (atomic_load_explicit(&op->state, memory_order_acquire) == OP_DONE) return;
         int w = atomic_load_explicit(&op->bt->wake_word, memory_order_acquire);
@@ -1071,7 +1135,7 @@ static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0,
     uint64_t now = kvs_now_ns();
     kvb_count(&st->ops[kind], 1);
     kvb_count(&st->batches[kind], 1);
-    kvb_count(&st->flushes[KVB_FLUSH_IDLE], 1);
+    kvb_count(&st->flushes[KVB_FLUSH_DIRECT], 1);
     kvb_count(&st->bytes[kind], bytes);
     kvb_count_result(st, kind, r);
     kvb_hist_observe(&st->batch_ops, 1);
@@ -1081,6 +1145,10 @@ static void direct_done(struct kvb_batcher *b, int kind, ssize_t r, uint64_t t0,
     pthread_mutex_lock(&b->lock);
     b->inflight--;
     b->active--;
+    if (b->tuned) {
+        kvb_ctl_op(&b->ctl, now - t0);
+        tune(b, now);
+    }
     seal_if_due(b);
     arm_window_timers(b);
     n = take_ready(b, send, KVB_SEND_BATCH);

@@ -7,7 +7,8 @@
  * in a fake); of the rest it uses include/kvstore.h's types and common/'s
  * clock and futex.
  * A batch is sent at the first of: its window since the first op, max_ops,
- * max_bytes; adaptive policy also sends at once when nothing is in flight.
+ * max_bytes; adaptive policy also sends at once when nothing is in flight,
+ * and auto tunes the window and batches in flight while it runs.
  * Completion wakes exactly the callers of that batch.
  */
 #ifndef KVB_BATCHER_H
@@ -21,16 +22,25 @@
 #include "kvstore.h"
 #include "stats.h"
 
-enum kvb_batch_policy { KVB_BATCH_ADAPTIVE, KVB_BATCH_FIXED };
+/*
+ * ADAPTIVE: a batch is sent at once when nothing is in flight or every
+ * caller expected has joined it, else at the window; a sync op whose batch
+ * would go alone at once is its caller's own single-key call. AUTO: the
+ * same rules, with the window and the in-flight limit picked while running
+ * by the controller (controller.h) under window_ns and max_inflight as
+ * ceilings. FIXED: every batch waits for the window or a size limit.
+ */
+enum kvb_batch_policy { KVB_BATCH_ADAPTIVE, KVB_BATCH_FIXED, KVB_BATCH_AUTO };
 
 struct kvb_params {
     enum kvb_batch_policy policy;
     uint64_t window_ns;
-    uint32_t max_ops;         /* >= 1 */
-    uint64_t max_bytes;       /* value bytes (put lengths, get capacities) per batch */
-    uint32_t max_inflight;    /* >= 1 */
-    int writeback;            /* kvb_put returns once the value is copied */
-    uint64_t writeback_bytes; /* bound on copied, unsent/unacknowledged put values */
+    uint32_t max_ops;           /* >= 1 */
+    uint64_t max_bytes;         /* value bytes (put lengths, get capacities) per batch */
+    uint32_t max_inflight;      /* >= 1 */
+    int writeback;              /* kvb_put returns once the value is copied */
+    uint64_t writeback_bytes;   /* bound on copied, unsent/unacknowledged put values */
+    uint64_t latency_target_ns; /* auto: the p99 op latency to stay within; 0 = none */
 };
 
 struct kvb_batcher;

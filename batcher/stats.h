@@ -25,7 +25,8 @@ enum kvb_flush_reason {
     KVB_FLUSH_IDLE,
     KVB_FLUSH_EXPLICIT,
     KVB_FLUSH_EXIT,
-    KVB_FLUSH_GROUP, /* a put of another group came (kvb_put_group) */
+    KVB_FLUSH_GROUP,  /* a put of another group came (kvb_put_group) */
+    KVB_FLUSH_DIRECT, /* a sync op sent alone as its caller's own single-key call */
     KVB_FLUSH_REASONS
 };
 
@@ -51,10 +52,17 @@ struct kvb_stats {
     _Atomic int64_t queued_ops;       /* gauge: accepted, not yet sent */
     _Atomic int64_t inflight_batches; /* gauge */
     _Atomic int64_t writeback_bytes;  /* gauge: value bytes held for write-behind */
-    struct kvb_hist batch_ops;        /* ops per batch */
-    struct kvb_hist batch_bytes;      /* value bytes per batch */
-    struct kvb_hist queue_delay;      /* ns from enqueue to send */
-    struct kvb_hist op_latency;       /* ns from enqueue to completion */
+    /* The window and in-flight limit in effect (the newest choice of any batcher under auto). */
+    _Atomic int64_t window_ns;
+    _Atomic int64_t max_inflight;
+    /* Policy auto (batcher/controller.h): tune_levels is 0 under any other policy. */
+    _Atomic int64_t tune_level, tune_levels, tune_reason; /* gauges; reason: enum kvb_ctl_reason */
+    _Atomic int64_t tune_mean_ns, tune_p99_ns;            /* the last epoch's op latency */
+    _Atomic uint64_t tune_changes;                        /* level changes, all batchers */
+    struct kvb_hist batch_ops;                            /* ops per batch */
+    struct kvb_hist batch_bytes;                          /* value bytes per batch */
+    struct kvb_hist queue_delay;                          /* ns from enqueue to send */
+    struct kvb_hist op_latency;                           /* ns from enqueue to completion */
     /*
      * The class a negative result counts under in errors[][]: NULL for the
      * status table's (libkvstore's codes, kvs_status_class); a backend

@@ -14,12 +14,12 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *const policy_names[] = {"adaptive", "fixed", "off"};
+static const char *const policy_names[] = {"adaptive", "fixed", "off", "auto"};
 static const char *const put_mode_names[] = {"sync", "writeback"};
 
 const char *kvb_policy_name(enum kvb_policy p)
 {
-    return (unsigned)p < 3 ? policy_names[p] : "?";
+    return (unsigned)p < sizeof(policy_names) / sizeof(policy_names[0]) ? policy_names[p] : "?";
 }
 
 const char *kvb_put_mode_name(enum kvb_put_mode m)
@@ -52,8 +52,8 @@ struct var {
 
 /* Every variable, in the README's order (and the order errors are looked for). */
 static const struct var vars[] = {
-    {"KVBATCH_POLICY", VAR_KEYWORD, FIELD(policy), KVB_POLICY_ADAPTIVE, 0, 2, 0, policy_names,
-     "adaptive, fixed or off"},
+    {"KVBATCH_POLICY", VAR_KEYWORD, FIELD(policy), KVB_POLICY_AUTO, 0, 3, 0, policy_names,
+     "auto, adaptive, fixed or off"},
     {"KVBATCH_WINDOW_US", VAR_DURATION, FIELD(window_ns), 50 * KVS_NS_PER_US, 0, KVS_NS_PER_S,
      KVS_NS_PER_US, NULL,
      "a duration from 0 to 1s (bare number = microseconds; units ns, us, ms, s)"},
@@ -63,6 +63,9 @@ static const struct var vars[] = {
      "a size from 4K to 256MiB " SIZE_UNITS},
     {"KVBATCH_MAX_INFLIGHT", VAR_COUNT, FIELD(max_inflight), 4, 1, 64, 0, NULL,
      "an integer from 1 to 64"},
+    {"KVBATCH_LATENCY_TARGET", VAR_DURATION, FIELD(latency_target_ns), 0, 0, 10 * KVS_NS_PER_S,
+     KVS_NS_PER_US, NULL,
+     "a duration from 0 (none) to 10s (bare number = microseconds; units ns, us, ms, s)"},
     {"KVBATCH_PUT_MODE", VAR_KEYWORD, FIELD(put_mode), KVB_PUT_SYNC, 0, 1, 0, put_mode_names,
      "sync or writeback"},
     {"KVBATCH_WRITEBACK_BYTES", VAR_SIZE, FIELD(writeback_bytes), 64ull << 20, 64ull << 10,

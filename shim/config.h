@@ -12,7 +12,7 @@
 
 #include "log.h" /* enum kvs_log_level */
 
-enum kvb_policy { KVB_POLICY_ADAPTIVE, KVB_POLICY_FIXED, KVB_POLICY_OFF };
+enum kvb_policy { KVB_POLICY_ADAPTIVE, KVB_POLICY_FIXED, KVB_POLICY_OFF, KVB_POLICY_AUTO };
 enum kvb_put_mode { KVB_PUT_SYNC, KVB_PUT_WRITEBACK };
 
 #define KVB_STATS_PATH_MAX 4096
@@ -23,6 +23,7 @@ struct kvb_config {
     uint32_t max_ops;
     uint64_t max_bytes;
     uint32_t max_inflight;
+    uint64_t latency_target_ns; /* auto: p99 op latency to stay within; 0 = none */
     enum kvb_put_mode put_mode;
     uint64_t writeback_bytes;
     char stats_file[KVB_STATS_PATH_MAX]; /* "" = no stats file; %p already expanded */

@@ -4,6 +4,8 @@
  */
 #include "metrics.h"
 
+#include "../batcher/controller.h"
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdatomic.h>
@@ -18,8 +20,8 @@ static const char *op_label(enum kvb_opkind k)
 
 static const char *flush_label(enum kvb_flush_reason r)
 {
-    static const char *const names[KVB_FLUSH_REASONS] = {"window",   "max_ops", "max_bytes", "idle",
-                                                         "explicit", "exit",    "group"};
+    static const char *const names[KVB_FLUSH_REASONS] = {
+        "window", "max_ops", "max_bytes", "idle", "explicit", "exit", "group", "direct"};
     return (unsigned)r < KVB_FLUSH_REASONS ? names[r] : "?";
 }
 
@@ -139,6 +141,60 @@ static void render_flushes(struct out *o, const struct sources *src)
 
 #define OFF(member) offsetof(struct kvb_stats, member)
 
+#define KVB_TUNED_SOURCES_MAX 8 /* more than there are backends */
+
+/* One gauge in seconds (off: its member, in ns), labelled by backend only. */
+static void render_seconds(struct out *o, const struct sources *src, const char *name,
+                           const char *help, size_t off)
+{
+    family(o, name, "gauge", help);
+    for (size_t i = 0; i < src->n; i++)
+        put(o, "%s{backend=\"%s\"} %.9g\n", name, src->v[i].backend,
+            (double)atomic_load_explicit(MEMBER(src, i, _Atomic int64_t, off),
+                                         memory_order_relaxed) /
+                1e9);
+}
+
+/*
+ * The window and in-flight limit in effect and, for the sources under
+ * policy auto (tune_levels > 0), what the controller holds, why it last set
+ * it, how often it moved and the last epoch it scored.
+ */
+static void render_tuning(struct out *o, const struct sources *src)
+{
+    render_seconds(o, src, "kvbatch_window_seconds",
+                   "The window in effect now (policy auto: the controller's choice).",
+                   OFF(window_ns));
+    render_gauge(o, src, "kvbatch_max_inflight",
+                 "Batches in flight allowed now (policy auto: the controller's choice).",
+                 OFF(max_inflight));
+    struct kvb_stats_source tuned[KVB_TUNED_SOURCES_MAX];
+    struct sources t = {tuned, 0};
+    for (size_t i = 0; i < src->n && t.n < KVB_TUNED_SOURCES_MAX; i++)
+        if (atomic_load_explicit(&src->v[i].s->tune_levels, memory_order_relaxed) > 0)
+            tuned[t.n++] = src->v[i];
+    if (t.n == 0) return;
+    render_gauge(o, &t, "kvbatch_auto_level",
+                 "The level the auto controller holds, 0 = most direct calls.", OFF(tune_level));
+    render_gauge(o, &t, "kvbatch_auto_levels", "Levels on the auto controller's ladder.",
+                 OFF(tune_levels));
+    family(o, "kvbatch_auto_changes_total", "counter", "Level changes of the auto controller.");
+    for (size_t i = 0; i < t.n; i++)
+        put(o, "kvbatch_auto_changes_total{backend=\"%s\"} %llu\n", t.v[i].backend,
+            (unsigned long long)load(&t.v[i].s->tune_changes));
+    family(o, "kvbatch_auto_reason", "gauge", "Why the auto controller last set its level.");
+    for (size_t i = 0; i < t.n; i++)
+        put(o, "kvbatch_auto_reason{backend=\"%s\",reason=\"%s\"} 1\n", t.v[i].backend,
+            kvb_ctl_reason_name((enum kvb_ctl_reason)atomic_load_explicit(&t.v[i].s->tune_reason,
+                                                                          memory_order_relaxed)));
+    render_seconds(o, &t, "kvbatch_auto_epoch_mean_seconds",
+                   "Mean op latency of the last epoch the auto controller scored.",
+                   OFF(tune_mean_ns));
+    render_seconds(o, &t, "kvbatch_auto_epoch_p99_seconds",
+                   "p99 op latency of the last epoch the auto controller scored.",
+                   OFF(tune_p99_ns));
+}
+
 /* The families in the order of docs/shim.md's table. */
 size_t kvb_stats_render(const struct kvb_stats_source *v, size_t n, char *buf, size_t cap)
 {
@@ -160,6 +216,7 @@ size_t kvb_stats_render(const struct kvb_stats_source *v, size_t n, char *buf, s
                  OFF(inflight_batches));
     render_gauge(&o, &src, "kvbatch_writeback_pending_bytes",
                  "Value bytes held for write-behind puts.", OFF(writeback_bytes));
+    render_tuning(&o, &src);
     render_hist(&o, &src, "kvbatch_batch_ops", "Ops per batch.", OFF(batch_ops), 1.0);
     render_hist(&o, &src, "kvbatch_batch_bytes", "Value bytes per batch.", OFF(batch_bytes), 1.0);
     render_hist(&o, &src, "kvbatch_queue_delay_seconds",

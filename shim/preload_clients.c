@@ -28,13 +28,16 @@ struct kvb_params kvb_shim_params(void)
 {
     const struct kvb_config *cfg = &shim.cfg;
     struct kvb_params p = {
-        .policy = cfg->policy == KVB_POLICY_FIXED ? KVB_BATCH_FIXED : KVB_BATCH_ADAPTIVE,
+        .policy = cfg->policy == KVB_POLICY_FIXED  ? KVB_BATCH_FIXED
+                  : cfg->policy == KVB_POLICY_AUTO ? KVB_BATCH_AUTO
+                                                   : KVB_BATCH_ADAPTIVE,
         .window_ns = cfg->window_ns,
         .max_ops = cfg->max_ops,
         .max_bytes = cfg->max_bytes,
         .max_inflight = cfg->max_inflight,
         .writeback = cfg->put_mode == KVB_PUT_WRITEBACK,
         .writeback_bytes = cfg->writeback_bytes,
+        .latency_target_ns = cfg->latency_target_ns,
     };
     return p;
 }

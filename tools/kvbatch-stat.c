@@ -46,7 +46,7 @@ struct options {
 
 static const char *const ops[] = {"put", "get", "exists"};
 static const char *const reasons[] = {"window",   "max_ops", "max_bytes", "idle",
-                                      "explicit", "exit",    "group"};
+                                      "explicit", "exit",    "group",   "direct"};
 #define NREASONS ((int)(sizeof(reasons) / sizeof(reasons[0])))
 
 struct sample {
@@ -371,6 +371,36 @@ static void now_and_errors(const struct snap *cur, const struct snap *prev)
     printf("%s\n", any ? "" : " none");
 }
 
+/* The label value of the one sample of family `base` (e.g. kvbatch_auto_reason), or "?". */
+static void label_of(const struct snap *sn, const char *base, char *out, size_t cap)
+{
+    size_t blen = strlen(base);
+    snprintf(out, cap, "?");
+    for (int i = 0; i < sn->n; i++) {
+        const char *nm = sn->s[i].name, *q;
+        if (strncmp(nm, base, blen) != 0 || nm[blen] != '{' || !(q = strchr(nm, '"'))) continue;
+        size_t len = strcspn(q + 1, "\"");
+        snprintf(out, cap, "%.*s", (int)len, q + 1);
+        return;
+    }
+}
+
+/* Policy auto: the setting its controller holds now, why, and how often it moved over the span. */
+static void auto_line(const struct snap *cur, const struct snap *prev)
+{
+    char a[32], b[32], c[32], reason[48];
+    double levels = get(cur, "kvbatch_auto_levels");
+    if (levels <= 0) return;
+    label_of(cur, "kvbatch_auto_reason", reason, sizeof(reason));
+    printf("auto: window %s, max_inflight %.0f (level %.0f of 0..%.0f, 0 = most direct calls); "
+           "last change: %s; %.0f changes; last epoch: op latency mean %s p99 %s\n",
+           fmt_time(get(cur, "kvbatch_window_seconds"), a, sizeof(a)),
+           get(cur, "kvbatch_max_inflight"), get(cur, "kvbatch_auto_level"), levels - 1, reason,
+           delta(cur, prev, "kvbatch_auto_changes_total"),
+           fmt_time(get(cur, "kvbatch_auto_epoch_mean_seconds"), b, sizeof(b)),
+           fmt_time(get(cur, "kvbatch_auto_epoch_p99_seconds"), c, sizeof(c)));
+}
+
 /*
  * The human summary of cur, over the span since prev (a last look of the same
  * shim instance) or, with prev NULL, since the shim started. Gauges ("now")
@@ -392,6 +422,7 @@ static void summary(const char *path, const struct snap *cur, const struct snap 
            get(cur, "kvbatch_setting_max_ops"),
            fmt_bytes(get(cur, "kvbatch_setting_max_bytes"), b, sizeof(b)),
            get(cur, "kvbatch_setting_max_inflight"));
+    auto_line(cur, prev);
     double tops = ops_table(cur, prev, span);
     flush_line(cur, prev);
     latency_lines(cur, prev);
@@ -488,6 +519,20 @@ static void json(const struct snap *sn)
     json_num("queue_delay_p99_s", quantile(sn, NULL, "kvbatch_queue_delay_seconds", 0.99), 1);
     json_num("op_latency_p50_s", quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.5), 1);
     json_num("op_latency_p99_s", quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.99), 1);
+    json_num("window_s", get(sn, "kvbatch_window_seconds"), 1);
+    json_num("max_inflight", get(sn, "kvbatch_max_inflight"), 1);
+    if (get(sn, "kvbatch_auto_levels") > 0) {
+        char reason[48];
+        label_of(sn, "kvbatch_auto_reason", reason, sizeof(reason));
+        printf("\"auto\":{");
+        json_num("level", get(sn, "kvbatch_auto_level"), 1);
+        json_num("levels", get(sn, "kvbatch_auto_levels"), 1);
+        json_num("changes", get(sn, "kvbatch_auto_changes_total"), 1);
+        printf("\"reason\":\"%s\",", reason);
+        json_num("epoch_mean_s", get(sn, "kvbatch_auto_epoch_mean_seconds"), 1);
+        json_num("epoch_p99_s", get(sn, "kvbatch_auto_epoch_p99_seconds"), 0);
+        printf("},");
+    }
     json_num("queued_ops", get(sn, "kvbatch_queued_ops"), 1);
     json_num("inflight_batches", get(sn, "kvbatch_inflight_batches"), 1);
     json_num("writeback_errors", get(sn, "kvbatch_writeback_errors_total"), 0);
@@ -511,8 +556,10 @@ static void interval_line(const struct snap *cur, const struct snap *prev, doubl
                "batches/s", "ops/batch", "idle%", "qdelay50", "lat50", "lat99", "errors/s");
     double o = sum_ops(cur, prev, "kvbatch_ops_total{op=\"%s\"}");
     double bt = sum_ops(cur, prev, "kvbatch_batches_total{op=\"%s\"}");
-    double fl = 0, idle = diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", "idle");
-    for (int r = 0; r < 6; r++)
+    /* idle%: sent without waiting - idle flushes and direct calls */
+    double fl = 0, idle = diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", "idle") +
+                          diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", "direct");
+    for (int r = 0; r < NREASONS; r++)
         fl += diff(cur, prev, "kvbatch_flush_total{reason=\"%s\"}", reasons[r]);
     double e = 0;
     for (int k = 0; k < 3; k++) {

@@ -45,7 +45,8 @@ static void test_defaults(void **state)
     fake_env = NULL;
     assert_int_equal(kvb_config_load(&c, fake_get, 1, err, sizeof(err)), 0);
     assert_string_equal(err, "");
-    assert_int_equal(c.policy, KVB_POLICY_ADAPTIVE);
+    assert_int_equal(c.policy, KVB_POLICY_AUTO);
+    assert_int_equal(c.latency_target_ns, 0);
     assert_int_equal(c.window_ns, 50000);
     assert_int_equal(c.put_mode, KVB_PUT_SYNC);
     assert_int_equal(c.stats_interval_ns, 1000000000ull);
@@ -64,6 +65,8 @@ static void test_all_variables(void **state)
                                       "4MiB",
                                       "KVBATCH_MAX_INFLIGHT",
                                       "8",
+                                      "KVBATCH_LATENCY_TARGET",
+                                      "500",
                                       "KVBATCH_PUT_MODE",
                                       "writeback",
                                       "KVBATCH_WRITEBACK_BYTES",
@@ -87,6 +90,7 @@ static void test_all_variables(void **state)
     assert_int_equal(c.max_ops, 512);
     assert_int_equal(c.max_bytes, 4u << 20);
     assert_int_equal(c.max_inflight, 8);
+    assert_int_equal(c.latency_target_ns, 500000);
     assert_int_equal(c.put_mode, KVB_PUT_WRITEBACK);
     assert_int_equal(c.writeback_bytes, 1ull << 30);
     assert_string_equal(c.stats_file, "/tmp/s-42.prom");
@@ -96,7 +100,27 @@ static void test_all_variables(void **state)
     kvb_config_describe(&c, text, sizeof(text));
     assert_non_null(strstr(text, "KVBATCH_POLICY=fixed\n"));
     assert_non_null(strstr(text, "KVBATCH_WINDOW_US=2000us\n"));
+    assert_non_null(strstr(text, "KVBATCH_LATENCY_TARGET=500us\n"));
     assert_non_null(strstr(text, "KVBATCH_STATS_FILE=/tmp/s-42.prom\n"));
+}
+
+/* Every policy by name, any case; auto is the default. */
+static void test_policies(void **state)
+{
+    static const char *const names[] = {"adaptive", "FIXED", "off", "Auto"};
+    static const char *const shown[] = {"adaptive", "fixed", "off", "auto"};
+    static const enum kvb_policy want[] = {KVB_POLICY_ADAPTIVE, KVB_POLICY_FIXED, KVB_POLICY_OFF,
+                                           KVB_POLICY_AUTO};
+    (void)state;
+    for (size_t i = 0; i < 4; i++) {
+        const char *env[] = {"KVBATCH_POLICY", names[i], NULL};
+        struct kvb_config c;
+        char err[256];
+        fake_env = env;
+        assert_int_equal(kvb_config_load(&c, fake_get, 1, err, sizeof(err)), 0);
+        assert_int_equal(c.policy, want[i]);
+        assert_string_equal(kvb_policy_name(c.policy), shown[i]);
+    }
 }
 
 /*
@@ -106,7 +130,7 @@ static void test_all_variables(void **state)
 static void test_bad_values_keep_their_default(void **state)
 {
     static const char *const cases[][3] = {
-        {"KVBATCH_POLICY", "fast", "adaptive"},
+        {"KVBATCH_POLICY", "fast", "auto"},
         {"KVBATCH_WINDOW_US", "5 ms", NULL},
         {"KVBATCH_WINDOW_US", "2s", NULL},
         {"KVBATCH_MAX_OPS", "0", NULL},
@@ -116,6 +140,8 @@ static void test_bad_values_keep_their_default(void **state)
         {"KVBATCH_MAX_BYTES", "1T", NULL},
         {"KVBATCH_MAX_INFLIGHT", "0", NULL},
         {"KVBATCH_MAX_INFLIGHT", "65", NULL},
+        {"KVBATCH_LATENCY_TARGET", "11s", NULL},
+        {"KVBATCH_LATENCY_TARGET", "-1", NULL},
         {"KVBATCH_PUT_MODE", "async", "sync"},
         {"KVBATCH_WRITEBACK_BYTES", "1K", NULL},
         {"KVBATCH_STATS_INTERVAL_MS", "1", NULL},
@@ -178,6 +204,7 @@ int main(void)
         cmocka_unit_test(test_expand_pid),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_all_variables),
+        cmocka_unit_test(test_policies),
         cmocka_unit_test(test_bad_values_keep_their_default),
         cmocka_unit_test(test_every_error_reported),
     };

@@ -20,6 +20,7 @@
 #include <sys/sysmacros.h>
 
 #include "config.h"
+#include "controller.h"
 #include "file.h"
 #include "stats.h"
 #include "metrics.h"
@@ -53,6 +54,15 @@ static void fill(struct kvb_stats *st)
         kvb_hist_observe(&st->batch_ops, 10);
     kvb_hist_observe(&st->op_latency, 1500);       /* 1.5 us */
     kvb_hist_observe(&st->op_latency, 3000000000); /* 3 s: +Inf bucket */
+    /* policy auto's controller, as the batcher publishes it */
+    atomic_store(&st->window_ns, 12500);
+    atomic_store(&st->max_inflight, 4);
+    atomic_store(&st->tune_level, 1);
+    atomic_store(&st->tune_levels, 6);
+    atomic_store(&st->tune_reason, KVB_CTL_WORSE);
+    atomic_store(&st->tune_mean_ns, 40000);
+    atomic_store(&st->tune_p99_ns, 250000);
+    kvb_count(&st->tune_changes, 3);
 }
 
 static void test_render_values(void **state)
@@ -83,7 +93,15 @@ static void test_render_values(void **state)
     assert_non_null(
         strstr(text, "kvbatch_op_latency_seconds_bucket{backend=\"kvs\",le=\"+Inf\"} 2\n"));
     assert_non_null(strstr(text, "kvbatch_op_latency_seconds_count{backend=\"kvs\"} 2\n"));
-    assert_non_null(strstr(text, "kvbatch_info{policy=\"adaptive\",put_mode=\"sync\""));
+    assert_non_null(strstr(text, "kvbatch_info{policy=\"auto\",put_mode=\"sync\""));
+    assert_non_null(strstr(text, "\nkvbatch_flush_total{backend=\"kvs\",reason=\"direct\"} 0\n"));
+    assert_non_null(strstr(text, "\nkvbatch_window_seconds{backend=\"kvs\"} 1.25e-05\n"));
+    assert_non_null(strstr(text, "\nkvbatch_max_inflight{backend=\"kvs\"} 4\n"));
+    assert_non_null(strstr(text, "\nkvbatch_auto_level{backend=\"kvs\"} 1\n"));
+    assert_non_null(strstr(text, "\nkvbatch_auto_levels{backend=\"kvs\"} 6\n"));
+    assert_non_null(strstr(text, "\nkvbatch_auto_changes_total{backend=\"kvs\"} 3\n"));
+    assert_non_null(strstr(text, "\nkvbatch_auto_reason{backend=\"kvs\",reason=\"worse\"} 1\n"));
+    assert_non_null(strstr(text, "\nkvbatch_auto_epoch_p99_seconds{backend=\"kvs\"} 0.00025\n"));
     assert_non_null(strstr(text, "kvbatch_setting_window_seconds 5e-05\n"));
     assert_non_null(strstr(text, "# TYPE kvbatch_queue_delay_seconds histogram\n"));
 }
@@ -118,6 +136,10 @@ static void test_render_names_the_backend(void **state)
     assert_non_null(strstr(text, "kvbatch_flush_total{backend=\"mooncake\",reason=\"group\"} 3\n"));
     assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{backend=\"mooncake\",le=\"4\"} 1\n"));
     assert_non_null(strstr(text, "kvbatch_queued_ops{backend=\"mooncake\"} 0\n"));
+    /* Only a backend under policy auto has the controller's samples. */
+    assert_non_null(strstr(text, "\nkvbatch_auto_level{backend=\"kvs\"} 1\n"));
+    assert_null(strstr(text, "kvbatch_auto_level{backend=\"mooncake\"}"));
+    assert_non_null(strstr(text, "\nkvbatch_max_inflight{backend=\"mooncake\"} 0\n"));
     const char *help = "# TYPE kvbatch_ops_total counter\n";
     const char *first = strstr(text, help);
     assert_non_null(first);

@@ -1,0 +1,305 @@
+/*
+ * controller.c - the ladder, the epoch score and the walk of
+ * KVBATCH_POLICY=auto (see controller.h).
+ *
+ * The walk is a hill climb on a noisy function, so it is built to stop:
+ * a step that scores worse is undone and the controller parks; a step that
+ * scores the same goes on only toward direct calls (a tie is settled for
+ * fewer waits) and at most KVB_CTL_SAME_STEPS times; a parked controller
+ * moves again only when the load it sees changes (the ops outstanding by
+ * half or more, its latency by KVB_CTL_LOAD_PERCENT after KVB_CTL_HOLD_EPOCHS,
+ * the p99 crossing the target) or once every KVB_CTL_PROBE_EPOCHS for a
+ * one-step probe. So between two load changes it changes level at most
+ * nlevels + 1 times per walk plus twice per probe period.
+ */
+#include "controller.h"
+
+#include <string.h>
+
+enum { ST_MEASURE, ST_WALK, ST_PARK };
+enum { BETTER = -1, SAME = 0, WORSE = 1 };
+
+#define KVB_CTL_SAME_STEPS 3 /* ties in a row before a walk stops */
+
+const char *kvb_ctl_reason_name(enum kvb_ctl_reason r)
+{
+    static const char *const names[KVB_CTL_REASONS] = {"start", "explore",     "better", "worse",
+                                                       "tie",   "over_target", "load",   "probe"};
+    return (unsigned)r < KVB_CTL_REASONS ? names[r] : "?";
+}
+
+static void add_level(struct kvb_ctl *c, uint64_t window_ns, uint32_t inflight)
+{
+    if (c->nlevels) {
+        const struct kvb_ctl_level *l = &c->level[c->nlevels - 1];
+        if (l->window_ns == window_ns && l->inflight == inflight) return;
+    }
+    if (c->nlevels == KVB_CTL_MAX_LEVELS) return;
+    c->level[c->nlevels].window_ns = window_ns;
+    c->level[c->nlevels].inflight = inflight;
+    c->nlevels++;
+}
+
+/* Clears the epoch's observations; the next epoch begins at now. */
+static void epoch_reset(struct kvb_ctl *c, uint64_t now)
+{
+    c->epoch_start = now;
+    c->ops = c->sum_ns = 0;
+    c->outstanding = 0;
+    memset(c->hist, 0, sizeof(c->hist));
+}
+
+void kvb_ctl_init(struct kvb_ctl *c, uint64_t window_max_ns, uint32_t inflight_max,
+                  uint64_t target_ns, uint64_t now)
+{
+    memset(c, 0, sizeof(*c));
+    if (inflight_max == 0) inflight_max = 1;
+    c->target_ns = target_ns;
+    add_level(c, 0, inflight_max);
+    add_level(c, window_max_ns / 4, inflight_max);
+    add_level(c, window_max_ns / 2, inflight_max);
+    add_level(c, window_max_ns, inflight_max);
+    c->cur = c->nlevels - 1;
+    for (uint32_t l = inflight_max; l > 1;) {
+        l /= 2;
+        add_level(c, window_max_ns, l);
+    }
+    c->reason = KVB_CTL_START;
+    c->state = ST_MEASURE;
+    c->probe_dir = -1;
+    epoch_reset(c, now);
+}
+
+/* Lower and upper bound of the latencies in bucket i (kvb_ctl_bucket's inverse). */
+static void bucket_bounds(unsigned i, uint64_t *lo, uint64_t *hi)
+{
+    const unsigned one = 1u << KVB_CTL_SUB_BITS;
+    if (i < one) {
+        *lo = i;
+        *hi = i + 1;
+        return;
+    }
+    unsigned e = i >> KVB_CTL_SUB_BITS, sub = i & (one - 1), shift = e - KVB_CTL_SUB_BITS;
+    *lo = (uint64_t)(one + sub) << shift;
+    *hi = e == 63 && sub == one - 1 ? UINT64_MAX : (uint64_t)(one + sub + 1) << shift;
+}
+
+/* The epoch's 99th percentile, interpolated inside its bucket. */
+static uint64_t epoch_p99(const struct kvb_ctl *c)
+{
+    uint64_t rank = (c->ops * 99 + 99) / 100, cum = 0; /* ceil(0.99 ops) */
+    for (unsigned i = 0; i < KVB_CTL_BUCKETS; i++) {
+        if (!c->hist[i]) continue;
+        if (cum + c->hist[i] >= rank) {
+            uint64_t lo, hi;
+            bucket_bounds(i, &lo, &hi);
+            return lo + (uint64_t)((double)(hi - lo) * (double)(rank - cum) / c->hist[i]);
+        }
+        cum += c->hist[i];
+    }
+    return 0;
+}
+
+/* b against a when both are positive: BETTER if lower by more than SAME_PERCENT. */
+static int relative(uint64_t a, uint64_t b)
+{
+    if ((double)b * 100 < (double)a * (100 - KVB_CTL_SAME_PERCENT)) return BETTER;
+    if ((double)b * 100 > (double)a * (100 + KVB_CTL_SAME_PERCENT)) return WORSE;
+    return SAME;
+}
+
+/*
+ * s against ref: with a target, a p99 over it loses to one within it, and
+ * two over it compare by p99; otherwise the mean op latency decides (for
+ * callers that wait for each op, the lower mean is the higher throughput).
+ */
+static int compare(const struct kvb_ctl *c, const struct kvb_ctl_score *ref,
+                   const struct kvb_ctl_score *s)
+{
+    if (c->target_ns) {
+        bool rv = ref->p99_ns > c->target_ns, sv = s->p99_ns > c->target_ns;
+        if (rv != sv) return sv ? WORSE : BETTER;
+        if (rv) return relative(ref->p99_ns, s->p99_ns);
+    }
+    return relative(ref->mean_ns, s->mean_ns);
+}
+
+/*
+ * Strict order of two scores (no margin), the order compare() uses: within
+ * the target before over it, then the lower p99 over it, else the lower mean.
+ */
+static bool lower(const struct kvb_ctl *c, const struct kvb_ctl_score *a,
+                  const struct kvb_ctl_score *b)
+{
+    if (c->target_ns) {
+        bool av = a->p99_ns > c->target_ns, bv = b->p99_ns > c->target_ns;
+        if (av != bv) return bv;
+        if (av) return a->p99_ns < b->p99_ns;
+    }
+    return a->mean_ns < b->mean_ns;
+}
+
+/* Goes to level `to`; false (and no move) if there is none. */
+static bool go(struct kvb_ctl *c, int to, enum kvb_ctl_reason why)
+{
+    if (to < 0 || to >= (int)c->nlevels) return false;
+    if ((unsigned)to == c->cur) return true;
+    c->cur = (unsigned)to;
+    c->reason = why;
+    c->changes++;
+    return true;
+}
+
+static void park(struct kvb_ctl *c, const struct kvb_ctl_score *at)
+{
+    c->state = ST_PARK;
+    c->parked = 0;
+    c->moved = 0;
+    c->ref = *at;
+}
+
+/* Notes the score of the level held, and whether it is the walk's lowest. */
+static void walk_record(struct kvb_ctl *c, const struct kvb_ctl_score *s)
+{
+    c->seen[c->cur] = *s;
+    c->seen_mask |= 1u << c->cur;
+    if (c->cur != c->lowest && lower(c, s, &c->seen[c->lowest])) c->lowest = c->cur;
+}
+
+/*
+ * Starts a walk from the level just scored (s), toward dir (the other way at
+ * the end of the ladder). A walk scans levels one epoch each, keeping every
+ * score, while they are not worse than the lowest it has seen.
+ */
+static bool walk_from(struct kvb_ctl *c, const struct kvb_ctl_score *s, int dir,
+                      enum kvb_ctl_reason why)
+{
+    c->seen_mask = 0;
+    c->lowest = c->pivot = c->cur;
+    walk_record(c, s);
+    c->same = 0;
+    c->turned = false;
+    c->probing = why == KVB_CTL_PROBE;
+    c->dir = dir;
+    if (!go(c, (int)c->cur + dir, why)) {
+        c->dir = -dir;
+        c->turned = true; /* only one way to go */
+        if (!go(c, (int)c->cur - dir, why)) {
+            park(c, s);
+            return false;
+        }
+    }
+    c->state = ST_WALK;
+    return true;
+}
+
+/* Toward direct calls when every op outstanding could have a slot of its own, else fuller batches.
+ */
+static int first_dir(const struct kvb_ctl *c, const struct kvb_ctl_score *s)
+{
+    return s->outstanding <= c->level[c->cur].inflight ? -1 : 1;
+}
+
+/*
+ * The walk stops (why: the step was worse, ties ran out, or the ladder
+ * ended). If its very first step was worse it turns around once, straight
+ * to the other side of where it started. Else it settles: on the most
+ * direct level it scored within the margin of the lowest (ties go to fewer
+ * waits), and parks.
+ */
+static bool walk_stop(struct kvb_ctl *c, enum kvb_ctl_reason why)
+{
+    int first = (int)c->pivot + c->dir;
+    if (why == KVB_CTL_WORSE && (int)c->cur == first && !c->turned && !c->probing &&
+        go(c, (int)c->pivot - c->dir, why)) {
+        c->dir = -c->dir;
+        c->turned = true;
+        c->same = 0;
+        return true;
+    }
+    unsigned best = c->lowest;
+    for (unsigned i = 0; i < c->lowest; i++)
+        if ((c->seen_mask & (1u << i)) && compare(c, &c->seen[c->lowest], &c->seen[i]) != WORSE) {
+            best = i;
+            break;
+        }
+    unsigned from = c->cur;
+    go(c, (int)best, best == c->lowest ? why : KVB_CTL_TIE);
+    park(c, &c->seen[best]);
+    return c->cur != from;
+}
+
+/* True if a and b differ by half or more (ops outstanding: the load changed). */
+static bool load_moved(uint32_t a, uint32_t b)
+{
+    return (uint64_t)b * 2 >= (uint64_t)a * 3 || (uint64_t)a * 2 >= (uint64_t)b * 3;
+}
+
+/*
+ * A step of the walk has been scored (s, at the level held). Scores of
+ * another load do not compare: then the walk starts over from here. A probe
+ * that does not pay at once ends there.
+ */
+static bool walk_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
+{
+    if (load_moved(c->seen[c->pivot].outstanding, s->outstanding))
+        return walk_from(c, s, first_dir(c, s), KVB_CTL_LOAD);
+    int r = compare(c, &c->seen[c->lowest], s);
+    walk_record(c, s);
+    if (r == WORSE) return walk_stop(c, KVB_CTL_WORSE);
+    if (c->probing && r == SAME) return walk_stop(c, KVB_CTL_TIE);
+    c->probing = false;
+    c->same = r == SAME ? c->same + 1 : 0;
+    if (c->same >= KVB_CTL_SAME_STEPS) return walk_stop(c, KVB_CTL_TIE);
+    if (go(c, (int)c->cur + c->dir, r == BETTER ? KVB_CTL_BETTER : KVB_CTL_TIE)) return true;
+    return walk_stop(c, r == BETTER ? KVB_CTL_BETTER : KVB_CTL_TIE);
+}
+
+/* Parked, one more epoch scored: look again if the load moved, probe now and then. */
+static bool parked_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
+{
+    c->parked++;
+    bool over = c->target_ns && s->p99_ns > c->target_ns && c->ref.p99_ns <= c->target_ns;
+    if (over) return walk_from(c, s, first_dir(c, s), KVB_CTL_OVER_TARGET);
+    if (load_moved(c->ref.outstanding, s->outstanding))
+        return walk_from(c, s, first_dir(c, s), KVB_CTL_LOAD);
+    /* A latency moved for two epochs in a row (one is a scheduling hiccup, not a new load). */
+    bool moved = (double)s->mean_ns * 100 > (double)c->ref.mean_ns * (100 + KVB_CTL_LOAD_PERCENT) ||
+                 (double)s->mean_ns * 100 < (double)c->ref.mean_ns * (100 - KVB_CTL_LOAD_PERCENT);
+    c->moved = moved ? c->moved + 1 : 0;
+    if (c->parked >= KVB_CTL_HOLD_EPOCHS && c->moved >= 2)
+        return walk_from(c, s, first_dir(c, s), KVB_CTL_LOAD);
+    if (moved) return false; /* not folded into the reference */
+    if (c->parked >= KVB_CTL_PROBE_EPOCHS) {
+        int dir = c->probe_dir;
+        c->probe_dir = -dir;
+        return walk_from(c, s, dir, KVB_CTL_PROBE);
+    }
+    /* Follow slow drift of the parked level's latency (a step change is caught above first). */
+    c->ref.mean_ns = (3 * c->ref.mean_ns + s->mean_ns) / 4;
+    c->ref.p99_ns = (3 * c->ref.p99_ns + s->p99_ns) / 4;
+    return false;
+}
+
+bool kvb_ctl_tick(struct kvb_ctl *c, uint64_t now)
+{
+    uint64_t elapsed = now - c->epoch_start;
+    if (elapsed < KVB_CTL_EPOCH_NS) return false;
+    if (c->ops < KVB_CTL_EPOCH_OPS) {
+        if (elapsed >= KVB_CTL_EPOCH_MAX_NS) epoch_reset(c, now); /* too thin to judge */
+        return false;
+    }
+    struct kvb_ctl_score s = {c->ops, c->sum_ns / c->ops, epoch_p99(c), c->outstanding};
+    c->last = s;
+    epoch_reset(c, now);
+    /* One op at a time goes direct at every level: nothing to choose (and no walk to waste). */
+    if (c->nlevels < 2 || (s.outstanding <= 1 && c->state != ST_WALK)) return false;
+    switch (c->state) {
+    case ST_MEASURE:
+        return walk_from(c, &s, first_dir(c, &s), KVB_CTL_EXPLORE);
+    case ST_WALK:
+        return walk_scored(c, &s);
+    default:
+        return parked_scored(c, &s);
+    }
+}
