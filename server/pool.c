@@ -14,8 +14,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define PAGE_FREE   (-2)       /* page owner: nobody */
-#define MAX_PAGES   (1u << 24) /* 16 TiB: keeps page indices in 24 bits of headroom */
+#define PAGE_FREE   KVSD_POOL_FREE /* page owner: nobody */
+#define MAX_PAGES   (1u << 24)     /* 16 TiB: keeps page indices in 24 bits of headroom */
 #define NO_CHUNK    UINT32_MAX
 #define MAX_CLASSES KVSD_POOL_MAX_CLASSES
 #define LEARN_SLOTS 8  /* sizes tracked as candidates for an exact class */
@@ -355,6 +355,13 @@ void kvsd_pool_free(struct kvsd_pool *p, uint64_t off, size_t len)
     }
     memcpy(chunk_addr(p, pg, idx, c->chunk_size), &page->free_chunk, sizeof(uint32_t));
     page->free_chunk = idx;
+}
+
+int kvsd_pool_page_owner(const struct kvsd_pool *p, uint32_t pg, uint32_t *run)
+{
+    const struct page *page = &p->pages[pg];
+    *run = page->owner == KVSD_POOL_LARGE ? page->run : 0;
+    return page->owner;
 }
 
 void kvsd_pool_stats(const struct kvsd_pool *p, struct kvsd_pool_stats *st)

@@ -26,6 +26,7 @@
 #define KVSD_POOL_PAGE        (1u << 20)
 #define KVSD_POOL_MIN_CHUNK   64u
 #define KVSD_POOL_LARGE       (-1) /* class id of values stored in page runs */
+#define KVSD_POOL_FREE        (-2) /* kvsd_pool_page_owner of a page nobody holds */
 #define KVSD_POOL_NO_PAGE     UINT32_MAX
 #define KVSD_POOL_MAX_CLASSES 64 /* growth classes (41) and learned ones */
 
@@ -80,6 +81,13 @@ int kvsd_pool_learn(struct kvsd_pool *p, size_t len);
 
 /* Gives back a slot obtained with kvsd_pool_alloc (len as given there). */
 void kvsd_pool_free(struct kvsd_pool *p, uint64_t off, size_t len);
+
+/*
+ * Who holds page pg: its slab class, KVSD_POOL_LARGE (part of a run of
+ * pages holding one large value; *run is the run's length on its first
+ * page, 0 on the others) or KVSD_POOL_FREE.
+ */
+int kvsd_pool_page_owner(const struct kvsd_pool *p, uint32_t pg, uint32_t *run);
 
 /* Page index of an offset. */
 static inline uint32_t kvsd_pool_page_of(uint64_t off)

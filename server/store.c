@@ -50,6 +50,8 @@ struct kvsd_store {
     struct lru *lrus; /* one per slab class the pool can have, then one for large runs */
     int nlrus;
     struct kvsd_item **page_items; /* per pool page: reclaiming a page visits only its items */
+    uint32_t *page_pins;           /* per pool page: pinned items whose slot starts there */
+    uint32_t npages;
     uint64_t clock;
     uint64_t evictions, reclaims, pinned, nospace, value_bytes;
 };
@@ -67,11 +69,16 @@ int kvsd_store_create(size_t memory_bytes, struct kvsd_store **out)
     if (!s->lrus) goto fail_pool;
     struct kvsd_pool_stats ps;
     kvsd_pool_stats(s->pool, &ps);
+    s->npages = ps.pages_total;
     s->page_items = calloc(ps.pages_total, sizeof(*s->page_items));
     if (!s->page_items) goto fail_lrus;
+    s->page_pins = calloc(ps.pages_total, sizeof(*s->page_pins));
+    if (!s->page_pins) goto fail_items;
     *out = s;
     return 0;
 
+fail_items:
+    free(s->page_items);
 fail_lrus:
     free(s->lrus);
 fail_pool:
@@ -121,6 +128,7 @@ void kvsd_store_destroy(struct kvsd_store *s)
         s->limbo = it->next;
         free_item(s, it);
     }
+    free(s->page_pins);
     free(s->page_items);
     free(s->lrus);
     kvsd_pool_destroy(s->pool);
@@ -189,12 +197,45 @@ static void unlink_item(struct kvsd_store *s, struct kvsd_item *it)
         limbo_push(s, it);
 }
 
+/* ---- pins ---- */
+
+/* An item's first pin and its last: counted per store and per page. */
+static void pin(struct kvsd_store *s, struct kvsd_item *it)
+{
+    if (it->pins++ > 0) return;
+    s->pinned++;
+    s->page_pins[kvsd_pool_page_of(it->off)]++;
+}
+
+/* Drops one pin; returns 1 if it was the last. */
+static int drop_pin(struct kvsd_store *s, struct kvsd_item *it)
+{
+    if (--it->pins > 0) return 0;
+    s->pinned--;
+    s->page_pins[kvsd_pool_page_of(it->off)]--;
+    return 1;
+}
+
 /* ---- eviction ---- */
 
-static struct kvsd_item *oldest_unpinned(const struct lru *l)
+/*
+ * Whether evicting it, of list lru, frees memory that a slot of list lru_for
+ * can use: a chunk of its own class, or a large run's pages, always; any
+ * other item only by reclaiming its whole page, which needs every item on
+ * that page unpinned. Evicting an item of a page a pin holds would only
+ * throw data away.
+ */
+static int frees_room(const struct kvsd_store *s, int lru_for, int lru, const struct kvsd_item *it)
 {
-    struct kvsd_item *it = l->tail;
-    while (it && it->pins)
+    if (lru == lru_for || lru == s->nlrus - 1) return 1;
+    return s->page_pins[kvsd_pool_page_of(it->off)] == 0;
+}
+
+/* The least recently used item of list lru whose eviction helps lru_for, or NULL. */
+static struct kvsd_item *oldest_useful(const struct kvsd_store *s, int lru_for, int lru)
+{
+    struct kvsd_item *it = s->lrus[lru].tail;
+    while (it && (it->pins || !frees_room(s, lru_for, lru, it)))
         it = it->prev;
     return it;
 }
@@ -206,12 +247,12 @@ static void evict(struct kvsd_store *s, struct kvsd_item *it)
     unlink_item(s, it);
 }
 
-/* The least recently used unpinned item of all lists (its list's index in *lru), or NULL. */
-static struct kvsd_item *oldest_of_all(const struct kvsd_store *s, int *lru)
+/* The least recently used item of all lists that helps lru_for (its list in *lru), or NULL. */
+static struct kvsd_item *oldest_of_all(const struct kvsd_store *s, int lru_for, int *lru)
 {
     struct kvsd_item *victim = NULL;
     for (int i = 0; i < s->nlrus; i++) {
-        struct kvsd_item *it = oldest_unpinned(&s->lrus[i]);
+        struct kvsd_item *it = oldest_useful(s, lru_for, i);
         if (it && (!victim || it->atime < victim->atime)) {
             victim = it;
             *lru = i;
@@ -243,34 +284,62 @@ static void free_for(struct kvsd_store *s, int lru_for, int lru, struct kvsd_ite
 }
 
 /*
+ * Whether a run of npages contiguous pages can be had by evicting: some
+ * window of that many pages each free, or a slab page with no pinned item,
+ * or part of a run whose value is not pinned. Decided before anything is
+ * evicted: a 48 MiB put into a pool whose every page held a pinned item
+ * used to evict every other item (15,808 in test_store) and then fail.
+ */
+static int run_possible(const struct kvsd_store *s, uint32_t npages)
+{
+    if (s->pinned == 0) return 1; /* everything can go (npages fits: the pool said so) */
+    uint32_t window = 0;
+    int run_free = 0; /* the run the page is part of can be freed */
+    for (uint32_t pg = 0; pg < s->npages; pg++) {
+        uint32_t run;
+        int owner = kvsd_pool_page_owner(s->pool, pg, &run);
+        if (owner == KVSD_POOL_LARGE && run > 0) run_free = s->page_pins[pg] == 0;
+        int can = owner == KVSD_POOL_FREE    ? 1
+                  : owner == KVSD_POOL_LARGE ? run_free
+                                             : s->page_pins[pg] == 0;
+        window = can ? window + 1 : 0;
+        if (window >= npages) return 1;
+    }
+    return 0;
+}
+
+/*
  * A slot for len bytes. With memory full, what goes is the least recently
  * used unpinned item of ALL classes (see free_for), not the oldest of the
  * item's own class: a class that held pages used to evict even its newest
  * items while other classes kept far older ones (memcached's "slab
  * calcification"), and a KV cache then lost slices saved a moment before.
- * Each round evicts at least one item, so this ends; -ENOSPC only when
- * nothing at all is evictable.
+ * Only items whose eviction frees memory the slot can use are candidates
+ * (frees_room), and a large slot first checks that a window of pages can
+ * be freed at all (run_possible): a put that cannot fit evicts nothing.
+ * Each round evicts at least one item, so this ends.
  */
 static int alloc_slot(struct kvsd_store *s, uint32_t len, uint64_t *off)
 {
     int cls = kvsd_pool_class_of(s->pool, len);
     int lru_for = cls == KVSD_POOL_LARGE ? s->nlrus - 1 : cls;
+    int checked = cls != KVSD_POOL_LARGE;
     for (;;) {
         int rc = kvsd_pool_alloc(s->pool, len, off);
         if (rc != -ENOSPC) return rc;
+        if (!checked) {
+            uint32_t npages = (uint32_t)(kvsd_pool_slot_size(s->pool, len) / KVSD_POOL_PAGE);
+            if (!run_possible(s, npages)) return -ENOSPC;
+            checked = 1;
+        }
         int lru = -1;
-        struct kvsd_item *victim = oldest_of_all(s, &lru);
+        struct kvsd_item *victim = oldest_of_all(s, lru_for, &lru);
         if (!victim) return -ENOSPC;
         free_for(s, lru_for, lru, victim);
     }
 }
 
 /* ---- the API ---- */
-
-static void pin(struct kvsd_store *s, struct kvsd_item *it)
-{
-    if (it->pins++ == 0) s->pinned++;
-}
 
 int kvsd_store_reserve(struct kvsd_store *s, const uint8_t *key, uint16_t klen, uint32_t len,
                        struct kvsd_item **out)
@@ -309,7 +378,7 @@ int kvsd_store_commit(struct kvsd_store *s, struct kvsd_item *it)
     index_oom = 0;
     HASH_ADD_KEYPTR(hh, s->index, it->key, it->klen, it);
     if (index_oom) {
-        if (--it->pins == 0) s->pinned--;
+        drop_pin(s, it);
         free_item(s, it);
         return -ENOMEM;
     }
@@ -325,7 +394,10 @@ int kvsd_store_commit(struct kvsd_store *s, struct kvsd_item *it)
 void kvsd_store_abort(struct kvsd_store *s, struct kvsd_item *it)
 {
     limbo_unlink(s, it);
-    if (it->pins) s->pinned--;
+    if (it->pins) { /* its writer's pin: the only one a reserved item has */
+        it->pins = 1;
+        drop_pin(s, it);
+    }
     free_item(s, it);
 }
 
@@ -351,8 +423,7 @@ void kvsd_store_pin(struct kvsd_store *s, struct kvsd_item *it)
 
 void kvsd_store_unpin(struct kvsd_store *s, struct kvsd_item *it)
 {
-    if (--it->pins > 0) return;
-    s->pinned--;
+    if (!drop_pin(s, it)) return;
     if (!it->linked) {
         limbo_unlink(s, it);
         free_item(s, it);

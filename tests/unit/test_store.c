@@ -354,7 +354,11 @@ static void test_eviction_is_lru_across_classes(void **state)
     kvsd_store_destroy(s);
 }
 
-/* Reclaim skips pinned items: a page with a pinned item is not freed, another one is. */
+/*
+ * Reclaim skips pinned items, and the pages they hold: a page with a pinned
+ * item cannot be freed, so none of its items is evicted for another class;
+ * a page without one is reclaimed instead.
+ */
 static void test_reclaim_respects_pins(void **state)
 {
     (void)state;
@@ -376,18 +380,112 @@ static void test_reclaim_respects_pins(void **state)
     struct kvsd_item *pinned = kvsd_store_lookup(s, K(key), (uint16_t)strlen(key), 0);
     kvsd_store_pin(s, pinned);
     uint64_t off = kvsd_item_offset(pinned);
-    /* Page 0 cannot be freed (a0 is pinned), so the reclaim goes on to page 1. */
+    uint64_t items_before = st.items;
+    int on_page1 = 0;
+    for (int i = 0; i <= n; i++) {
+        snprintf(key, sizeof(key), "a%d", i);
+        struct kvsd_item *it = kvsd_store_lookup(s, K(key), (uint16_t)strlen(key), 0);
+        on_page1 += kvsd_pool_page_of(kvsd_item_offset(it)) == 1;
+    }
+    /* Page 0 cannot be freed (a0 is pinned): page 1 is reclaimed, page 0 keeps its items. */
     assert_int_equal(put(s, "big", 100000, 2), 0);
     kvsd_store_stats(s, &st);
-    assert_int_equal(st.reclaims, 2);
-    assert_int_equal(st.items, 2);
+    assert_int_equal(st.reclaims, 1);
+    assert_int_equal(st.evictions, (uint64_t)on_page1);
+    assert_int_equal(st.items, items_before - (uint64_t)on_page1 + 1);
     assert_true(present(s, "a0"));
+    assert_true(present(s, "a1"));
     assert_int_equal(check(s, "big", 100000, 2), 1);
     assert_int_equal(kvsd_item_offset(pinned), off);
     const uint8_t *d = kvsd_item_data(s, pinned);
     for (int i = 0; i < 4000; i++)
         assert_int_equal(d[i], 0);
     kvsd_store_unpin(s, pinned);
+    kvsd_store_destroy(s);
+}
+
+/*
+ * Fills a 64-page store with 4000-byte values and pins one on every page.
+ * Returns the number of values; pins[pg] is the pinned item of page pg.
+ */
+static int fill_and_pin_every_page(struct kvsd_store *s, struct kvsd_item *pins[64])
+{
+    char key[16];
+    struct kvsd_store_stats st;
+    int n = 64 * (int)(KVSD_POOL_PAGE / kvsd_pool_slot_size(kvsd_store_pool(s), 4000));
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "a%d", i);
+        assert_int_equal(put(s, key, 4000, 0), 0);
+    }
+    kvsd_store_stats(s, &st);
+    assert_int_equal(st.evictions, 0);
+    assert_int_equal(st.pages_free, 0);
+    memset(pins, 0, 64 * sizeof(*pins));
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "a%d", i);
+        struct kvsd_item *it = kvsd_store_lookup(s, K(key), (uint16_t)strlen(key), 0);
+        uint32_t pg = kvsd_pool_page_of(kvsd_item_offset(it));
+        assert_true(pg < 64);
+        if (!pins[pg]) {
+            pins[pg] = it;
+            kvsd_store_pin(s, it);
+        }
+    }
+    for (int pg = 0; pg < 64; pg++)
+        assert_non_null(pins[pg]);
+    return n;
+}
+
+/*
+ * A put that cannot fit evicts nothing: with a pinned item on every page, a
+ * 48 MiB value (48 contiguous pages) and a 100 KB one (another class: it
+ * needs a whole page) are refused with -ENOSPC, every item still there. A
+ * value of the pinned items' own class still fits, by evicting one item.
+ * With the pins of pages 0..47 gone, the 48 MiB value fits by evicting
+ * exactly the items of those pages; the pinned pages keep theirs.
+ */
+static void test_unfittable_put_evicts_nothing(void **state)
+{
+    (void)state;
+    struct kvsd_store *s;
+    assert_int_equal(kvsd_store_create(64 * MIB, &s), 0);
+    struct kvsd_item *pins[64];
+    int n = fill_and_pin_every_page(s, pins);
+    struct kvsd_store_stats st;
+    struct kvsd_item *it;
+
+    assert_int_equal(kvsd_store_reserve(s, K("huge"), 4, 48 * MIB, &it), -ENOSPC);
+    assert_int_equal(kvsd_store_reserve(s, K("mid"), 3, 100000, &it), -ENOSPC);
+    kvsd_store_stats(s, &st);
+    assert_int_equal(st.evictions, 0);
+    assert_int_equal(st.reclaims, 0);
+    assert_int_equal(st.items, (uint64_t)n);
+    assert_int_equal(st.nospace, 2);
+
+    assert_int_equal(put(s, "same", 4000, 1), 0);
+    kvsd_store_stats(s, &st);
+    assert_int_equal(st.evictions, 1);
+
+    /* Unpin pages 0..47: their items may go, and only theirs. */
+    uint64_t on_low = 0;
+    char key[16];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "a%d", i);
+        struct kvsd_item *a = kvsd_store_lookup(s, K(key), (uint16_t)strlen(key), 0);
+        if (a && kvsd_pool_page_of(kvsd_item_offset(a)) < 48) on_low++;
+    }
+    struct kvsd_item *same = kvsd_store_lookup(s, K("same"), 4, 0);
+    on_low += kvsd_pool_page_of(kvsd_item_offset(same)) < 48;
+    for (int pg = 0; pg < 48; pg++)
+        kvsd_store_unpin(s, pins[pg]);
+    assert_int_equal(kvsd_store_reserve(s, K("huge"), 4, 48 * MIB, &it), 0);
+    assert_int_equal(kvsd_item_offset(it), 0);
+    kvsd_store_stats(s, &st);
+    assert_int_equal(st.evictions, 1 + on_low);
+    assert_int_equal(st.items, (uint64_t)n + 1 - 1 - on_low);
+    kvsd_store_abort(s, it);
+    for (int pg = 48; pg < 64; pg++)
+        kvsd_store_unpin(s, pins[pg]);
     kvsd_store_destroy(s);
 }
 
@@ -501,6 +599,7 @@ int main(void)
         cmocka_unit_test(test_page_reclaim_between_classes),
         cmocka_unit_test(test_eviction_is_lru_across_classes),
         cmocka_unit_test(test_reclaim_respects_pins),
+        cmocka_unit_test(test_unfittable_put_evicts_nothing),
         cmocka_unit_test(test_too_big),
         cmocka_unit_test(test_destroy_with_everything_pinned),
         cmocka_unit_test(test_remove_if),
