@@ -31,6 +31,7 @@ struct options {
     uint64_t max_frame;
     long max_conns;
     long stall_timeout_s;
+    uint64_t put_timeout_ms;
     int verbose;
     int rdma; /* --rdma-listen given */
     char rdma_host[256];
@@ -45,6 +46,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: kvstored [--listen HOST:PORT] [--memory SIZE] [--max-object SIZE]\n"
             "                [--max-frame SIZE] [--max-conns N] [--stall-timeout S]\n"
+            "                [--put-timeout S]\n"
             "                [--rdma-listen HOST:PORT] [--rdma-lease-ms N] [--auth-file PATH]\n"
             "                [--unix PATH|none] [--verbose] [--help] [--version]\n"
             "\n"
@@ -56,6 +58,9 @@ static void usage(FILE *out)
             "  --max-conns N       connections served at once (default 1024)\n"
             "  --stall-timeout S   close a connection stuck S seconds mid-request or with\n"
             "                      unsent replies (default 60; 0: never)\n"
+            "  --put-timeout S     drop a PUT slot whose value is not all in S seconds after\n"
+            "                      it was reserved, and close its connection (default 30;\n"
+            "                      0: never)\n"
             "  --rdma-listen HOST:PORT  also serve RDMA on an RDMA device's address\n"
             "                      (off, with one line on stderr, when there is no device)\n"
             "  --rdma-lease-ms N   cut a client holding an RDMA slot longer (default 10000)\n"
@@ -99,6 +104,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
         {"max-frame", required_argument, NULL, 'f'},
         {"max-conns", required_argument, NULL, 'c'},
         {"stall-timeout", required_argument, NULL, 's'},
+        {"put-timeout", required_argument, NULL, 'p'},
         {"rdma-listen", required_argument, NULL, 'r'},
         {"rdma-lease-ms", required_argument, NULL, 'L'},
         {"auth-file", required_argument, NULL, 'a'},
@@ -115,6 +121,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
                             .max_frame = 256ull << 20,
                             .max_conns = 1024,
                             .stall_timeout_s = 60,
+                            .put_timeout_ms = 30000,
                             .rdma_lease_ms = 10000};
     opterr = 0;
     int ch, max_object_set = 0;
@@ -162,6 +169,14 @@ static int parse_options(int argc, char **argv, struct options *opt)
                 return bad_option("--stall-timeout", optarg,
                                   "whole seconds from 0 (never) to 86400 (bare number: s)");
             opt->stall_timeout_s = (long)v;
+            break;
+        case 'p':
+            if (kvs_parse_duration(optarg, KVS_NS_PER_S, &v) < 0 || v % KVS_NS_PER_MS != 0 ||
+                v > 86400 * KVS_NS_PER_S)
+                return bad_option(
+                    "--put-timeout", optarg,
+                    "a duration from 0 (never) to 86400s in whole ms (bare number: s)");
+            opt->put_timeout_ms = v / KVS_NS_PER_MS;
             break;
         case 'v':
             opt->verbose = 1;
@@ -276,6 +291,7 @@ int main(int argc, char **argv)
     struct kvsd_server_limits limits = {.max_object = opt.max_object,
                                         .max_frame = (uint32_t)opt.max_frame,
                                         .out_limit = 4u << 20,
+                                        .out_heap_limit = 1u << 20,
                                         .rbuf_size = 64u << 10};
     int rc = kvsd_server_init(&srv, opt.memory, &limits);
     if (rc < 0) {
@@ -295,6 +311,7 @@ int main(int argc, char **argv)
                                    .port = opt.port,
                                    .max_conns = (int)opt.max_conns,
                                    .stall_timeout_ms = (unsigned)opt.stall_timeout_s * 1000u,
+                                   .put_timeout_ms = (unsigned)opt.put_timeout_ms,
                                    .verbose = opt.verbose};
     rc = kvsd_net_create(&srv, &ncfg, &net, err, sizeof(err));
     if (rc < 0) {

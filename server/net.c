@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -28,6 +29,8 @@
 #define IOV_PER_WRITE  512          /* a 64-key GET reply is about 130 iovecs: one sendmsg */
 #define DRAIN_LIMIT    (256 * 1024) /* input discarded after a fatal error before a hard close */
 #define SWEEP_EVERY_MS 250          /* how often stalled connections are looked for */
+/* Freed connection heap goes back to the kernel once it has fallen this far from its peak. */
+#define TRIM_AFTER_DROP (16u << 20)
 
 struct conn {
     int fd;
@@ -50,6 +53,7 @@ struct kvsd_net {
     int verbose;
     int spare_fd; /* held in reserve to accept-and-close when out of descriptors */
     unsigned stall_timeout_ms;
+    unsigned put_timeout_ms;
     uint64_t next_sweep_ms;
     struct conn *conns;
     /* epoll tags of the two non-connection fds */
@@ -116,6 +120,7 @@ int kvsd_net_create(struct kvsd_server *srv, const struct kvsd_net_config *cfg,
     n->max_conns = cfg->max_conns;
     n->verbose = cfg->verbose;
     n->stall_timeout_ms = cfg->stall_timeout_ms;
+    n->put_timeout_ms = cfg->put_timeout_ms;
     n->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (n->spare_fd < 0) {
         rc = set_reason(err, errlen, -errno, "open /dev/null");
@@ -354,20 +359,52 @@ close:
     conn_close(n, c);
 }
 
-/* Closes connections stalled mid-request or with replies the peer does not take. */
-static void sweep_stalled(struct kvsd_net *n)
+/* True if c has held its PUT slot longer than --put-timeout: the slot is thrown away. */
+static int put_expired(struct kvsd_net *n, struct conn *c, uint64_t now)
+{
+    if (!n->put_timeout_ms || kvsd_proto_put_age_ms(c->proto, now) < n->put_timeout_ms) return 0;
+    kvsd_proto_expire_put(c->proto);
+    if (n->verbose)
+        fprintf(stderr, "kvstored: connection %d: PUT value too slow, closing\n", c->fd);
+    return 1;
+}
+
+/* True if c is stalled mid-request or with replies the peer does not take (counted). */
+static int stalled(struct kvsd_net *n, struct conn *c, uint64_t now)
+{
+    if (!n->stall_timeout_ms || now - c->last_progress_ms < n->stall_timeout_ms) return 0;
+    if (!kvsd_proto_mid_frame(c->proto) && kvsd_proto_out_pending(c->proto) == 0) return 0;
+    n->srv->counters.conns_stalled++;
+    if (n->verbose) fprintf(stderr, "kvstored: connection %d stalled, closing\n", c->fd);
+    return 1;
+}
+
+/* Closes connections whose PUT slot expired, and those stalled. */
+static void sweep(struct kvsd_net *n)
 {
     uint64_t now = kvs_now_ms();
-    if (!n->stall_timeout_ms || now < n->next_sweep_ms) return;
+    if ((!n->stall_timeout_ms && !n->put_timeout_ms) || now < n->next_sweep_ms) return;
     n->next_sweep_ms = now + SWEEP_EVERY_MS;
     for (struct conn *c = n->conns, *next; c; c = next) {
         next = c->next;
-        int holding = kvsd_proto_mid_frame(c->proto) || kvsd_proto_out_pending(c->proto) > 0;
-        if (!holding || now - c->last_progress_ms < n->stall_timeout_ms) continue;
-        n->srv->counters.conns_stalled++;
-        if (n->verbose) fprintf(stderr, "kvstored: connection %d stalled, closing\n", c->fd);
-        conn_close(n, c);
+        if (put_expired(n, c, now) || stalled(n, c, now)) conn_close(n, c);
     }
+}
+
+/*
+ * Gives freed heap back to the kernel once the connections' heap has fallen
+ * TRIM_AFTER_DROP below its peak (peers that queued replies have gone or
+ * read them): glibc keeps freed memory for reuse, and memory freed below
+ * the top of the heap, or under its raised trim threshold, would otherwise
+ * stay in kvstored's RSS. A steady load never falls that far, so never pays.
+ */
+static void trim_heap(struct kvsd_server *srv)
+{
+    if (srv->conn_memory_peak - srv->conn_memory < TRIM_AFTER_DROP) return;
+    srv->conn_memory_peak = srv->conn_memory;
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
 }
 
 int kvsd_net_run(struct kvsd_net *n, int stop_fd)
@@ -378,7 +415,8 @@ int kvsd_net_run(struct kvsd_net *n, int stop_fd)
     int rc = 0;
     for (;;) {
         struct epoll_event events[MAX_EVENTS];
-        int timeout = n->stall_timeout_ms && n->conns ? SWEEP_EVERY_MS : -1;
+        int timed = n->stall_timeout_ms || n->put_timeout_ms;
+        int timeout = timed && n->conns ? SWEEP_EVERY_MS : -1;
         int cnt = epoll_wait(n->epfd, events, MAX_EVENTS, timeout);
         if (cnt < 0) {
             if (errno == EINTR) continue;
@@ -400,7 +438,8 @@ int kvsd_net_run(struct kvsd_net *n, int stop_fd)
                 conn_event(n, tag, events[i].events);
         }
         if (stop) break;
-        sweep_stalled(n);
+        sweep(n);
+        trim_heap(n->srv);
     }
     epoll_ctl(n->epfd, EPOLL_CTL_DEL, stop_fd, NULL);
     return rc;

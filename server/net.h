@@ -22,6 +22,12 @@ struct kvsd_net_config {
      * stalled peer cannot hold memory forever. 0: never.
      */
     unsigned stall_timeout_ms;
+    /*
+     * A PUT slot reserved this long without its whole value in (a value
+     * trickling in makes progress, so the stall timeout would not fire) is
+     * thrown away (put_expired) and its connection closed. 0: never.
+     */
+    unsigned put_timeout_ms;
 };
 
 /*

@@ -51,6 +51,12 @@ void kvsd_ops_put_abort(struct kvsd_server *srv, struct kvsd_item *it)
     kvsd_store_abort(srv->store, it);
 }
 
+void kvsd_ops_put_expire(struct kvsd_server *srv, struct kvsd_item *it)
+{
+    srv->counters.put_expired++;
+    kvsd_store_abort(srv->store, it);
+}
+
 int kvsd_ops_get(struct kvsd_server *srv, const uint8_t *key, uint16_t klen, uint32_t cap,
                  struct kvsd_item **out, uint32_t *len)
 {

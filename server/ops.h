@@ -25,7 +25,9 @@
  *                     streams into kvsd_item_data() of the reserved item;
  *                     kvsd_ops_put_commit after its last byte (the old value
  *                     stays visible until then), kvsd_ops_put_abort if the
- *                     connection goes first. A refused value is skipped.
+ *                     connection goes first, kvsd_ops_put_expire if the
+ *                     value is not in within --put-timeout. A refused value
+ *                     is skipped.
  *   TCP, GET entry    kvsd_ops_get with the entry's capacity; a hit's item
  *                     stays pinned while the reply bytes that point into it
  *                     are queued, then kvsd_ops_get_done.
@@ -68,6 +70,8 @@ int kvsd_ops_put_reserve(struct kvsd_server *srv, const uint8_t *key, uint16_t k
 int kvsd_ops_put_commit(struct kvsd_server *srv, struct kvsd_item *it);
 /* Throws away a reserved item that will not be committed. */
 void kvsd_ops_put_abort(struct kvsd_server *srv, struct kvsd_item *it);
+/* The same for a reserved item whose value did not arrive in time (put_expired). */
+void kvsd_ops_put_expire(struct kvsd_server *srv, struct kvsd_item *it);
 
 /*
  * Looks key up for a reader with room for cap bytes. 0: *out is the item,

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
+
 /* Below this much free tail, the read buffer is compacted before reading. */
 #define RBUF_MIN_ROOM (KVS_WIRE_ENTRY_LEN + KVS_WIRE_MAX_KEY + KVS_WIRE_HDR_LEN)
 /*
@@ -32,6 +34,15 @@
  */
 #define BIG_PUT_VALUE     (16u * 1024)
 #define RBUF_BIG_PUT_READ 256u
+/*
+ * Before AUTH (with a secret) a peer may send only HELLO and AUTH: its read
+ * buffer is this small until it has authenticated, and the heap its queued
+ * replies may hold is PREAUTH_HEAP instead of limits.out_heap_limit.
+ */
+#define PREAUTH_RBUF (2 * RBUF_MIN_ROOM)
+#define PREAUTH_HEAP 4096u
+/* A drained segment array larger than this is freed, not kept for the connection's life. */
+#define SEGS_KEEP 64u
 
 enum rstate {
     RS_HDR,    /* waiting for a frame header */
@@ -45,7 +56,8 @@ enum rstate {
 /* A piece of reply: bytes to send, and what to release once they are sent. */
 struct out_seg {
     const uint8_t *ptr;
-    size_t len;
+    uint32_t len;          /* a value (<= max_object) or part of one buffer: < 4 GiB */
+    uint32_t cost;         /* heap_cost of owned, 0 without */
     struct kvsd_item *pin; /* unpinned when sent */
     void *owned;           /* freed when sent */
 };
@@ -67,6 +79,7 @@ struct kvsd_proto_conn {
 
     /* The PUT value being read. */
     struct kvsd_item *put_item; /* NULL: the value is being skipped */
+    uint64_t put_since_ms;      /* when put_item was reserved */
     uint8_t *put_dst;
     int32_t put_status;
     uint64_t value_left;
@@ -74,13 +87,15 @@ struct kvsd_proto_conn {
 
     /* The reply being built for the frame being read. */
     uint8_t *meta;
+    size_t meta_cost; /* heap_cost of meta */
     uint64_t reply_body;
 
     /* Segments [seg_head, seg_committed) may be sent; the rest belong to the frame being read. */
     struct out_seg *segs;
     size_t seg_cap, seg_head, seg_committed, nsegs;
-    size_t head_sent; /* bytes of segs[seg_head] already sent */
-    size_t out_pending;
+    size_t head_sent;   /* bytes of segs[seg_head] already sent */
+    size_t out_pending; /* reply bytes queued, pool values included */
+    size_t out_heap;    /* heap they hold: owned buffers, the meta being built, segs[] */
     int closing;
 
     /* Authentication (only with srv->auth_secret). */
@@ -89,6 +104,65 @@ struct kvsd_proto_conn {
     uint8_t nonce[KVS_WIRE_NONCE_LEN];
 };
 
+/* ---- memory ---- */
+
+/*
+ * What the heap really spends on an allocation of len bytes: glibc's chunk
+ * (8 bytes of header, 16-byte granules, 32 bytes at least). Budgets count
+ * this, not payload: a 24-byte reply costs a 32-byte chunk and a 32-byte
+ * segment, so counting payload let 4 MiB of "replies" hold 11 MiB.
+ */
+static size_t heap_cost(size_t len)
+{
+    size_t cost = (len + 8 + 15) & ~(size_t)15;
+    return cost < 32 ? 32 : cost;
+}
+
+/* srv->conn_memory: heap of every connection, and its peak since net last trimmed. */
+static void mem_add(struct kvsd_server *srv, size_t bytes)
+{
+    srv->conn_memory += bytes;
+    if (srv->conn_memory > srv->conn_memory_peak) srv->conn_memory_peak = srv->conn_memory;
+}
+
+static void mem_sub(struct kvsd_server *srv, size_t bytes)
+{
+    srv->conn_memory -= bytes;
+}
+
+/* Output heap of c: counted against its budget and in srv->conn_memory. */
+static void out_charge(struct kvsd_proto_conn *c, size_t cost)
+{
+    c->out_heap += cost;
+    mem_add(c->srv, cost);
+}
+
+static void out_refund(struct kvsd_proto_conn *c, size_t cost)
+{
+    c->out_heap -= cost;
+    mem_sub(c->srv, cost);
+}
+
+/* Read buffer size: small until the peer has authenticated (when there is a secret). */
+static size_t rbuf_size(const struct kvsd_server *srv, int authed)
+{
+    if (srv->auth_secret && !authed) return PREAUTH_RBUF;
+    return srv->limits.rbuf_size > 2 * RBUF_MIN_ROOM ? srv->limits.rbuf_size : 2 * RBUF_MIN_ROOM;
+}
+
+/* The full read buffer once the peer has authenticated; the small one still works if no memory. */
+static void grow_rbuf(struct kvsd_proto_conn *c)
+{
+    size_t want = rbuf_size(c->srv, 1);
+    if (want <= c->rcap) return;
+    uint8_t *nb = realloc(c->rbuf, want);
+    if (!nb) return;
+    mem_sub(c->srv, heap_cost(c->rcap));
+    mem_add(c->srv, heap_cost(want));
+    c->rbuf = nb;
+    c->rcap = want;
+}
+
 /* ---- connection life ---- */
 
 struct kvsd_proto_conn *kvsd_proto_conn_new(struct kvsd_server *srv)
@@ -96,12 +170,13 @@ struct kvsd_proto_conn *kvsd_proto_conn_new(struct kvsd_server *srv)
     struct kvsd_proto_conn *c = calloc(1, sizeof(*c));
     if (!c) return NULL;
     c->srv = srv;
-    c->rcap = srv->limits.rbuf_size > 2 * RBUF_MIN_ROOM ? srv->limits.rbuf_size : 2 * RBUF_MIN_ROOM;
+    c->rcap = rbuf_size(srv, 0);
     c->rbuf = malloc(c->rcap);
     if (!c->rbuf) {
         free(c);
         return NULL;
     }
+    mem_add(srv, heap_cost(sizeof(*c)) + heap_cost(c->rcap));
     c->st = RS_HDR;
     return c;
 }
@@ -109,9 +184,31 @@ struct kvsd_proto_conn *kvsd_proto_conn_new(struct kvsd_server *srv)
 static void release_seg(struct kvsd_proto_conn *c, struct out_seg *s)
 {
     if (s->pin) kvsd_ops_get_done(c->srv, s->pin);
+    if (s->owned) out_refund(c, s->cost);
     free(s->owned);
     s->pin = NULL;
     s->owned = NULL;
+    s->cost = 0;
+}
+
+/* The meta buffer of the frame being built: charged while it is held. */
+static void free_meta(struct kvsd_proto_conn *c)
+{
+    if (!c->meta) return;
+    out_refund(c, c->meta_cost);
+    free(c->meta);
+    c->meta = NULL;
+    c->meta_cost = 0;
+}
+
+/* The segment array, once nothing is queued: a big one goes back to the heap. */
+static void shrink_segs(struct kvsd_proto_conn *c)
+{
+    if (c->seg_cap <= SEGS_KEEP) return;
+    out_refund(c, heap_cost(c->seg_cap * sizeof(*c->segs)));
+    free(c->segs);
+    c->segs = NULL;
+    c->seg_cap = 0;
 }
 
 /* Forgets the reply of the frame being read (its segments are not committed). */
@@ -120,8 +217,7 @@ static void drop_frame(struct kvsd_proto_conn *c)
     for (size_t i = c->seg_committed; i < c->nsegs; i++)
         release_seg(c, &c->segs[i]);
     c->nsegs = c->seg_committed;
-    free(c->meta);
-    c->meta = NULL;
+    free_meta(c);
     if (c->put_item) {
         kvsd_ops_put_abort(c->srv, c->put_item);
         c->put_item = NULL;
@@ -134,21 +230,26 @@ void kvsd_proto_conn_free(struct kvsd_proto_conn *c)
     drop_frame(c);
     for (size_t i = c->seg_head; i < c->seg_committed; i++)
         release_seg(c, &c->segs[i]);
+    if (c->segs) out_refund(c, heap_cost(c->seg_cap * sizeof(*c->segs)));
     free(c->segs);
     free(c->rbuf);
+    mem_sub(c->srv, heap_cost(sizeof(*c)) + heap_cost(c->rcap));
     free(c);
 }
 
 /* ---- output ---- */
 
-/* Appends a segment to the frame being built, merging it with a contiguous plain predecessor. */
+/*
+ * Appends a segment to the frame being built, merging it with a contiguous
+ * plain predecessor. owned (freed once sent) was charged cost.
+ */
 static int push_seg(struct kvsd_proto_conn *c, const uint8_t *ptr, size_t len,
-                    struct kvsd_item *pin, void *owned)
+                    struct kvsd_item *pin, void *owned, size_t cost)
 {
     if (!pin && !owned && c->nsegs > c->seg_committed) {
         struct out_seg *last = &c->segs[c->nsegs - 1];
         if (!last->pin && !last->owned && last->ptr + last->len == ptr) {
-            last->len += len;
+            last->len += (uint32_t)len;
             return 0;
         }
     }
@@ -164,11 +265,14 @@ static int push_seg(struct kvsd_proto_conn *c, const uint8_t *ptr, size_t len,
             size_t cap = c->seg_cap ? c->seg_cap * 2 : 16;
             struct out_seg *ns = realloc(c->segs, cap * sizeof(*ns));
             if (!ns) return -ENOMEM;
+            if (c->segs) out_refund(c, heap_cost(c->seg_cap * sizeof(*ns)));
+            out_charge(c, heap_cost(cap * sizeof(*ns)));
             c->segs = ns;
             c->seg_cap = cap;
         }
     }
-    c->segs[c->nsegs++] = (struct out_seg){.ptr = ptr, .len = len, .pin = pin, .owned = owned};
+    c->segs[c->nsegs++] = (struct out_seg){
+        .ptr = ptr, .len = (uint32_t)len, .cost = (uint32_t)cost, .pin = pin, .owned = owned};
     return 0;
 }
 
@@ -179,10 +283,13 @@ static void commit_segs(struct kvsd_proto_conn *c, size_t bytes)
     c->out_pending += bytes;
 }
 
-/* Queues a whole reply frame held in buf (freed once sent). */
+/* Queues a whole reply frame held in buf (malloc'ed; freed once sent). */
 static int queue_owned_frame(struct kvsd_proto_conn *c, uint8_t *buf, size_t len)
 {
-    if (push_seg(c, buf, len, NULL, buf) < 0) {
+    size_t cost = heap_cost(len);
+    out_charge(c, cost);
+    if (push_seg(c, buf, len, NULL, buf, cost) < 0) {
+        out_refund(c, cost);
         free(buf);
         return -ENOMEM;
     }
@@ -266,7 +373,10 @@ void kvsd_proto_sent(struct kvsd_proto_conn *c, size_t n)
         release_seg(c, &c->segs[c->seg_head]);
         c->seg_head++;
     }
-    if (c->seg_head == c->nsegs) c->seg_head = c->seg_committed = c->nsegs = 0;
+    if (c->seg_head == c->nsegs) {
+        c->seg_head = c->seg_committed = c->nsegs = 0;
+        shrink_segs(c);
+    }
 }
 
 size_t kvsd_proto_out_pending(const struct kvsd_proto_conn *c)
@@ -274,10 +384,23 @@ size_t kvsd_proto_out_pending(const struct kvsd_proto_conn *c)
     return c->out_pending;
 }
 
+/*
+ * Over the connection's output budget: more than out_limit reply bytes
+ * queued, or more than out_heap_limit (PREAUTH_HEAP before AUTH) of heap
+ * held by them. Input then waits, between frames, until replies drain; with
+ * nothing queued there is nothing to wait for.
+ */
+static int over_budget(const struct kvsd_proto_conn *c)
+{
+    const struct kvsd_server_limits *l = &c->srv->limits;
+    size_t heap_limit = kvsd_proto_authenticated(c) ? l->out_heap_limit : PREAUTH_HEAP;
+    return c->out_pending > 0 && (c->out_pending > l->out_limit || c->out_heap > heap_limit);
+}
+
 int kvsd_proto_want_input(const struct kvsd_proto_conn *c)
 {
     if (c->closing) return 0;
-    return !(c->st == RS_HDR && c->out_pending > c->srv->limits.out_limit);
+    return !(c->st == RS_HDR && over_budget(c));
 }
 
 int kvsd_proto_mid_frame(const struct kvsd_proto_conn *c)
@@ -289,6 +412,23 @@ int kvsd_proto_mid_frame(const struct kvsd_proto_conn *c)
 int kvsd_proto_closing(const struct kvsd_proto_conn *c)
 {
     return c->closing;
+}
+
+uint64_t kvsd_proto_put_age_ms(const struct kvsd_proto_conn *c, uint64_t now_ms)
+{
+    if (!c->put_item) return 0;
+    return now_ms > c->put_since_ms ? now_ms - c->put_since_ms : 0;
+}
+
+void kvsd_proto_expire_put(struct kvsd_proto_conn *c)
+{
+    if (c->put_item) {
+        kvsd_ops_put_expire(c->srv, c->put_item);
+        c->put_item = NULL;
+        c->put_dst = NULL;
+    }
+    c->st = RS_CLOSED;
+    c->closing = 1;
 }
 
 int kvsd_proto_authenticated(const struct kvsd_proto_conn *c)
@@ -338,11 +478,13 @@ static int begin_frame(struct kvsd_proto_conn *c)
     size_t meta_len = KVS_WIRE_HDR_LEN + (size_t)c->hdr.count * KVS_WIRE_STATUS_LEN;
     c->meta = malloc(meta_len);
     if (!c->meta) return -ENOMEM;
+    c->meta_cost = heap_cost(meta_len);
+    out_charge(c, c->meta_cost);
     c->reply_body = (uint64_t)c->hdr.count * KVS_WIRE_STATUS_LEN;
     c->body_left = c->hdr.body_len;
     c->entries_left = c->hdr.count;
     c->index = 0;
-    return push_seg(c, c->meta, KVS_WIRE_HDR_LEN, NULL, NULL);
+    return push_seg(c, c->meta, KVS_WIRE_HDR_LEN, NULL, NULL, 0);
 }
 
 /* The whole request frame is in: fill in the reply header and let it go out. */
@@ -355,7 +497,9 @@ static void end_frame(struct kvsd_proto_conn *c)
     kvs_wire_hdr_encode(c->meta, &h);
     /* The last segment of the frame frees the meta buffer: all before it are sent by then. */
     c->segs[c->nsegs - 1].owned = c->meta;
+    c->segs[c->nsegs - 1].cost = (uint32_t)c->meta_cost;
     c->meta = NULL;
+    c->meta_cost = 0;
     commit_segs(c, KVS_WIRE_HDR_LEN + c->reply_body);
     c->st = RS_HDR;
 }
@@ -366,9 +510,10 @@ static int set_status(struct kvsd_proto_conn *c, int32_t status, uint32_t len,
 {
     uint8_t *p = c->meta + KVS_WIRE_HDR_LEN + (size_t)c->index * KVS_WIRE_STATUS_LEN;
     kvs_wire_status_encode(p, status, len);
-    if (push_seg(c, p, KVS_WIRE_STATUS_LEN, NULL, NULL) < 0) return -ENOMEM;
+    if (push_seg(c, p, KVS_WIRE_STATUS_LEN, NULL, NULL, 0) < 0) return -ENOMEM;
     if (data) {
-        if (push_seg(c, kvsd_item_data(c->srv->store, data), len, data, NULL) < 0) return -ENOMEM;
+        if (push_seg(c, kvsd_item_data(c->srv->store, data), len, data, NULL, 0) < 0)
+            return -ENOMEM;
         c->reply_body += len;
     }
     return 0;
@@ -416,6 +561,7 @@ static void begin_put(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t kl
 {
     c->put_status = kvsd_ops_put_reserve(c->srv, key, klen, len, &c->put_item);
     c->put_dst = c->put_item ? kvsd_item_data(c->srv->store, c->put_item) : NULL;
+    if (c->put_item) c->put_since_ms = kvs_now_ms();
     c->value_left = len;
     c->big_puts = len >= BIG_PUT_VALUE;
     c->st = RS_VALUE;
@@ -477,6 +623,7 @@ static void on_auth(struct kvsd_proto_conn *c, const uint8_t *body)
     }
     c->authed = 1;
     c->srv->counters.auth_ok++;
+    grow_rbuf(c); /* body (in the read buffer) is not read after this */
     kvs_auth_server_mac(srv->auth_secret, srv->auth_secret_len, client_nonce, c->nonce, want);
     if (queue_reply(c, KVS_OP_AUTH, c->hdr.id, want, sizeof(want)) < 0)
         fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
@@ -672,7 +819,7 @@ void kvsd_proto_process(struct kvsd_proto_conn *c)
         size_t avail = c->rend - c->rpos;
         switch (c->st) {
         case RS_HDR:
-            if (c->out_pending > c->srv->limits.out_limit) return; /* back-pressure */
+            if (over_budget(c)) return; /* back-pressure */
             if (avail < KVS_WIRE_HDR_LEN) return;
             c->rpos += KVS_WIRE_HDR_LEN;
             on_header(c, c->rbuf + c->rpos - KVS_WIRE_HDR_LEN);

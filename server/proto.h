@@ -8,8 +8,14 @@
  * next read right at that slot), never buffered whole. A GET reply refers to
  * the pool memory of the (pinned) item, which stays pinned until those bytes
  * have been handed to kvsd_proto_sent. Requests may be pipelined; replies go
- * out in request order. When more than out_limit reply bytes are queued the
- * connection stops taking input until they drain (back-pressure).
+ * out in request order.
+ *
+ * Memory: every allocation a connection makes is counted at what the heap
+ * spends on it (in srv->conn_memory). When more than out_limit reply bytes
+ * are queued, or their buffers and segments hold more than out_heap_limit
+ * of heap (4 KiB before AUTH), the connection takes no more input, between
+ * frames, until they drain (back-pressure). Before AUTH its read buffer is
+ * 1 KiB; it gets the full one once authenticated.
  *
  * A malformed frame gets a KVS_OP_ERROR reply and the connection closes once
  * its queued replies are out (kvsd_proto_closing). An unknown opcode with a
@@ -65,5 +71,13 @@ int kvsd_proto_mid_frame(const struct kvsd_proto_conn *c);
 int kvsd_proto_closing(const struct kvsd_proto_conn *c);
 /* True if the server has no secret, or this connection passed AUTH. */
 int kvsd_proto_authenticated(const struct kvsd_proto_conn *c);
+
+/* How long the PUT slot being filled had been reserved at now_ms (kvs_now_ms); 0 if none is. */
+uint64_t kvsd_proto_put_age_ms(const struct kvsd_proto_conn *c, uint64_t now_ms);
+/*
+ * Throws the PUT slot being filled away as expired (kvsd_ops_put_expire:
+ * counted in put_expired) and ends the connection: the caller closes it.
+ */
+void kvsd_proto_expire_put(struct kvsd_proto_conn *c);
 
 #endif /* KVSD_PROTO_H */

@@ -14,10 +14,11 @@
 #define KVSD_NOPCODES 16 /* counters are indexed by request opcode (1..14) */
 
 struct kvsd_server_limits {
-    uint64_t max_object; /* value bytes */
-    uint32_t max_frame;  /* request (and reply) body bytes */
-    size_t out_limit;    /* queued reply bytes above which input pauses */
-    size_t rbuf_size;    /* per-connection read buffer */
+    uint64_t max_object;   /* value bytes */
+    uint32_t max_frame;    /* request (and reply) body bytes */
+    size_t out_limit;      /* queued reply bytes (pool values included) above which input pauses */
+    size_t out_heap_limit; /* heap held by queued replies above which input pauses */
+    size_t rbuf_size;      /* per-connection read buffer */
 };
 
 /* Counters shared by all connections; STATS reports them (docs/server.md). */
@@ -26,7 +27,7 @@ struct kvsd_server_counters {
     uint64_t keys[KVSD_NOPCODES];     /* per-key operations per opcode */
     uint64_t bytes_in, bytes_out;
     uint64_t get_hits, get_misses, get_range;
-    uint64_t put_too_big, put_no_space, key_invalid;
+    uint64_t put_too_big, put_no_space, put_expired, key_invalid;
     uint64_t removed_matching; /* keys removed by REMOVE_MATCHING */
     uint64_t errors_protocol, errors_unsupported, errors_nomem;
     uint64_t conns_current, conns_total, conns_refused, conns_stalled;
@@ -54,6 +55,12 @@ struct kvsd_server {
      */
     const uint8_t *auth_secret;
     size_t auth_secret_len;
+    /*
+     * Heap the TCP connections hold now (their state, read buffers and
+     * queued replies, at what the allocator spends on them; proto.c), and
+     * its peak since net.c last gave freed heap back to the kernel.
+     */
+    size_t conn_memory, conn_memory_peak;
 };
 
 /* Creates the store (memory_bytes of pool) and fills srv. 0 or a negative errno. */

@@ -67,6 +67,7 @@ static void counter_lines(struct text *t, const struct kvsd_server *srv)
     line(t, "connections_stalled", k->conns_stalled);
     line(t, "connections_local", k->conns_local);
     line(t, "connections_refused_peer", k->conns_refused_peer);
+    line(t, "connection_memory", srv->conn_memory);
     for (uint8_t op = KVS_OP_PUT; op <= KVS_OP_HELLO; op++)
         appendf(t, "requests_%s %llu\n", kvs_wire_opcode_name(op),
                 (unsigned long long)k->requests[op]);
@@ -82,6 +83,7 @@ static void counter_lines(struct text *t, const struct kvsd_server *srv)
     line(t, "get_range", k->get_range);
     line(t, "put_too_big", k->put_too_big);
     line(t, "put_no_space", k->put_no_space);
+    line(t, "put_expired", k->put_expired);
     line(t, "key_invalid", k->key_invalid);
     line(t, "errors_protocol", k->errors_protocol);
     line(t, "errors_unsupported", k->errors_unsupported);

@@ -139,8 +139,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (kvs_auth_init() < 0) abort();
 
     struct kvsd_server srv;
-    struct kvsd_server_limits lim = {
-        .max_object = 256 * 1024, .max_frame = 512 * 1024, .out_limit = 8192, .rbuf_size = 4096};
+    struct kvsd_server_limits lim = {.max_object = 256 * 1024,
+                                     .max_frame = 512 * 1024,
+                                     .out_limit = 8192,
+                                     .out_heap_limit = 8192,
+                                     .rbuf_size = 4096};
     if (kvsd_server_init(&srv, 1u << 20, &lim) < 0) return 0;
     srv.auth_secret = (const uint8_t *)SECRET;
     srv.auth_secret_len = strlen(SECRET);

@@ -122,8 +122,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size--;
 
     struct kvsd_server srv;
-    struct kvsd_server_limits lim = {
-        .max_object = 256 * 1024, .max_frame = 512 * 1024, .out_limit = 8192, .rbuf_size = 4096};
+    struct kvsd_server_limits lim = {.max_object = 256 * 1024,
+                                     .max_frame = 512 * 1024,
+                                     .out_limit = 8192,
+                                     .out_heap_limit = 8192,
+                                     .rbuf_size = 4096};
     if (kvsd_server_init(&srv, pool, &lim) < 0) return 0;
     if (full) prefill(srv.store);
     struct kvsd_proto_conn *c[2] = {kvsd_proto_conn_new(&srv), kvsd_proto_conn_new(&srv)};
@@ -150,6 +153,7 @@ out:
     struct kvsd_store_stats st;
     kvsd_store_stats(srv.store, &st);
     if (st.pinned != 0) abort();
+    if (srv.conn_memory != 0) abort(); /* every charge refunded */
     kvsd_server_fini(&srv);
     return 0;
 }

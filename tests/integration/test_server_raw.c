@@ -614,6 +614,9 @@ static void test_bad_options_exit_2(void **state)
     assert_int_equal(run_kvstored("--max-frame 5G"), 2);
     assert_int_equal(run_kvstored("--max-conns 0"), 2);
     assert_int_equal(run_kvstored("--stall-timeout -1"), 2);
+    assert_int_equal(run_kvstored("--put-timeout -1"), 2);
+    assert_int_equal(run_kvstored("--put-timeout 1500us"), 2); /* whole milliseconds */
+    assert_int_equal(run_kvstored("--put-timeout 2d"), 2);
     assert_int_equal(run_kvstored("--bogus"), 2);
     assert_int_equal(run_kvstored("extra"), 2);
     assert_int_equal(run_kvstored("--memory"), 2);
@@ -625,7 +628,9 @@ static void test_options_accepted(void **state)
     (void)state;
     struct kvt_server s;
     assert_int_equal(
-        kvt_server_start(&s, 0, "--memory 3MiB --max-object 1K --max-frame 64KiB --max-conns 5"),
+        kvt_server_start(&s, 0,
+                         "--memory 3MiB --max-object 1K --max-frame 64KiB --max-conns 5 "
+                         "--put-timeout 250ms"),
         0);
     assert_true(s.port > 0);
     int fd = kvt_raw_connect(s.port, 10);

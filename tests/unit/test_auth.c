@@ -243,8 +243,11 @@ static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     if (!f) return -1;
-    struct kvsd_server_limits lim = {
-        .max_object = 1 << 20, .max_frame = 1 << 22, .out_limit = 1 << 30, .rbuf_size = 4096};
+    struct kvsd_server_limits lim = {.max_object = 1 << 20,
+                                     .max_frame = 1 << 22,
+                                     .out_limit = 1 << 30,
+                                     .out_heap_limit = 1 << 30,
+                                     .rbuf_size = 4096};
     if (kvsd_server_init(&f->srv, 4u << 20, &lim) < 0) return -1;
     f->srv.auth_secret = (const uint8_t *)SECRET;
     f->srv.auth_secret_len = strlen(SECRET);

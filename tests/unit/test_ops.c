@@ -42,8 +42,11 @@ static struct kvsd_server *new_server(size_t memory, uint64_t max_object)
 {
     struct kvsd_server *srv = calloc(1, sizeof(*srv));
     assert_non_null(srv);
-    struct kvsd_server_limits lim = {
-        .max_object = max_object, .max_frame = 4 * MIB, .out_limit = MIB, .rbuf_size = 4096};
+    struct kvsd_server_limits lim = {.max_object = max_object,
+                                     .max_frame = 4 * MIB,
+                                     .out_limit = MIB,
+                                     .out_heap_limit = MIB,
+                                     .rbuf_size = 4096};
     assert_int_equal(kvsd_server_init(srv, memory, &lim), 0);
     return srv;
 }

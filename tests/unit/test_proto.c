@@ -30,12 +30,15 @@ struct fixture {
     size_t read_pos;
 };
 
-static int setup_limits(void **state, size_t out_limit)
+static int setup_limits(void **state, size_t out_limit, size_t out_heap_limit)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     if (!f) return -1;
-    struct kvsd_server_limits lim = {
-        .max_object = MIB, .max_frame = 4 * MIB, .out_limit = out_limit, .rbuf_size = 4096};
+    struct kvsd_server_limits lim = {.max_object = MIB,
+                                     .max_frame = 4 * MIB,
+                                     .out_limit = out_limit,
+                                     .out_heap_limit = out_heap_limit,
+                                     .rbuf_size = 4096};
     if (kvsd_server_init(&f->srv, 8 * MIB, &lim) < 0) return -1;
     f->conn = kvsd_proto_conn_new(&f->srv);
     if (!f->conn) return -1;
@@ -45,12 +48,17 @@ static int setup_limits(void **state, size_t out_limit)
 
 static int setup(void **state)
 {
-    return setup_limits(state, 1u << 30);
+    return setup_limits(state, 1u << 30, 1u << 30);
 }
 
 static int setup_small_out(void **state)
 {
-    return setup_limits(state, 1024);
+    return setup_limits(state, 1024, 1024);
+}
+
+static int setup_small_heap(void **state)
+{
+    return setup_limits(state, MIB, 16 * 1024);
 }
 
 static int teardown(void **state)
@@ -61,6 +69,8 @@ static int teardown(void **state)
     struct kvsd_store_stats st;
     kvsd_store_stats(f->srv.store, &st);
     assert_int_equal(st.pinned, 0);
+    /* And every byte charged to it was refunded. */
+    assert_int_equal(f->srv.conn_memory, 0);
     kvsd_server_fini(&f->srv);
     free(f->out.p);
     free(f);
@@ -672,6 +682,41 @@ static void test_back_pressure(void **state)
     free(b.p);
 }
 
+/*
+ * Tiny replies cost more heap than payload (a 24-byte reply: a 32-byte
+ * buffer and a 32-byte segment): input stops once their heap passes
+ * out_heap_limit (16 KiB here), long before out_limit (1 MiB) of payload;
+ * once they are sent the connection holds what it held before.
+ */
+static void test_back_pressure_counts_heap(void **state)
+{
+    struct fixture *f = *state;
+    size_t idle = f->srv.conn_memory;
+    struct kvt_reqbuf b = {0};
+    for (uint64_t id = 0; id < 10000; id++) { /* 240 KB of count-0 PUTs */
+        kvt_req_begin(&b, KVS_OP_PUT, id);
+        kvt_req_end(&b);
+    }
+    size_t took = kvsd_proto_feed(f->conn, b.p, b.len);
+    assert_true(took < b.len);
+    assert_false(kvsd_proto_want_input(f->conn));
+    assert_true(kvsd_proto_out_pending(f->conn) < 16 * 1024);
+    assert_true(f->srv.conn_memory - idle > 16 * 1024);
+    assert_true(f->srv.conn_memory - idle < 16 * 1024 + 4096);
+    struct kvt_reqbuf rest = {0};
+    kvt_reqbuf_put(&rest, b.p + took, b.len - took);
+    feed(f, &rest, 0);
+    struct reply r;
+    for (uint64_t id = 0; id < 10000; id++) {
+        next_reply(f, &r);
+        assert_int_equal(r.hdr.id, id);
+    }
+    no_more_replies(f);
+    assert_int_equal(f->srv.conn_memory, idle);
+    free(rest.p);
+    free(b.p);
+}
+
 /* A GET whose values would outgrow max_frame answers the overflowing key -EMSGSIZE. */
 static void test_get_reply_bounded_by_max_frame(void **state)
 {
@@ -780,6 +825,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_value_read_into_slot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_get_reply_pinned_until_sent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_back_pressure, setup_small_out, teardown),
+        cmocka_unit_test_setup_teardown(test_back_pressure_counts_heap, setup_small_heap, teardown),
         cmocka_unit_test_setup_teardown(test_get_reply_bounded_by_max_frame, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_nospace_when_all_pinned, setup, teardown),
     };

@@ -39,8 +39,11 @@ static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     if (!f) return -1;
-    struct kvsd_server_limits lim = {
-        .max_object = MIB, .max_frame = 8 * MIB, .out_limit = 1u << 30, .rbuf_size = RBUF};
+    struct kvsd_server_limits lim = {.max_object = MIB,
+                                     .max_frame = 8 * MIB,
+                                     .out_limit = 1u << 30,
+                                     .out_heap_limit = 1u << 30,
+                                     .rbuf_size = RBUF};
     if (kvsd_server_init(&f->srv, 32 * MIB, &lim) < 0) return -1;
     f->conn = kvsd_proto_conn_new(&f->srv);
     if (!f->conn) return -1;
