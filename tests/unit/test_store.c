@@ -420,7 +420,8 @@ static int fill_and_pin_every_page(struct kvsd_store *s, struct kvsd_item *pins[
     kvsd_store_stats(s, &st);
     assert_int_equal(st.evictions, 0);
     assert_int_equal(st.pages_free, 0);
-    memset(pins, 0, 64 * sizeof(*pins));
+    for (int pg = 0; pg < 64; pg++)
+        pins[pg] = NULL;
     for (int i = 0; i < n; i++) {
         snprintf(key, sizeof(key), "a%d", i);
         struct kvsd_item *it = kvsd_store_lookup(s, K(key), (uint16_t)strlen(key), 0);
