@@ -208,11 +208,54 @@ EXPORT int kvs_flush(kvs_client *c)
  * invalid call (NULL arrays) is refused by the real function. Inside a
  * backend call nothing waits (the batch being sent holds the slot).
  */
+/*
+ * Depth of the program's done callbacks of batch calls this thread is
+ * running (done_trampoline). A call made there is passed through at once,
+ * not ordered: the callback runs on the library's thread (TCP's reader), and
+ * waiting for a pending put's batch would wait for that very thread to read
+ * the batch's reply - forever.
+ */
+static __thread int in_done_callback;
+
 static void order_after_puts(kvs_client *c, size_t n, const char *const keys[])
 {
-    if (kvb_in_backend_call()) return;
+    if (kvb_in_backend_call() || in_done_callback) return;
     struct kvb_batcher *b = kvb_shim_batcher_for(c);
     if (b) kvb_order_after_puts(b, n, keys);
+}
+
+/* The program's done callback of a batch call, run through done_trampoline. */
+struct done_wrap {
+    kvs_done_fn done;
+    void *arg;
+};
+
+static void done_trampoline(void *arg, ssize_t nok)
+{
+    struct done_wrap w = *(struct done_wrap *)arg;
+    free(arg);
+    in_done_callback++;
+    w.done(w.arg, nok);
+    in_done_callback--;
+}
+
+/*
+ * A wrapper that marks the program's done callback while it runs, or NULL:
+ * no callback, or no memory (then the callback runs unmarked, and a batch
+ * call it makes on a key with a pending put waits as any other).
+ */
+static struct done_wrap *wrap_done(kvs_done_fn done, void *arg)
+{
+    struct done_wrap *w = done ? malloc(sizeof(*w)) : NULL;
+    if (w) *w = (struct done_wrap){done, arg};
+    return w;
+}
+
+/* The result of a batch call made with w: w is the library's unless the call was refused. */
+static int wrapped_call(struct done_wrap *w, int rc)
+{
+    if (rc != 0) free(w); /* refused: done is not called */
+    return rc;
 }
 
 EXPORT int kvs_remove(kvs_client *c, const char *key)
@@ -264,7 +307,10 @@ EXPORT int kvs_batch_put_async(kvs_client *c, size_t n, const char *const keys[]
     kvb_shim_init();
     if (!shim.real.kvs_batch_put_async) return -ENOSYS;
     if (keys) order_after_puts(c, n, keys);
-    return shim.real.kvs_batch_put_async(c, n, keys, vals, lens, status, done, arg, op);
+    struct done_wrap *w = wrap_done(done, arg);
+    return wrapped_call(w, shim.real.kvs_batch_put_async(c, n, keys, vals, lens, status,
+                                                         w ? done_trampoline : done,
+                                                         w ? (void *)w : arg, op));
 }
 
 EXPORT int kvs_batch_get_async(kvs_client *c, size_t n, const char *const keys[],
@@ -274,7 +320,10 @@ EXPORT int kvs_batch_get_async(kvs_client *c, size_t n, const char *const keys[]
     kvb_shim_init();
     if (!shim.real.kvs_batch_get_async) return -ENOSYS;
     if (keys) order_after_puts(c, n, keys);
-    return shim.real.kvs_batch_get_async(c, n, keys, bufs, caps, results, done, arg, op);
+    struct done_wrap *w = wrap_done(done, arg);
+    return wrapped_call(w, shim.real.kvs_batch_get_async(c, n, keys, bufs, caps, results,
+                                                         w ? done_trampoline : done,
+                                                         w ? (void *)w : arg, op));
 }
 
 EXPORT int kvs_batch_exists_async(kvs_client *c, size_t n, const char *const keys[], int results[],
@@ -283,5 +332,8 @@ EXPORT int kvs_batch_exists_async(kvs_client *c, size_t n, const char *const key
     kvb_shim_init();
     if (!shim.real.kvs_batch_exists_async) return -ENOSYS;
     if (keys) order_after_puts(c, n, keys);
-    return shim.real.kvs_batch_exists_async(c, n, keys, results, done, arg, op);
+    struct done_wrap *w = wrap_done(done, arg);
+    return wrapped_call(w, shim.real.kvs_batch_exists_async(c, n, keys, results,
+                                                            w ? done_trampoline : done,
+                                                            w ? (void *)w : arg, op));
 }

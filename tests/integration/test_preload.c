@@ -405,6 +405,17 @@ static void test_order_async_put_then_batch_put(void **state)
     order_case("async_put_batch_put");
 }
 
+/*
+ * A done callback (on the library's reader thread) that makes a batch call
+ * on a key with a pending write-behind put: the call does not wait for that
+ * put (the reader would wait for itself, and the chain never end).
+ */
+static void test_batch_call_from_a_done_callback_does_not_wait(void **state)
+{
+    (void)state;
+    order_case("callback_chain");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -427,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_writeback_order_put_then_batch_exists_async),
         cmocka_unit_test(test_writeback_order_put_then_remove_matching),
         cmocka_unit_test(test_order_async_put_then_batch_put),
+        cmocka_unit_test(test_batch_call_from_a_done_callback_does_not_wait),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
