@@ -2,21 +2,23 @@
  * controller.c - the ladder, the epoch score and the walk of
  * KVBATCH_POLICY=auto (see controller.h).
  *
- * The walk is a hill climb on a noisy function, so it is built to stop:
- * a step that scores worse is undone and the controller parks; a step that
- * scores the same goes on only toward direct calls (a tie is settled for
- * fewer waits) and at most KVB_CTL_SAME_STEPS times; a parked controller
- * moves again only when the load it sees changes (the ops outstanding by
- * half or more, its latency by KVB_CTL_LOAD_PERCENT after KVB_CTL_HOLD_EPOCHS,
- * the p99 crossing the target) or once every KVB_CTL_PROBE_EPOCHS for a
- * one-step probe. So between two load changes it changes level at most
- * nlevels + 1 times per walk plus twice per probe period.
+ * The walk is a hill climb on a noisy function, so it is built to stop and
+ * to move only on evidence: a walk scans while levels are not worse than the
+ * lowest it has seen (three ties in a row end it), turns once if the first
+ * side gave nothing, and settles on the lowest only if it beats the start by
+ * the margin twice (the second time in a confirming epoch); else it goes
+ * back. A parked controller moves again only when the load it sees changes
+ * (the ops outstanding by half for KVB_CTL_OUT_EPOCHS, the p99 crossing the
+ * target, its latency by KVB_CTL_LOAD_PERCENT for KVB_CTL_LOAD_EPOCHS after
+ * KVB_CTL_HOLD_EPOCHS) or once every KVB_CTL_PROBE_EPOCHS for a one-step
+ * probe. So between two load changes it changes level at most nlevels + 3
+ * times per walk plus twice per probe period.
  */
 #include "controller.h"
 
 #include <string.h>
 
-enum { ST_MEASURE, ST_WALK, ST_PARK };
+enum { ST_WARMUP, ST_MEASURE, ST_WALK, ST_CONFIRM, ST_PARK };
 enum { BETTER = -1, SAME = 0, WORSE = 1 };
 
 #define KVB_CTL_SAME_STEPS 3 /* ties in a row before a walk stops */
@@ -65,7 +67,8 @@ void kvb_ctl_init(struct kvb_ctl *c, uint64_t window_max_ns, uint32_t inflight_m
         add_level(c, window_max_ns, l);
     }
     c->reason = KVB_CTL_START;
-    c->state = ST_MEASURE;
+    c->state = ST_WARMUP;
+    c->why = KVB_CTL_EXPLORE;
     c->probe_dir = -1;
     epoch_reset(c, now);
 }
@@ -155,7 +158,15 @@ static void park(struct kvb_ctl *c, const struct kvb_ctl_score *at)
     c->state = ST_PARK;
     c->parked = 0;
     c->moved = 0;
+    c->moved_out = 0;
     c->ref = *at;
+}
+
+/* Stays one epoch at the level held, to score it afresh before a walk (why: the walk's reason). */
+static void measure(struct kvb_ctl *c, enum kvb_ctl_reason why)
+{
+    c->state = ST_MEASURE;
+    c->why = why;
 }
 
 /* Notes the score of the level held, and whether it is the walk's lowest. */
@@ -178,6 +189,7 @@ static bool walk_from(struct kvb_ctl *c, const struct kvb_ctl_score *s, int dir,
     c->lowest = c->pivot = c->cur;
     walk_record(c, s);
     c->same = 0;
+    c->moved_out = 0;
     c->turned = false;
     c->probing = why == KVB_CTL_PROBE;
     c->dir = dir;
@@ -202,30 +214,28 @@ static int first_dir(const struct kvb_ctl *c, const struct kvb_ctl_score *s)
 
 /*
  * The walk stops (why: the step was worse, ties ran out, or the ladder
- * ended). If its very first step was worse it turns around once, straight
- * to the other side of where it started. Else it settles: on the most
- * direct level it scored within the margin of the lowest (ties go to fewer
- * waits), and parks.
+ * ended). If nothing on this side beat where it started, it turns around
+ * once, straight to the other side of that level (a probe does not: it is
+ * one step). If the lowest score it saw beats the start by more than the
+ * margin it goes there to confirm it (one more epoch); else back where it
+ * started, and parks. It moves only on evidence seen twice.
  */
 static bool walk_stop(struct kvb_ctl *c, enum kvb_ctl_reason why)
 {
-    int first = (int)c->pivot + c->dir;
-    if (why == KVB_CTL_WORSE && (int)c->cur == first && !c->turned && !c->probing &&
-        go(c, (int)c->pivot - c->dir, why)) {
+    if (c->lowest == c->pivot && !c->turned && !c->probing && go(c, (int)c->pivot - c->dir, why)) {
         c->dir = -c->dir;
         c->turned = true;
         c->same = 0;
         return true;
     }
-    unsigned best = c->lowest;
-    for (unsigned i = 0; i < c->lowest; i++)
-        if ((c->seen_mask & (1u << i)) && compare(c, &c->seen[c->lowest], &c->seen[i]) != WORSE) {
-            best = i;
-            break;
-        }
     unsigned from = c->cur;
-    go(c, (int)best, best == c->lowest ? why : KVB_CTL_TIE);
-    park(c, &c->seen[best]);
+    if (c->lowest != c->pivot && compare(c, &c->seen[c->pivot], &c->seen[c->lowest]) == BETTER) {
+        go(c, (int)c->lowest, KVB_CTL_BETTER);
+        c->state = ST_CONFIRM;
+    } else {
+        go(c, (int)c->pivot, why == KVB_CTL_BETTER ? KVB_CTL_TIE : why);
+        park(c, &c->seen[c->pivot]);
+    }
     return c->cur != from;
 }
 
@@ -236,14 +246,29 @@ static bool load_moved(uint32_t a, uint32_t b)
 }
 
 /*
- * A step of the walk has been scored (s, at the level held). Scores of
- * another load do not compare: then the walk starts over from here. A probe
- * that does not pay at once ends there.
+ * The ops outstanding moved away from `ref` by half or more for
+ * KVB_CTL_OUT_EPOCHS in a row: a new load (one epoch can miss callers that
+ * were slow to come back).
+ */
+static bool outstanding_changed(struct kvb_ctl *c, uint32_t ref, const struct kvb_ctl_score *s)
+{
+    c->moved_out = load_moved(ref, s->outstanding) ? c->moved_out + 1 : 0;
+    return c->moved_out >= KVB_CTL_OUT_EPOCHS;
+}
+
+/*
+ * A step of the walk has been scored (s, at the level held). Under another
+ * load scores do not compare: back to where the walk started, to score it
+ * afresh. A probe that does not pay at once ends there.
  */
 static bool walk_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
 {
-    if (load_moved(c->seen[c->pivot].outstanding, s->outstanding))
-        return walk_from(c, s, first_dir(c, s), KVB_CTL_LOAD);
+    if (outstanding_changed(c, c->seen[c->pivot].outstanding, s)) {
+        unsigned from = c->cur;
+        go(c, (int)c->pivot, KVB_CTL_LOAD);
+        measure(c, KVB_CTL_LOAD);
+        return c->cur != from;
+    }
     int r = compare(c, &c->seen[c->lowest], s);
     walk_record(c, s);
     if (r == WORSE) return walk_stop(c, KVB_CTL_WORSE);
@@ -255,21 +280,39 @@ static bool walk_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
     return walk_stop(c, r == BETTER ? KVB_CTL_BETTER : KVB_CTL_TIE);
 }
 
+/* The level the walk settled on, scored again: kept if it still beats the start, else undone. */
+static bool confirm_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
+{
+    if (compare(c, &c->seen[c->pivot], s) == BETTER) {
+        park(c, s);
+        return false;
+    }
+    go(c, (int)c->pivot, KVB_CTL_TIE);
+    park(c, &c->seen[c->pivot]);
+    return true;
+}
+
 /* Parked, one more epoch scored: look again if the load moved, probe now and then. */
 static bool parked_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
 {
     c->parked++;
-    bool over = c->target_ns && s->p99_ns > c->target_ns && c->ref.p99_ns <= c->target_ns;
-    if (over) return walk_from(c, s, first_dir(c, s), KVB_CTL_OVER_TARGET);
-    if (load_moved(c->ref.outstanding, s->outstanding))
-        return walk_from(c, s, first_dir(c, s), KVB_CTL_LOAD);
-    /* A latency moved for two epochs in a row (one is a scheduling hiccup, not a new load). */
+    if (c->target_ns && s->p99_ns > c->target_ns && c->ref.p99_ns <= c->target_ns) {
+        measure(c, KVB_CTL_OVER_TARGET);
+        return false;
+    }
+    if (outstanding_changed(c, c->ref.outstanding, s)) {
+        measure(c, KVB_CTL_LOAD);
+        return false;
+    }
+    /* The latency moved for LOAD_EPOCHS in a row (fewer: a hiccup of the host, not a new load). */
     bool moved = (double)s->mean_ns * 100 > (double)c->ref.mean_ns * (100 + KVB_CTL_LOAD_PERCENT) ||
                  (double)s->mean_ns * 100 < (double)c->ref.mean_ns * (100 - KVB_CTL_LOAD_PERCENT);
     c->moved = moved ? c->moved + 1 : 0;
-    if (c->parked >= KVB_CTL_HOLD_EPOCHS && c->moved >= 2)
-        return walk_from(c, s, first_dir(c, s), KVB_CTL_LOAD);
-    if (moved) return false; /* not folded into the reference */
+    if (c->parked >= KVB_CTL_HOLD_EPOCHS && c->moved >= KVB_CTL_LOAD_EPOCHS) {
+        measure(c, KVB_CTL_LOAD);
+        return false;
+    }
+    if (moved || c->moved_out) return false; /* not folded into the reference */
     if (c->parked >= KVB_CTL_PROBE_EPOCHS) {
         int dir = c->probe_dir;
         c->probe_dir = -dir;
@@ -292,13 +335,19 @@ bool kvb_ctl_tick(struct kvb_ctl *c, uint64_t now)
     struct kvb_ctl_score s = {c->ops, c->sum_ns / c->ops, epoch_p99(c), c->outstanding};
     c->last = s;
     epoch_reset(c, now);
-    /* One op at a time goes direct at every level: nothing to choose (and no walk to waste). */
-    if (c->nlevels < 2 || (s.outstanding <= 1 && c->state != ST_WALK)) return false;
+    if (c->nlevels < 2) return false;
     switch (c->state) {
+    case ST_WARMUP: /* the first epoch: connections, first touches */
+        c->state = ST_MEASURE;
+        return false;
     case ST_MEASURE:
-        return walk_from(c, &s, first_dir(c, &s), KVB_CTL_EXPLORE);
+        /* One op at a time goes direct at every level: nothing to choose, no walk to waste. */
+        if (s.outstanding <= 1) return false;
+        return walk_from(c, &s, first_dir(c, &s), c->why);
     case ST_WALK:
         return walk_scored(c, &s);
+    case ST_CONFIRM:
+        return confirm_scored(c, &s);
     default:
         return parked_scored(c, &s);
     }

@@ -5,10 +5,10 @@
  * moderation (Linux's net_dim): settings sit on one ladder of levels from
  * "every op that finds a free slot goes as its caller's own single-key call"
  * to "fewest, fullest batches"; each epoch the controller scores the level it
- * holds (mean op latency, and the p99 against a latency target), steps to a
- * neighbour, keeps the step if it scored better, steps back if it scored
- * worse, and parks when nothing is gained. Parked, it looks again when the
- * load or the latency changes, and probes one neighbour now and then.
+ * holds (mean op latency, and the p99 against a latency target); a walk
+ * scans neighbours, keeps a better level only when a second epoch confirms
+ * it, else goes back, and parks. Parked, it looks again when the load or the
+ * latency changes, and probes one neighbour now and then.
  *
  * Pure logic: no clock, no lock, no thread. The batcher feeds it each
  * completed op's latency and the ops outstanding (under its own lock) and
@@ -25,9 +25,9 @@
 enum kvb_ctl_reason {
     KVB_CTL_START,       /* the level it starts at */
     KVB_CTL_EXPLORE,     /* first step of a walk: the neighbour toward the callers' needs */
-    KVB_CTL_BETTER,      /* the step lowered latency: one more in the same direction */
-    KVB_CTL_WORSE,       /* the step raised latency: back to the level before, parked */
-    KVB_CTL_TIE,         /* no difference: toward fewer waits (direct calls) */
+    KVB_CTL_BETTER,      /* the step lowered latency: one more, or settled on the best seen */
+    KVB_CTL_WORSE,       /* the step raised latency: the other way, or back, parked */
+    KVB_CTL_TIE,         /* no level scored better: back where the walk started */
     KVB_CTL_OVER_TARGET, /* the p99 went over the latency target: walk again */
     KVB_CTL_LOAD,        /* the ops outstanding or the latency changed: walk again */
     KVB_CTL_PROBE,       /* parked a while: try a neighbour */
@@ -54,14 +54,16 @@ struct kvb_ctl_score {
 
 /* Epochs: at least this long and this many ops (a slower epoch runs on, up to its cap). */
 #define KVB_CTL_EPOCH_NS     (20ull * 1000 * 1000)
-#define KVB_CTL_EPOCH_OPS    64
-#define KVB_CTL_EPOCH_MAX_NS (1000ull * 1000 * 1000) /* thinner than EPOCH_OPS by then: dropped */
-#define KVB_CTL_PROBE_EPOCHS 50 /* parked this many epochs: probe a neighbour */
-#define KVB_CTL_HOLD_EPOCHS                                                                        \
-    5                           /* parked at least this many epochs before a latency change counts \
-                                 */
-#define KVB_CTL_SAME_PERCENT 6  /* scores within this are the same */
-#define KVB_CTL_LOAD_PERCENT 30 /* a parked level's mean latency moved by this: walk again */
+#define KVB_CTL_EPOCH_OPS    128
+#define KVB_CTL_EPOCH_MAX_NS (1000ull * 1000 * 1000) /* still thinner than EPOCH_OPS: dropped */
+
+/* The walk's margins (percent) and patience (epochs). */
+#define KVB_CTL_SAME_PERCENT 8  /* scores within this are the same */
+#define KVB_CTL_OUT_EPOCHS   2  /* the ops outstanding moved by half this many epochs: new load */
+#define KVB_CTL_LOAD_PERCENT 50 /* a parked level's mean latency moved by this ... */
+#define KVB_CTL_LOAD_EPOCHS  3  /* ... this many epochs in a row: walk again */
+#define KVB_CTL_HOLD_EPOCHS  10 /* parked at least this long before a latency move counts */
+#define KVB_CTL_PROBE_EPOCHS 50 /* parked this long: probe a neighbour */
 
 struct kvb_ctl {
     /* The ladder (kvb_ctl_init), 0 = most direct. */
@@ -76,15 +78,17 @@ struct kvb_ctl {
     struct kvb_ctl_score last; /* the last epoch's score */
 
     /* The walk. */
-    int state;          /* enum in controller.c */
-    int dir;            /* -1 toward direct, +1 toward fuller batches */
-    int probe_dir;      /* the next probe's direction (alternates) */
-    unsigned same;      /* "same" results in a row on this walk */
-    bool turned;        /* this walk has turned around */
-    bool probing;       /* this walk is a probe that has not paid yet */
-    unsigned pivot;     /* the level the walk started from */
-    unsigned lowest;    /* the level of the lowest score on this walk */
-    uint32_t seen_mask; /* levels scored on this walk */
+    int state;               /* enum in controller.c */
+    int dir;                 /* -1 toward direct, +1 toward fuller batches */
+    int probe_dir;           /* the next probe's direction (alternates) */
+    unsigned same;           /* "same" results in a row on this walk */
+    bool turned;             /* this walk has turned around */
+    bool probing;            /* this walk is a probe that has not paid yet */
+    enum kvb_ctl_reason why; /* measuring: the reason of the walk that follows */
+    unsigned moved_out;      /* epochs in a row whose ops outstanding moved by half */
+    unsigned pivot;          /* the level the walk started from */
+    unsigned lowest;         /* the level of the lowest score on this walk */
+    uint32_t seen_mask;      /* levels scored on this walk */
     struct kvb_ctl_score seen[KVB_CTL_MAX_LEVELS];
     unsigned parked;          /* epochs since it parked */
     unsigned moved;           /* parked epochs in a row whose latency moved by LOAD_PERCENT */

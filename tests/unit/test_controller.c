@@ -29,11 +29,14 @@
 #define WMAX (50 * US)
 
 struct model {
-    double callers;  /* T */
-    double a_ns;     /* per request */
-    double c_ns;     /* per op */
-    double parallel; /* P */
-    double noise;    /* epoch-to-epoch multiplicative noise, +-noise */
+    double callers;   /* T */
+    double a_ns;      /* per request */
+    double c_ns;      /* per op */
+    double parallel;  /* P */
+    double noise;     /* epoch-to-epoch multiplicative noise, +-noise */
+    int hiccup_every; /* every this many epochs one is 3 times slower (the host's hiccup); 0: none
+                       */
+    int epochs;
     uint64_t rng;
 };
 
@@ -80,6 +83,7 @@ static bool epoch(struct kvb_ctl *c, struct model *m, uint64_t *now)
 {
     const struct kvb_ctl_level *l = kvb_ctl_setting(c);
     double f = 1 + m->noise * (2 * model_rand(m) - 1);
+    if (m->hiccup_every && ++m->epochs % m->hiccup_every == 0) f *= 3;
     double mean = model_mean(m, l) * f, p99 = model_p99(m, l) * f;
     /* 395 ops around a base and 5 at the p99: the mean is `mean`, rank 396 is in the tail. */
     double base = (mean * 400 - p99 * 5) / 395;
@@ -124,7 +128,7 @@ static void init(struct kvb_ctl *c, uint64_t target, uint64_t *now)
 
 static struct model few_callers(void)
 {
-    struct model m = {2, 30000, 2000, 2, 0, 88172645463325252ull};
+    struct model m = {2, 30000, 2000, 2, 0, 0, 0, 88172645463325252ull};
     return m;
 }
 
@@ -355,7 +359,10 @@ static void test_over_target_walks_again(void **state)
     unsigned parked = c.cur;
     assert_true(c.last.p99_ns <= 300 * US);
     m.a_ns *= 8; /* every level's p99 now misses 300 us, callers unchanged */
-    epoch(&c, &m, &now);
+    uint64_t changes = c.changes;
+    epoch(&c, &m, &now); /* seen: the level is scored afresh ... */
+    assert_int_equal(c.changes, changes);
+    epoch(&c, &m, &now); /* ... and the walk starts, saying why */
     assert_int_equal(c.reason, KVB_CTL_OVER_TARGET);
     assert_int_not_equal(c.cur, parked);
 }
@@ -385,6 +392,32 @@ static void test_noise_does_not_oscillate_without_bound(void **state)
                 (unsigned long long)(c.changes - changes), (unsigned long long)bound, near, best);
     assert_true(c.changes - changes <= bound);
     assert_true(near >= 2700);
+}
+
+/*
+ * Every 7th epoch the host stalls (3 times the latency, at whatever level it
+ * holds): no single slow epoch is a new load, and none decides a step, so it
+ * stays at the best level but for probes.
+ */
+static void test_hiccups_do_not_move_it(void **state)
+{
+    struct kvb_ctl c;
+    uint64_t now;
+    struct model m = few_callers();
+    (void)state;
+    m.callers = 16;
+    init(&c, 0, &now);
+    unsigned best = model_best(&m, &c, 0);
+    run(&c, &m, &now, 20);
+    assert_int_equal(c.cur, best);
+    m.hiccup_every = 7;
+    uint64_t changes = c.changes;
+    int at = epochs_at(&c, &m, &now, 700, best, 0);
+    if (getenv("CTL_TRACE"))
+        fprintf(stderr, "hiccups: %d of 700 epochs at %u, %llu changes\n", at, best,
+                (unsigned long long)(c.changes - changes));
+    assert_true(at >= 660);
+    assert_true(c.changes - changes <= 4 * (700 / KVB_CTL_PROBE_EPOCHS + 1));
 }
 
 /* No completions: no tick, no change, however long. */
@@ -427,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_stays_within_latency_target),
         cmocka_unit_test(test_over_target_walks_again),
         cmocka_unit_test(test_noise_does_not_oscillate_without_bound),
+        cmocka_unit_test(test_hiccups_do_not_move_it),
         cmocka_unit_test(test_idle_changes_nothing),
         cmocka_unit_test(test_reason_names),
     };
