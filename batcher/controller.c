@@ -46,7 +46,7 @@ static void add_level(struct kvb_ctl *c, uint64_t window_ns, uint32_t inflight)
 static void epoch_reset(struct kvb_ctl *c, uint64_t now)
 {
     c->epoch_start = now;
-    c->ops = c->sum_ns = 0;
+    c->ops = c->sum_ns = c->over = 0;
     c->outstanding = 0;
     memset(c->hist, 0, sizeof(c->hist));
 }
@@ -58,10 +58,7 @@ void kvb_ctl_init(struct kvb_ctl *c, uint64_t window_max_ns, uint32_t inflight_m
     if (inflight_max == 0) inflight_max = 1;
     c->target_ns = target_ns;
     add_level(c, 0, inflight_max);
-    add_level(c, window_max_ns / 4, inflight_max);
-    add_level(c, window_max_ns / 2, inflight_max);
     add_level(c, window_max_ns, inflight_max);
-    c->cur = c->nlevels - 1;
     for (uint32_t l = inflight_max; l > 1;) {
         l /= 2;
         add_level(c, window_max_ns, l);
@@ -101,6 +98,26 @@ static uint64_t epoch_p99(const struct kvb_ctl *c)
         cum += c->hist[i];
     }
     return 0;
+}
+
+/*
+ * The epoch's mean op latency without its slowest KVB_CTL_TRIM_PERCENT (from
+ * the histogram, each bucket at its middle): the mean is what waiting
+ * callers' throughput follows, and the few slowest ops of an epoch are most
+ * often the host's (a preemption, another program's burst), not the level's.
+ */
+static uint64_t epoch_mean(const struct kvb_ctl *c)
+{
+    uint64_t keep = c->ops - c->ops * KVB_CTL_TRIM_PERCENT / 100, left = keep;
+    double sum = 0;
+    for (unsigned i = 0; i < KVB_CTL_BUCKETS && left; i++) {
+        uint64_t n = c->hist[i] < left ? c->hist[i] : left, lo, hi;
+        if (!n) continue;
+        bucket_bounds(i, &lo, &hi);
+        sum += (double)n * ((double)lo + (double)(hi - lo) / 2);
+        left -= n;
+    }
+    return keep ? (uint64_t)(sum / (double)keep) : 0;
 }
 
 /* b against a when both are positive: BETTER if lower by more than SAME_PERCENT. */
@@ -159,6 +176,7 @@ static void park(struct kvb_ctl *c, const struct kvb_ctl_score *at)
     c->parked = 0;
     c->moved = 0;
     c->moved_out = 0;
+    c->over_epochs = 0;
     c->ref = *at;
 }
 
@@ -296,7 +314,9 @@ static bool confirm_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
 static bool parked_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
 {
     c->parked++;
-    if (c->target_ns && s->p99_ns > c->target_ns && c->ref.p99_ns <= c->target_ns) {
+    bool over = c->target_ns && s->p99_ns > c->target_ns && c->ref.p99_ns <= c->target_ns;
+    c->over_epochs = over ? c->over_epochs + 1 : 0;
+    if (c->over_epochs >= KVB_CTL_OUT_EPOCHS) {
         measure(c, KVB_CTL_OVER_TARGET);
         return false;
     }
@@ -312,7 +332,7 @@ static bool parked_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
         measure(c, KVB_CTL_LOAD);
         return false;
     }
-    if (moved || c->moved_out) return false; /* not folded into the reference */
+    if (moved || c->moved_out || over) return false; /* not folded into the reference */
     if (c->parked >= KVB_CTL_PROBE_EPOCHS) {
         int dir = c->probe_dir;
         c->probe_dir = -dir;
@@ -324,15 +344,33 @@ static bool parked_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
     return false;
 }
 
+/*
+ * A level being tried (walking, or confirming) that is already plainly
+ * worse than the one it is compared with - after EARLY_OPS ops, its mean
+ * over that one's by KVB_CTL_EARLY_PERCENT, or over 2 % of its ops over a
+ * target the other one meets - is judged at once, not after a whole epoch:
+ * trying a bad level costs a few hundred ops, not 20 ms of them (nor the
+ * p99 of the program's run).
+ */
+static bool plainly_worse(const struct kvb_ctl *c)
+{
+    if (c->ops < KVB_CTL_EARLY_OPS || (c->state != ST_WALK && c->state != ST_CONFIRM)) return false;
+    const struct kvb_ctl_score *ref = &c->seen[c->state == ST_WALK ? c->lowest : c->pivot];
+    if (c->target_ns && ref->p99_ns <= c->target_ns && c->over * 100 > c->ops * 2) return true;
+    return (double)c->sum_ns * 100 >
+           (double)c->ops * (double)ref->mean_ns * (100 + KVB_CTL_EARLY_PERCENT);
+}
+
 bool kvb_ctl_tick(struct kvb_ctl *c, uint64_t now)
 {
     uint64_t elapsed = now - c->epoch_start;
-    if (elapsed < KVB_CTL_EPOCH_NS) return false;
-    if (c->ops < KVB_CTL_EPOCH_OPS) {
+    bool early = plainly_worse(c);
+    if (elapsed < KVB_CTL_EPOCH_NS && !early) return false;
+    if (c->ops < KVB_CTL_EPOCH_OPS && !early) {
         if (elapsed >= KVB_CTL_EPOCH_MAX_NS) epoch_reset(c, now); /* too thin to judge */
         return false;
     }
-    struct kvb_ctl_score s = {c->ops, c->sum_ns / c->ops, epoch_p99(c), c->outstanding};
+    struct kvb_ctl_score s = {c->ops, epoch_mean(c), epoch_p99(c), c->outstanding};
     c->last = s;
     epoch_reset(c, now);
     if (c->nlevels < 2) return false;

@@ -43,7 +43,7 @@ struct kvb_ctl_level {
 /* What one epoch measured at one level. */
 struct kvb_ctl_score {
     uint64_t ops;         /* ops completed */
-    uint64_t mean_ns;     /* their mean latency */
+    uint64_t mean_ns;     /* their mean latency, the slowest TRIM_PERCENT left out */
     uint64_t p99_ns;      /* their 99th percentile (interpolated in a bucket under 6.25 % wide) */
     uint32_t outstanding; /* most ops accepted and not completed at once */
 };
@@ -54,16 +54,19 @@ struct kvb_ctl_score {
 
 /* Epochs: at least this long and this many ops (a slower epoch runs on, up to its cap). */
 #define KVB_CTL_EPOCH_NS     (20ull * 1000 * 1000)
-#define KVB_CTL_EPOCH_OPS    128
+#define KVB_CTL_EPOCH_OPS    1024
 #define KVB_CTL_EPOCH_MAX_NS (1000ull * 1000 * 1000) /* still thinner than EPOCH_OPS: dropped */
+#define KVB_CTL_TRIM_PERCENT 2 /* an epoch's mean leaves out this share of its slowest ops */
 
 /* The walk's margins (percent) and patience (epochs). */
-#define KVB_CTL_SAME_PERCENT 8  /* scores within this are the same */
-#define KVB_CTL_OUT_EPOCHS   2  /* the ops outstanding moved by half this many epochs: new load */
-#define KVB_CTL_LOAD_PERCENT 50 /* a parked level's mean latency moved by this ... */
-#define KVB_CTL_LOAD_EPOCHS  3  /* ... this many epochs in a row: walk again */
-#define KVB_CTL_HOLD_EPOCHS  10 /* parked at least this long before a latency move counts */
-#define KVB_CTL_PROBE_EPOCHS 50 /* parked this long: probe a neighbour */
+#define KVB_CTL_SAME_PERCENT  8   /* scores within this are the same */
+#define KVB_CTL_EARLY_PERCENT 50  /* a level tried this much worse after EARLY_OPS ops ... */
+#define KVB_CTL_EARLY_OPS     256 /* ... is judged at once */
+#define KVB_CTL_OUT_EPOCHS    2   /* outstanding moved by half, or p99 over target, this long */
+#define KVB_CTL_LOAD_PERCENT  50  /* a parked level's mean latency moved by this ... */
+#define KVB_CTL_LOAD_EPOCHS   3   /* ... this many epochs in a row: walk again */
+#define KVB_CTL_HOLD_EPOCHS   10  /* parked at least this long before a latency move counts */
+#define KVB_CTL_PROBE_EPOCHS  50  /* parked this long: probe a neighbour */
 
 struct kvb_ctl {
     /* The ladder (kvb_ctl_init), 0 = most direct. */
@@ -86,6 +89,7 @@ struct kvb_ctl {
     bool probing;            /* this walk is a probe that has not paid yet */
     enum kvb_ctl_reason why; /* measuring: the reason of the walk that follows */
     unsigned moved_out;      /* epochs in a row whose ops outstanding moved by half */
+    unsigned over_epochs;    /* parked epochs in a row over the target the reference met */
     unsigned pivot;          /* the level the walk started from */
     unsigned lowest;         /* the level of the lowest score on this walk */
     uint32_t seen_mask;      /* levels scored on this walk */
@@ -97,16 +101,22 @@ struct kvb_ctl {
     /* This epoch's observations. */
     uint64_t epoch_start;
     uint64_t ops, sum_ns;
+    uint64_t over; /* ops over the target */
     uint32_t outstanding;
     uint32_t hist[KVB_CTL_BUCKETS];
 };
 
 /*
  * Builds the ladder under the ceilings (KVBATCH_WINDOW_US, KVBATCH_MAX_INFLIGHT):
- * level 0 is (inflight_max, no window), then the window grows to window_max
- * at inflight_max, then the limit halves down to 1 at window_max. Starts at
- * (inflight_max, window_max) - the static adaptive policy's setting - with
- * the first epoch beginning at now. target_ns: the p99 bound, 0 for none.
+ * level 0 is (inflight_max, no window): an op that finds a slot free and no
+ * batch forming goes direct, ops merge only behind busy slots - where it
+ * starts, as it adds no wait of its own; level 1 is (inflight_max,
+ * window_max), the static adaptive policy's setting; then the limit halves
+ * down to 1 at window_max. (No windows between 0 and window_max: waiting for
+ * a caller that comes back late pays only if the wait is long enough to
+ * catch it, so a shorter window measured worse than both ends - not a slope
+ * a walk can climb.) The first epoch begins at now. target_ns: the p99
+ * bound, 0 for none.
  */
 void kvb_ctl_init(struct kvb_ctl *c, uint64_t window_max_ns, uint32_t inflight_max,
                   uint64_t target_ns, uint64_t now);
@@ -125,6 +135,7 @@ static inline void kvb_ctl_op(struct kvb_ctl *c, uint64_t latency_ns)
 {
     c->ops++;
     c->sum_ns += latency_ns;
+    c->over += c->target_ns && latency_ns > c->target_ns;
     c->hist[kvb_ctl_bucket(latency_ns)]++;
 }
 

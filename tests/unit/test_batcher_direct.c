@@ -141,16 +141,16 @@ static void test_op_waits_for_expected_company_unless_window_is_zero(void **stat
     }
 }
 
-/* Auto shows where its controller starts, and a single caller's ops all go direct. */
-static void test_auto_starts_where_adaptive_sits(void **state)
+/* Auto shows where its controller starts (no window), and a single caller's ops all go direct. */
+static void test_auto_starts_without_a_window(void **state)
 {
     struct fake_env e;
     (void)state;
     struct kvb_params p = fake_params(KVB_BATCH_AUTO, 50000, 64, 1 << 20, 4);
     fake_env_up(&e, FAKE_SYNC, p);
-    assert_int_equal(atomic_load(&e.st.tune_levels), 6);
-    assert_int_equal(atomic_load(&e.st.tune_level), 3);
-    assert_int_equal(atomic_load(&e.st.window_ns), 50000);
+    assert_int_equal(atomic_load(&e.st.tune_levels), 4);
+    assert_int_equal(atomic_load(&e.st.tune_level), 0);
+    assert_int_equal(atomic_load(&e.st.window_ns), 0);
     assert_int_equal(atomic_load(&e.st.max_inflight), 4);
     assert_int_equal(atomic_load(&e.st.tune_reason), KVB_CTL_START);
     for (int i = 0; i < 100; i++)
@@ -221,7 +221,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lone_op_goes_direct_beside_a_batch_in_flight),
         cmocka_unit_test(test_op_waits_for_expected_company_unless_window_is_zero),
-        cmocka_unit_test(test_auto_starts_where_adaptive_sits),
+        cmocka_unit_test(test_auto_starts_without_a_window),
         cmocka_unit_test(test_auto_takes_the_controllers_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

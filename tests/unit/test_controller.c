@@ -78,20 +78,22 @@ static unsigned model_best(const struct model *m, const struct kvb_ctl *c, uint6
     return best;
 }
 
-/* One epoch at the level c holds: 400 ops fed, the clock moved past the epoch, a tick. */
+/* One epoch at the level c holds: 2000 ops fed, the clock moved past the epoch, a tick. */
 static bool epoch(struct kvb_ctl *c, struct model *m, uint64_t *now)
 {
     const struct kvb_ctl_level *l = kvb_ctl_setting(c);
     double f = 1 + m->noise * (2 * model_rand(m) - 1);
     if (m->hiccup_every && ++m->epochs % m->hiccup_every == 0) f *= 3;
     double mean = model_mean(m, l) * f, p99 = model_p99(m, l) * f;
-    /* 395 ops around a base and 5 at the p99: the mean is `mean`, rank 396 is in the tail. */
-    double base = (mean * 400 - p99 * 5) / 395;
+    /*
+     * 1975 ops around the mean and 25 at the p99: the mean without the
+     * slowest 2 % (the score) is `mean`, and rank 1980 is in the tail.
+     */
     kvb_ctl_outstanding(c, (uint32_t)m->callers);
-    for (int i = 0; i < 395; i++)
-        kvb_ctl_op(c, (uint64_t)(base * (0.95 + 0.1 * (i % 11) / 10.0)));
-    for (int i = 0; i < 5; i++)
-        kvb_ctl_op(c, (uint64_t)(p99 * (0.98 + 0.01 * i)));
+    for (int i = 0; i < 1975; i++)
+        kvb_ctl_op(c, (uint64_t)(mean * (0.95 + 0.1 * (i % 11) / 10.0)));
+    for (int i = 0; i < 25; i++)
+        kvb_ctl_op(c, (uint64_t)(p99 * (0.98 + 0.04 * i / 25)));
     *now += KVB_CTL_EPOCH_NS + 1000;
     bool r = kvb_ctl_tick(c, *now);
     if (getenv("CTL_TRACE"))
@@ -120,6 +122,16 @@ static int epochs_at(struct kvb_ctl *c, struct model *m, uint64_t *now, int epoc
     return at;
 }
 
+/*
+ * Epochs from a change of callers to the new level held: the change seen
+ * (OUT_EPOCHS), the level scored afresh, a walk over the ladder and its turn,
+ * the confirming epoch.
+ */
+static int react(const struct kvb_ctl *c)
+{
+    return KVB_CTL_OUT_EPOCHS + 1 + (int)c->nlevels + 2;
+}
+
 static void init(struct kvb_ctl *c, uint64_t target, uint64_t *now)
 {
     *now = 1000000000ull;
@@ -137,19 +149,19 @@ static void test_ladder(void **state)
     struct kvb_ctl c;
     (void)state;
     kvb_ctl_init(&c, WMAX, 4, 0, 0);
-    assert_int_equal(c.nlevels, 6);
-    static const uint64_t w[] = {0, WMAX / 4, WMAX / 2, WMAX, WMAX, WMAX};
-    static const uint32_t l[] = {4, 4, 4, 4, 2, 1};
-    for (unsigned i = 0; i < 6; i++) {
+    assert_int_equal(c.nlevels, 4);
+    static const uint64_t w[] = {0, WMAX, WMAX, WMAX};
+    static const uint32_t l[] = {4, 4, 2, 1};
+    for (unsigned i = 0; i < 4; i++) {
         assert_int_equal(c.level[i].window_ns, w[i]);
         assert_int_equal(c.level[i].inflight, l[i]);
     }
-    /* It starts where the static adaptive policy sits. */
-    assert_int_equal(c.cur, 3);
+    /* It starts where no op waits for company: level 0. */
+    assert_int_equal(c.cur, 0);
     assert_int_equal(c.reason, KVB_CTL_START);
     kvb_ctl_init(&c, 1000 * US, 64, 0, 0);
-    assert_int_equal(c.nlevels, 10);
-    assert_int_equal(c.level[9].inflight, 1);
+    assert_int_equal(c.nlevels, 8);
+    assert_int_equal(c.level[7].inflight, 1);
     kvb_ctl_init(&c, 0, 1, 0, 0); /* nothing to tune */
     assert_int_equal(c.nlevels, 1);
     assert_int_equal(kvb_ctl_setting(&c)->inflight, 1);
@@ -160,16 +172,19 @@ static void test_epoch_score(void **state)
     struct kvb_ctl c;
     (void)state;
     kvb_ctl_init(&c, WMAX, 4, 0, 0);
-    /* 1..1000 us: mean 500.5 us, p99 990 us (within the bucket interpolation). */
-    for (int i = 1; i <= 1000; i++)
+    /*
+     * 1..2000 us, one op each: the mean of all but the slowest 2 % is that of
+     * 1..1960, 980.5 us; the p99 1980 us (both within the buckets' 6.25 %).
+     */
+    for (int i = 1; i <= 2000; i++)
         kvb_ctl_op(&c, (uint64_t)i * US);
     kvb_ctl_outstanding(&c, 7);
     assert_false(kvb_ctl_tick(&c, KVB_CTL_EPOCH_NS - 1)); /* not over yet */
-    assert_int_equal(c.ops, 1000);
+    assert_int_equal(c.ops, 2000);
     kvb_ctl_tick(&c, KVB_CTL_EPOCH_NS);
-    assert_int_equal(c.last.ops, 1000);
-    assert_int_equal(c.last.mean_ns, 500500);
-    assert_true(c.last.p99_ns >= 990 * US * 9 / 10 && c.last.p99_ns <= 990 * US * 11 / 10);
+    assert_int_equal(c.last.ops, 2000);
+    assert_true(c.last.mean_ns >= 980500 * 97 / 100 && c.last.mean_ns <= 980500 * 103 / 100);
+    assert_true(c.last.p99_ns >= 1980 * US * 95 / 100 && c.last.p99_ns <= 1980 * US * 105 / 100);
     assert_int_equal(c.last.outstanding, 7);
     assert_int_equal(c.ops, 0); /* the next epoch starts empty */
     /* A thin epoch is not judged: after its cap it is dropped. */
@@ -232,9 +247,8 @@ static void test_many_callers_converge(void **state)
     m.callers = 16;
     init(&c, 0, &now);
     unsigned best = model_best(&m, &c, 0);
-    assert_int_equal(best, 3); /* the model's optimum is inside the ladder */
-    m.callers = 16;
-    c.cur = 1; /* start away from it */
+    assert_int_equal(best, 1); /* the model's optimum is inside the ladder */
+    c.cur = 0;                 /* start away from it */
     run(&c, &m, &now, 8);
     assert_int_equal(c.cur, best);
     assert_true(epochs_at(&c, &m, &now, 300, best, 0) >= 285);
@@ -268,12 +282,11 @@ static void test_load_step_up_and_down(void **state)
     assert_int_equal(c.cur, 0);
     m.callers = 64;
     unsigned best = model_best(&m, &c, 0);
-    assert_true(best >= 3);
-    run(&c, &m, &now, 1 + (int)c.nlevels);
+    assert_true(best >= 1);
+    run(&c, &m, &now, react(&c));
     assert_int_equal(c.cur, best);
-    assert_int_equal(c.state != 0, 1);
     m.callers = 2;
-    run(&c, &m, &now, 1 + (int)c.nlevels);
+    run(&c, &m, &now, react(&c));
     assert_int_equal(c.cur, 0);
 }
 
@@ -292,7 +305,7 @@ static void test_burst(void **state)
     m.callers = 256;
     run(&c, &m, &now, 3);
     m.callers = 4;
-    run(&c, &m, &now, 2 + (int)c.nlevels);
+    run(&c, &m, &now, react(&c));
     assert_int_equal(c.cur, best4);
 }
 
@@ -315,7 +328,7 @@ static void test_backend_gets_slower(void **state)
     unsigned after = model_best(&m, &c, 0);
     assert_int_not_equal(before, after);
     uint64_t changes = c.changes;
-    run(&c, &m, &now, KVB_CTL_HOLD_EPOCHS + 2 + (int)c.nlevels);
+    run(&c, &m, &now, KVB_CTL_HOLD_EPOCHS + KVB_CTL_LOAD_EPOCHS + react(&c));
     assert_int_equal(c.cur, after);
     assert_true(c.changes > changes);
 }
@@ -336,7 +349,7 @@ static void test_stays_within_latency_target(void **state)
     unsigned unbounded = model_best(&m, &c, 0), bounded = model_best(&m, &c, target);
     assert_true(model_p99(&m, &c.level[unbounded]) > (double)target);
     assert_true(model_p99(&m, &c.level[bounded]) <= (double)target);
-    run(&c, &m, &now, 3 * (int)c.nlevels);
+    run(&c, &m, &now, 2 * react(&c));
     assert_true(c.last.p99_ns <= target);
     int within = 0;
     for (int i = 0; i < 300; i++) {
@@ -360,7 +373,8 @@ static void test_over_target_walks_again(void **state)
     assert_true(c.last.p99_ns <= 300 * US);
     m.a_ns *= 8; /* every level's p99 now misses 300 us, callers unchanged */
     uint64_t changes = c.changes;
-    epoch(&c, &m, &now); /* seen: the level is scored afresh ... */
+    for (int i = 0; i < KVB_CTL_OUT_EPOCHS; i++)
+        epoch(&c, &m, &now); /* over the target for OUT_EPOCHS: the level is scored afresh ... */
     assert_int_equal(c.changes, changes);
     epoch(&c, &m, &now); /* ... and the walk starts, saying why */
     assert_int_equal(c.reason, KVB_CTL_OVER_TARGET);
@@ -385,8 +399,8 @@ static void test_noise_does_not_oscillate_without_bound(void **state)
     run(&c, &m, &now, 20);
     uint64_t changes = c.changes;
     int near = epochs_at(&c, &m, &now, 3000, best, 1);
-    /* A probe every PROBE_EPOCHS; one walk of at most nlevels + 1 steps from each. */
-    uint64_t bound = (3000 / KVB_CTL_PROBE_EPOCHS + 1) * (c.nlevels + 2);
+    /* A probe every PROBE_EPOCHS; one walk of at most nlevels + 3 changes from each. */
+    uint64_t bound = (3000 / KVB_CTL_PROBE_EPOCHS + 1) * (c.nlevels + 3);
     if (getenv("CTL_TRACE"))
         fprintf(stderr, "noise: %llu changes (bound %llu), %d of 3000 epochs at or next to %u\n",
                 (unsigned long long)(c.changes - changes), (unsigned long long)bound, near, best);
@@ -418,6 +432,36 @@ static void test_hiccups_do_not_move_it(void **state)
                 (unsigned long long)(c.changes - changes));
     assert_true(at >= 660);
     assert_true(c.changes - changes <= 4 * (700 / KVB_CTL_PROBE_EPOCHS + 1));
+}
+
+/*
+ * Trying a level that is plainly worse costs EPOCH_OPS ops, not an epoch:
+ * 256 callers, the first step (half the batches in flight) doubles the
+ * latency; fed op by op, 1 us apart, the walk moves on after EARLY_OPS of them.
+ */
+static void test_plainly_worse_level_is_left_at_once(void **state)
+{
+    struct kvb_ctl c;
+    uint64_t now;
+    struct model m = few_callers();
+    (void)state;
+    m.callers = 256;
+    init(&c, 0, &now);
+    c.cur = 1;           /* at adaptive's setting, where the step toward fuller batches hurts */
+    epoch(&c, &m, &now); /* warm-up */
+    epoch(&c, &m, &now); /* the start level scored; the walk steps toward fuller batches */
+    unsigned tried = c.cur;
+    assert_int_equal(c.reason, KVB_CTL_EXPLORE);
+    assert_true(model_mean(&m, &c.level[tried]) > 1.5 * model_mean(&m, &c.level[1]));
+    int n = 0;
+    for (; n < 10000 && c.cur == tried; n++) {
+        kvb_ctl_outstanding(&c, 256);
+        kvb_ctl_op(&c, (uint64_t)model_mean(&m, &c.level[tried]));
+        now += 1000;
+        kvb_ctl_tick(&c, now);
+    }
+    assert_int_equal(n, KVB_CTL_EARLY_OPS);
+    assert_int_equal(c.reason, KVB_CTL_WORSE);
 }
 
 /* No completions: no tick, no change, however long. */
@@ -461,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_over_target_walks_again),
         cmocka_unit_test(test_noise_does_not_oscillate_without_bound),
         cmocka_unit_test(test_hiccups_do_not_move_it),
+        cmocka_unit_test(test_plainly_worse_level_is_left_at_once),
         cmocka_unit_test(test_idle_changes_nothing),
         cmocka_unit_test(test_reason_names),
     };
