@@ -36,8 +36,9 @@
  *                     held by a reservation lease while the peer WRITEs (or
  *                     the server READs) the value into it; COMMIT or the
  *                     PULL's completion calls kvsd_ops_put_commit, an abort
- *                     flag, an expired lease or a cut connection
- *                     kvsd_ops_put_abort.
+ *                     flag or a cut connection kvsd_ops_put_abort, a
+ *                     reservation older than --rdma-lease-ms
+ *                     kvsd_ops_put_expire.
  *   RDMA, LEASE / PUSH  kvsd_ops_get with the peer's capacity; the pinned
  *                     item is held by a read lease while the peer READs it
  *                     (or the server WRITEs it out); RELEASE, the PUSH

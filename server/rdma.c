@@ -121,7 +121,7 @@ static void lease_tick(struct kvsd_rdma *r)
         if (!c->dead && c->closing && c->close_by_ns < now) kvsd_rdma_conn_kill(c, c->closing);
         if (c->dead || !kvsd_rdma_leases_expired(c, now)) continue;
         r->ctr.lease_expiries++;
-        kvsd_rdma_conn_kill(c, "a reservation or lease expired");
+        kvsd_rdma_conn_expire(c, now);
     }
 }
 

@@ -34,17 +34,28 @@ int kvsd_rdma_post_recv(struct kvsd_rdma_conn *c, uint32_t idx)
 /*
  * Cuts a connection: the QP goes to the error state at once, so no WRITE or
  * READ of this client lands any more, then its reservations and leases are
- * dropped. The id is destroyed when the DISCONNECTED event arrives.
+ * dropped (reservations past their deadline at expired_before_ns counted as
+ * expired). The id is destroyed when the DISCONNECTED event arrives.
  */
-void kvsd_rdma_conn_kill(struct kvsd_rdma_conn *c, const char *why)
+static void conn_cut(struct kvsd_rdma_conn *c, const char *why, uint64_t expired_before_ns)
 {
     if (c->dead) return;
     c->dead = 1;
     if (c->r->cfg.verbose) fprintf(stderr, "kvstored: rdma: closing a connection: %s\n", why);
     struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
     if (c->id->qp) ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE);
-    kvsd_rdma_leases_drop_all(c);
+    kvsd_rdma_leases_drop_all(c, expired_before_ns);
     rdma_disconnect(c->id);
+}
+
+void kvsd_rdma_conn_kill(struct kvsd_rdma_conn *c, const char *why)
+{
+    conn_cut(c, why, 0);
+}
+
+void kvsd_rdma_conn_expire(struct kvsd_rdma_conn *c, uint64_t now_ns)
+{
+    conn_cut(c, "a reservation or lease expired", now_ns);
 }
 
 /*
@@ -104,7 +115,7 @@ void kvsd_rdma_conn_free(struct kvsd_rdma_conn *c)
 {
     struct kvsd_rdma *r = c->r;
     if (c->id->qp) rdma_destroy_qp(c->id);
-    kvsd_rdma_leases_drop_all(c);
+    kvsd_rdma_leases_drop_all(c, 0);
     c->id->context = NULL;
     rdma_destroy_id(c->id);
     if (c->prev)

@@ -116,8 +116,12 @@ struct kvsd_rdma_lease *kvsd_rdma_lease_find(struct kvsd_rdma_conn *c, uint32_t 
                                              enum kvsd_rdma_lease_kind kind);
 /* Frees an entry (its item is the caller's to commit, abort or unpin first). */
 void kvsd_rdma_lease_put(struct kvsd_rdma_conn *c, struct kvsd_rdma_lease *l);
-/* Aborts every reservation and unpins every lease of c. Its QP must be dead. */
-void kvsd_rdma_leases_drop_all(struct kvsd_rdma_conn *c);
+/*
+ * Drops every reservation of c (those whose deadline is before
+ * expired_before_ns as expired, kvsd_ops_put_expire; the others aborted) and
+ * unpins every lease. Its QP must be dead. 0: nothing counts as expired.
+ */
+void kvsd_rdma_leases_drop_all(struct kvsd_rdma_conn *c, uint64_t expired_before_ns);
 /* 1 if an entry of c is older than its deadline at now, else 0. */
 int kvsd_rdma_leases_expired(const struct kvsd_rdma_conn *c, uint64_t now_ns);
 
@@ -130,6 +134,8 @@ int kvsd_rdma_conn_accept(struct kvsd_rdma *r, struct rdma_cm_id *cid,
 int kvsd_rdma_post_recv(struct kvsd_rdma_conn *c, uint32_t idx);
 /* The QP to the error state, leases dropped, disconnect; freed on DISCONNECTED. */
 void kvsd_rdma_conn_kill(struct kvsd_rdma_conn *c, const char *why);
+/* The same for a connection whose reservations or leases outlived lease_ms at now_ns. */
+void kvsd_rdma_conn_expire(struct kvsd_rdma_conn *c, uint64_t now_ns);
 /* Cuts c once the reply just posted has left (see rdma_conn.c). */
 void kvsd_rdma_conn_close_after_reply(struct kvsd_rdma_conn *c, const char *why);
 /* Turns remote READ/WRITE on the QP on or off. 0 or -errno. */

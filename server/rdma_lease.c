@@ -7,7 +7,9 @@
  * item). COMMIT and RELEASE find the entry by index, generation and kind,
  * so a client can only commit or release what it was given; an entry older
  * than --rdma-lease-ms cuts its connection (rdma.c's lease tick), and a cut
- * connection drops everything its table holds.
+ * connection drops everything its table holds: a reservation past its
+ * deadline through kvsd_ops_put_expire (put_expired, like a TCP PUT slot
+ * past --put-timeout), any other through kvsd_ops_put_abort.
  */
 #include "rdma_int.h"
 
@@ -62,12 +64,14 @@ void kvsd_rdma_lease_put(struct kvsd_rdma_conn *c, struct kvsd_rdma_lease *l)
     c->nused--;
 }
 
-void kvsd_rdma_leases_drop_all(struct kvsd_rdma_conn *c)
+void kvsd_rdma_leases_drop_all(struct kvsd_rdma_conn *c, uint64_t expired_before_ns)
 {
     struct kvsd_server *srv = c->r->srv;
     for (uint32_t i = 0; c->leases && c->nused && i < KVSD_RDMA_LEASES_PER_CONN; i++) {
         struct kvsd_rdma_lease *l = &c->leases[i];
-        if (l->kind == KVSD_LEASE_RESERVE)
+        if (l->kind == KVSD_LEASE_RESERVE && l->deadline_ns < expired_before_ns)
+            kvsd_ops_put_expire(srv, l->it); /* counted in put_expired, as TCP's --put-timeout */
+        else if (l->kind == KVSD_LEASE_RESERVE)
             kvsd_ops_put_abort(srv, l->it);
         else if (l->kind == KVSD_LEASE_READ)
             kvsd_ops_get_done(srv, l->it);

@@ -516,12 +516,15 @@ static void assert_nothing_pinned(void)
 
 /*
  * A client that holds its reservations past --rdma-lease-ms (1500) is cut
- * off: its keys fail, nothing it reserved stays pinned, the key never
- * appears, and a well-behaved connection works at once.
+ * off: its keys fail, each reservation is counted in put_expired (the one
+ * per-key rule of server/ops.c, as TCP's --put-timeout), nothing it
+ * reserved stays pinned, the key never appears, and a well-behaved
+ * connection works at once.
  */
 static void test_lease_expiry(void **state)
 {
     (void)state;
+    long long expired_before = server_stat("put_expired");
     setenv("KVS_RDMA_TEST_STALL_MS", "3000", 1);
     struct kvs_conn *slow = open_conn_reserve();
     unsetenv("KVS_RDMA_TEST_STALL_MS");
@@ -534,6 +537,7 @@ static void test_lease_expiry(void **state)
     kvs_rdma_transport.destroy(slow);
 
     assert_int_equal(server_stat("pinned_items"), 0);
+    assert_int_equal(server_stat("put_expired"), expired_before + 4);
     struct kvs_conn *conn = open_conn();
     uint8_t *out[4];
     uint8_t *oregion = carve(out, 4, 512, 512, "other", 1);
