@@ -58,7 +58,7 @@ LIB_SRCS    := $(wildcard client/*.c) $(wildcard transport/*.c)
 SERVER_SRCS := $(filter-out server/main.c,$(wildcard server/*.c))
 BATCH_SRCS  := $(wildcard batcher/*.c)
 SHIM_SRCS   := $(wildcard shim/*.c)
-TOOLS_SRCS  := tools/opts.c tools/values.c # what every tool links: options, self-checking values
+TOOLS_SRCS  := tools/values.c # self-checking values, which every tool links (options: common/opts.c)
 KVBENCH_SRCS := $(wildcard tools/kvbench*.c) $(TOOLS_SRCS)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -89,9 +89,11 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/lib/%.a:
+# An archive is made again when the Makefile changes, so that an object
+# moved to another archive is not left behind in the old one.
+$(BUILD)/lib/%.a: Makefile
 	@mkdir -p $(dir $@)
-	rm -f $@ && $(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $(filter %.o,$^)
 
 $(AR_COMMON): $(call obj,$(COMMON_SRCS))
 $(AR_WIRE):   $(call obj,$(WIRE_SRCS))

@@ -46,7 +46,7 @@ struct options {
 
 static const char *const ops[] = {"put", "get", "exists"};
 static const char *const reasons[] = {"window",   "max_ops", "max_bytes", "idle",
-                                      "explicit", "exit",    "group",   "direct"};
+                                      "explicit", "exit",    "group",     "direct"};
 #define NREASONS ((int)(sizeof(reasons) / sizeof(reasons[0])))
 
 struct sample {

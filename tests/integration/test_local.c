@@ -156,7 +156,8 @@ static void test_restart_and_kill_mid_batch(void **state)
         failed += st[i] < 0;
     }
     assert_int_equal(nok + failed, N);
-    /* Its socket file stays behind; the restarted server takes it over and the client reconnects. */
+    /* Its socket file stays behind; the restarted server takes it over and the client reconnects.
+     */
     assert_int_equal(kvt_server_restart(&s), 0);
     int ok = -1;
     for (int i = 0; i < 50 && ok != 0; i++) {
@@ -284,12 +285,9 @@ static void test_other_uid_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_explicit_endpoint),
-        cmocka_unit_test(test_auto_and_tcp),
-        cmocka_unit_test(test_restart_and_kill_mid_batch),
-        cmocka_unit_test(test_raw_bad_frame),
-        cmocka_unit_test(test_auth_file_applies),
-        cmocka_unit_test(test_other_uid_refused),
+        cmocka_unit_test(test_explicit_endpoint),          cmocka_unit_test(test_auto_and_tcp),
+        cmocka_unit_test(test_restart_and_kill_mid_batch), cmocka_unit_test(test_raw_bad_frame),
+        cmocka_unit_test(test_auth_file_applies),          cmocka_unit_test(test_other_uid_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,5 +1,5 @@
 /*
- * test_opts.c - the tools' option parser (tools/opts.c): every type into
+ * test_opts.c - the option parser of every program (common/opts.c): every type into
  * destinations of every width, lists, positional arguments and "--"; bad
  * values, unknown options and missing values refused with one line naming
  * the option, its value and what is accepted, destinations left as they
@@ -33,6 +33,8 @@ struct dests {
     size_t sizes[3];
     int modes_n;
     int modes[4];
+    unsigned timeout_ms;
+    struct kvs_endpoint at;
     const char *args[2];
     int nargs;
 };
@@ -59,6 +61,9 @@ static int setup(void **state)
     d.sizes[1] = 1 << 20;
     d.modes_n = 1;
     d.modes[0] = 20;
+    d.timeout_ms = 30000;
+    snprintf(d.at.host, sizeof(d.at.host), "127.0.0.1");
+    snprintf(d.at.port, sizeof(d.at.port), "7070");
     const struct kvopt t[] = {
         {"servers", 0, KVOPT_STRING, KVOPT_TO(d.servers), "S", "where the servers are"},
         {"threads", 't', KVOPT_COUNT, KVOPT_TO(d.threads), "N", "client threads", .lo = 1,
@@ -76,6 +81,9 @@ static int setup(void **state)
         {"sizes", 0, KVOPT_SIZE, KVOPT_LIST(d.sizes, d.sizes_n), "L", "value sizes", .lo = 1,
          .hi = 1 << 30},
         {"modes", 0, KVOPT_ENUM, KVOPT_LIST(d.modes, d.modes_n), "L", "paths", .choices = modes},
+        {"timeout", 0, KVOPT_DURATION, KVOPT_TO(d.timeout_ms), "T", "a timeout", .lo = 0,
+         .hi = 60000, .unit_ns = 1000000, .bare_ns = 1000000000},
+        {"listen", 0, KVOPT_ENDPOINT, KVOPT_TO(d.at), "HOST:PORT", "where", .lo = KVS_EP_PORT0},
         {0}};
     memcpy(table, t, sizeof(t));
     cmd = (struct kvopt_cmd){.name = "tool sub",
@@ -152,6 +160,8 @@ static void assert_refused(struct words ws, const char *message)
     assert_true(d.size == before.size && d.keys == before.keys && d.seconds == before.seconds);
     assert_int_equal(d.mode, before.mode);
     assert_int_equal(d.sizes_n, before.sizes_n);
+    assert_int_equal(d.timeout_ms, before.timeout_ms);
+    assert_memory_equal(&d.at, &before.at, sizeof(d.at));
     free(err);
 }
 
@@ -243,6 +253,47 @@ static void test_counts_and_seconds(void **state)
     assert_refused((struct words){{"tool", "-t", "0", NULL}}, "bad --threads '0'");
 }
 
+/*
+ * A duration kept in whole units (here ms, a bare number in seconds), and
+ * an endpoint (port 0 allowed here): kvstored's --put-timeout and --listen.
+ */
+static void test_durations_and_endpoints(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        unsigned ms;
+    } good[] = {{"0", 0},       {"2", 2000},    {"1.5", 1500},
+                {"250ms", 250}, {"60s", 60000}, {"1000us", 1}};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        free(parse_expect(0, (struct words){{"tool", "--timeout", good[i].s, NULL}}));
+        assert_int_equal(d.timeout_ms, good[i].ms);
+    }
+    const char *bad[] = {"1500us", "61", "-1", "", "ms", "1e3", "5m", "0.0001"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char msg[128];
+        snprintf(msg, sizeof(msg),
+                 "bad --timeout '%s' (accepted: 0..60s in whole ms, e.g. 500ms, 2s; a bare "
+                 "number is s)",
+                 bad[i]);
+        assert_refused((struct words){{"tool", "--timeout", bad[i], NULL}}, msg);
+    }
+    free(parse_expect(0, (struct words){{"tool", "--listen", "[::1]:0", NULL}}));
+    assert_string_equal(d.at.host, "::1");
+    assert_string_equal(d.at.port, "0");
+    free(parse_expect(0, (struct words){{"tool", "--listen=10.0.0.1:65535", NULL}}));
+    assert_string_equal(d.at.host, "10.0.0.1");
+    assert_int_equal(d.at.portno, 65535);
+    const char *bad_ep[] = {"127.0.0.1", "127.0.0.1:65536", ":7070", "h:", "h:x", ""};
+    for (size_t i = 0; i < sizeof(bad_ep) / sizeof(bad_ep[0]); i++) {
+        char msg[128];
+        snprintf(msg, sizeof(msg),
+                 "bad --listen '%s' (accepted: HOST:PORT or [V6ADDR]:PORT, port 0..65535)",
+                 bad_ep[i]);
+        assert_refused((struct words){{"tool", "--listen", bad_ep[i], NULL}}, msg);
+    }
+}
+
 static void test_strings_and_enums(void **state)
 {
     (void)state;
@@ -323,6 +374,9 @@ static void test_help(void **state)
         "one path (single, batch, async; default single)",
         "1K,1M)",
         "paths (single, batch, async; a comma list of up to 4; default batch)",
+        "a timeout (0..60s in whole ms,",
+        " 30s)\n",
+        "default 127.0.0.1:7070)",
         "-h, --help",
         "exit status: 0 ok\n",
     };
@@ -366,6 +420,7 @@ int main(void)
         cmocka_unit_test_setup(test_spellings_of_a_value, setup),
         cmocka_unit_test_setup(test_sizes, setup),
         cmocka_unit_test_setup(test_counts_and_seconds, setup),
+        cmocka_unit_test_setup(test_durations_and_endpoints, setup),
         cmocka_unit_test_setup(test_strings_and_enums, setup),
         cmocka_unit_test_setup(test_lists, setup),
         cmocka_unit_test_setup(test_unknown_and_missing, setup),

@@ -1,5 +1,5 @@
 /*
- * opts.c - the tools' table-driven command-line parser (opts.h): one walk
+ * opts.c - the table-driven command-line parser of every program (opts.h): one walk
  * over argv, one value parser per type, one message for a refused value,
  * and the --help text generated from the same table.
  */
@@ -160,6 +160,22 @@ static int parse_one(const struct kvopt *o, const char *s, void *dest)
         for (const struct kvopt_choice *c = o->choices; c && c->name; c++)
             if (strcmp(c->name, s) == 0) return store_int(dest, o->dest_size, c->value);
         return -EINVAL;
+    case KVOPT_DURATION: {
+        uint64_t ns, bare = o->bare_ns ? o->bare_ns : o->unit_ns;
+        if (o->unit_ns == 0 || kvs_parse_duration(s, bare, &ns) < 0 || ns % o->unit_ns != 0)
+            return -EINVAL;
+        uint64_t units = ns / o->unit_ns;
+        if (units > (uint64_t)o->hi || (long long)units < o->lo) return -EINVAL;
+        return store_int(dest, o->dest_size, (long long)units);
+    }
+    case KVOPT_ENDPOINT: {
+        struct kvs_endpoint ep;
+        if (o->dest_size != sizeof(ep) ||
+            kvs_parse_endpoint(s, strlen(s), (unsigned)o->lo, &ep) < 0)
+            return -EINVAL;
+        memcpy(dest, &ep, sizeof(ep));
+        return 0;
+    }
     case KVOPT_FLAG:
         break;
     }
@@ -180,6 +196,33 @@ static void put_size(char *buf, size_t cap, long long v)
         snprintf(buf, cap, "%lld", v);
     else
         snprintf(buf, cap, "%lld%c", v, unit[u]);
+}
+
+static const char *unit_name(uint64_t unit_ns)
+{
+    switch (unit_ns) {
+    case KVS_NS_PER_S:
+        return "s";
+    case KVS_NS_PER_MS:
+        return "ms";
+    case KVS_NS_PER_US:
+        return "us";
+    default:
+        return "ns";
+    }
+}
+
+/* A duration in the largest of s, ms, us, ns that holds it whole ("86400s", "250ms", "0"). */
+static void put_duration(char *buf, size_t cap, uint64_t ns)
+{
+    static const uint64_t units[] = {KVS_NS_PER_S, KVS_NS_PER_MS, KVS_NS_PER_US, 1};
+    size_t u = 0;
+    while (ns != 0 && ns % units[u] != 0)
+        u++;
+    if (ns == 0)
+        snprintf(buf, cap, "0");
+    else
+        snprintf(buf, cap, "%llu%s", (unsigned long long)(ns / units[u]), unit_name(units[u]));
 }
 
 /* Appends printf text to buf (cap bytes, always terminated). */
@@ -216,6 +259,19 @@ static void accepted_text(const struct kvopt *o, char *buf, size_t cap)
         case KVOPT_STRING:
             if (o->hi > 0) append(buf, cap, "%lld..%lld characters", o->lo, o->hi);
             break;
+        case KVOPT_DURATION: {
+            uint64_t bare = o->bare_ns ? o->bare_ns : o->unit_ns;
+            put_duration(lo, sizeof(lo), (uint64_t)o->lo * o->unit_ns);
+            put_duration(hi, sizeof(hi), (uint64_t)o->hi * o->unit_ns);
+            append(buf, cap, "%s..%s", lo, hi);
+            if (o->unit_ns > 1) append(buf, cap, " in whole %s", unit_name(o->unit_ns));
+            append(buf, cap, ", e.g. 500ms, 2s; a bare number is %s", unit_name(bare));
+            break;
+        }
+        case KVOPT_ENDPOINT:
+            append(buf, cap, "HOST:PORT or [V6ADDR]:PORT, port %s..65535",
+                   o->lo & KVS_EP_PORT0 ? "0" : "1");
+            break;
         case KVOPT_ENUM:
             for (const struct kvopt_choice *c = o->choices; c && c->name; c++)
                 append(buf, cap, "%s%s", c == o->choices ? "" : ", ", c->name);
@@ -232,7 +288,8 @@ static void value_text(const struct kvopt *o, const void *p, char *buf, size_t c
 {
     buf[0] = '\0';
     long long v = 0;
-    if (o->type == KVOPT_COUNT || o->type == KVOPT_SIZE || o->type == KVOPT_ENUM)
+    if (o->type == KVOPT_COUNT || o->type == KVOPT_SIZE || o->type == KVOPT_ENUM ||
+        o->type == KVOPT_DURATION)
         v = load_int(p, o->dest_size);
     switch (o->type) {
     case KVOPT_COUNT:
@@ -260,6 +317,16 @@ static void value_text(const struct kvopt *o, const void *p, char *buf, size_t c
                 break;
             }
         break;
+    case KVOPT_DURATION:
+        if (v >= o->lo && v <= o->hi) put_duration(buf, cap, (uint64_t)v * o->unit_ns);
+        break;
+    case KVOPT_ENDPOINT: {
+        struct kvs_endpoint ep;
+        memcpy(&ep, p, sizeof(ep));
+        if (ep.host[0])
+            snprintf(buf, cap, strchr(ep.host, ':') ? "[%s]:%s" : "%s:%s", ep.host, ep.port);
+        break;
+    }
     case KVOPT_FLAG:
         break;
     }

@@ -1,6 +1,6 @@
 /*
- * opts.h - the command-line parser of the tools (kvbench and its
- * sub-commands, kvstress, kvbatch-stat).
+ * opts.h - the command-line parser of every program (kvstored, kvbench and
+ * its sub-commands, kvstress, kvbatch-stat).
  *
  * A command is a table of options, each {long name, short letter, type,
  * destination, argument name, help, accepted range}. kvopt_parse() walks
@@ -15,27 +15,33 @@
  * --name=VALUE, -x VALUE or -xVALUE; a later one overrides an earlier one;
  * "--" ends the options; other words are positional arguments.
  */
-#ifndef KVBATCH_TOOLS_OPTS_H
-#define KVBATCH_TOOLS_OPTS_H
+#ifndef KVBATCH_COMMON_OPTS_H
+#define KVBATCH_COMMON_OPTS_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-/* The exit status of a tool given a bad command line. */
+#include "parse.h"
+
+/* The exit status of a program given a bad command line. */
 #define KVOPT_EXIT_USAGE 2
 
 /* kvopt_parse: --help (or --version) was asked for and printed; the tool exits 0. */
 #define KVOPT_HELP 1
 
 enum kvopt_type {
-    KVOPT_FLAG,    /* no value; sets the int destination to 1 */
-    KVOPT_COUNT,   /* a decimal integer in [lo, hi] (kvs_parse_uint, or '-' and one) */
-    KVOPT_SIZE,    /* a byte size (kvs_parse_size: 4096, 4K, 64KiB, 1M) in [lo, hi] */
-    KVOPT_SECONDS, /* a duration (kvs_parse_duration, bare number: seconds) in (lo, hi] s;
-                      double destination */
-    KVOPT_STRING,  /* any text of lo..hi characters (hi 0: no bound); const char * destination */
-    KVOPT_ENUM,    /* one of the names in choices; the destination gets its value */
+    KVOPT_FLAG,     /* no value; sets the int destination to 1 */
+    KVOPT_COUNT,    /* a decimal integer in [lo, hi] (kvs_parse_uint, or '-' and one) */
+    KVOPT_SIZE,     /* a byte size (kvs_parse_size: 4096, 4K, 64KiB, 1M) in [lo, hi] */
+    KVOPT_SECONDS,  /* a duration (kvs_parse_duration, bare number: seconds) in (lo, hi] s;
+                       double destination */
+    KVOPT_STRING,   /* any text of lo..hi characters (hi 0: no bound); const char * destination */
+    KVOPT_ENUM,     /* one of the names in choices; the destination gets its value */
+    KVOPT_DURATION, /* a whole number of unit_ns (kvs_parse_duration, bare number: bare_ns, or
+                       unit_ns when 0) in [lo, hi] units; integer destination */
+    KVOPT_ENDPOINT, /* HOST:PORT or [V6]:PORT (kvs_parse_endpoint with flags lo);
+                       struct kvs_endpoint destination */
 };
 
 /* One name of a KVOPT_ENUM and the value it stands for. */
@@ -58,6 +64,7 @@ struct kvopt {
     int *list_len;                      /* ...stored in dest[0..*list_len) */
     const char *accepted;               /* instead of the generated "lo..hi" / names */
     const char *dflt;                   /* instead of the default read from dest ("" = none) */
+    uint64_t unit_ns, bare_ns;          /* DURATION: its unit, and a bare number's */
 };
 
 /* dest and dest_size of a scalar option: KVOPT_TO(cfg.threads). */
@@ -102,4 +109,4 @@ void kvopt_help(const struct kvopt_cmd *cmd, FILE *f);
  */
 int kvopt_bad(const char *who, const char *what, const char *value, const char *accepted);
 
-#endif /* KVBATCH_TOOLS_OPTS_H */
+#endif /* KVBATCH_COMMON_OPTS_H */
