@@ -146,7 +146,9 @@ static int check_batch(kvs_client *c, const struct op_args *a, const void *out)
 {
     if (!c) return -EINVAL;
     if (a->n == 0) return 0;
-    if (!a->keys || !out || !a->lens) return -EINVAL;
+    if (!a->keys || !out) return -EINVAL;
+    if (a->iovs || a->iovcnt) return a->iovs && a->iovcnt && a->n <= UINT32_MAX ? 0 : -EINVAL;
+    if (!a->lens) return -EINVAL;
     if (a->opcode == KVS_OP_PUT && !a->vals) return -EINVAL;
     if (a->opcode == KVS_OP_GET && !a->bufs) return -EINVAL;
     if (a->n > UINT32_MAX) return -EINVAL;
@@ -238,6 +240,46 @@ int kvs_batch_exists_async(kvs_client *c, size_t n, const char *const keys[], in
     struct op_args a = exists_args(n, keys);
     if (!done && !op) return -EINVAL;
     return batch_start(c, &a, results, NULL, done, arg, op);
+}
+
+/* ---- scatter-gather batches ---- */
+
+static struct op_args iov_args(uint8_t opcode, size_t n, const char *const keys[],
+                               const struct iovec *const iovs[], const size_t iovcnt[])
+{
+    return (struct op_args){.opcode = opcode, .n = n, .keys = keys, .iovs = iovs, .iovcnt = iovcnt};
+}
+
+int kvs_batch_putv(kvs_client *c, size_t n, const char *const keys[],
+                   const struct iovec *const iovs[], const size_t iovcnt[], int status[])
+{
+    struct op_args a = iov_args(KVS_OP_PUT, n, keys, iovs, iovcnt);
+    return batch_sync(c, &a, status, NULL);
+}
+
+int kvs_batch_getv(kvs_client *c, size_t n, const char *const keys[],
+                   const struct iovec *const iovs[], const size_t iovcnt[], ssize_t results[])
+{
+    struct op_args a = iov_args(KVS_OP_GET, n, keys, iovs, iovcnt);
+    return batch_sync(c, &a, NULL, results);
+}
+
+int kvs_batch_putv_async(kvs_client *c, size_t n, const char *const keys[],
+                         const struct iovec *const iovs[], const size_t iovcnt[], int status[],
+                         kvs_done_fn done, void *arg, kvs_op **op)
+{
+    struct op_args a = iov_args(KVS_OP_PUT, n, keys, iovs, iovcnt);
+    if (!done && !op) return -EINVAL;
+    return batch_start(c, &a, status, NULL, done, arg, op);
+}
+
+int kvs_batch_getv_async(kvs_client *c, size_t n, const char *const keys[],
+                         const struct iovec *const iovs[], const size_t iovcnt[], ssize_t results[],
+                         kvs_done_fn done, void *arg, kvs_op **op)
+{
+    struct op_args a = iov_args(KVS_OP_GET, n, keys, iovs, iovcnt);
+    if (!done && !op) return -EINVAL;
+    return batch_start(c, &a, NULL, results, done, arg, op);
 }
 
 /* ---- memory registration (RDMA; no-ops on TCP) ---- */

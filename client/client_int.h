@@ -103,7 +103,10 @@ struct op_args {
     const char *const *keys;
     const void *const *vals; /* PUT */
     void *const *bufs;       /* GET */
-    const size_t *lens;      /* PUT: lengths; GET: capacities */
+    const size_t *lens;      /* PUT: lengths; GET: capacities (NULL with iovs) */
+    /* kvs_batch_putv / _getv: key i's value is iovs[i][0..iovcnt[i]) (vals / bufs unused) */
+    const struct iovec *const *iovs;
+    const size_t *iovcnt;
 };
 
 /* ---- op.c ---- */

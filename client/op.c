@@ -149,7 +149,8 @@ static ssize_t key_result(const struct kvs_op *op, const struct kvs_key_io *k)
     case KVS_OP_GET:
         if (st == 0) return (ssize_t)k->vlen;
         /* The size probe, kvs_get(c, key, NULL, 0): the value's length is the answer. */
-        if (st == -ERANGE && k->buf == NULL && k->len == 0) return (ssize_t)k->vlen;
+        if (st == -ERANGE && k->buf == NULL && k->iovcnt == 0 && k->len == 0)
+            return (ssize_t)k->vlen;
         return st;
     case KVS_OP_EXISTS:
         if (st == 1) return 1;

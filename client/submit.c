@@ -14,6 +14,36 @@
 
 #include "route.h"
 
+/*
+ * Key i's segments, checked: 0 with their total in *total, or -EINVAL (a
+ * NULL list with segments, a NULL segment with a length, over KVS_MAX_IOV
+ * segments) or -E2BIG (a total that overflows).
+ */
+static int check_iov(const struct op_args *a, size_t i, uint64_t *total)
+{
+    size_t cnt = a->iovcnt[i];
+    const struct iovec *iov = a->iovs[i];
+    uint64_t sum = 0;
+    if (cnt > KVS_MAX_IOV || (cnt > 0 && !iov)) return -EINVAL;
+    for (size_t j = 0; j < cnt; j++) {
+        if (iov[j].iov_len > 0 && !iov[j].iov_base) return -EINVAL;
+        if (iov[j].iov_len > UINT64_MAX - sum) return -E2BIG;
+        sum += iov[j].iov_len;
+    }
+    *total = sum;
+    return 0;
+}
+
+/* Key i's value length (PUT) or capacity (GET); 0 for other opcodes. */
+static uint64_t arg_len(const struct op_args *a, size_t i)
+{
+    if (a->opcode != KVS_OP_PUT && a->opcode != KVS_OP_GET) return 0;
+    if (!a->iovs) return a->lens[i];
+    uint64_t total = 0;
+    (void)check_iov(a, i, &total); /* checked by check_key before */
+    return total;
+}
+
 /* Local checks that need no server: 0 or the key's status. */
 static int check_key(const struct op_args *a, size_t i, size_t *klen)
 {
@@ -22,8 +52,15 @@ static int check_key(const struct op_args *a, size_t i, size_t *klen)
     size_t len = strnlen(key, KVS_MAX_KEY + 1);
     if (len == 0) return -EINVAL;
     if (len > KVS_MAX_KEY) return -E2BIG;
-    if (a->opcode == KVS_OP_PUT && a->lens[i] > 0 && !a->vals[i]) return -EINVAL;
-    if (a->opcode == KVS_OP_GET && a->lens[i] > 0 && !a->bufs[i]) return -EINVAL;
+    if (a->iovs) {
+        uint64_t total;
+        int st = check_iov(a, i, &total);
+        if (st < 0) return st;
+    } else if (a->opcode == KVS_OP_PUT && a->lens[i] > 0 && !a->vals[i]) {
+        return -EINVAL;
+    } else if (a->opcode == KVS_OP_GET && a->lens[i] > 0 && !a->bufs[i]) {
+        return -EINVAL;
+    }
     *klen = len;
     return 0;
 }
@@ -33,8 +70,27 @@ static int check_limits(const struct op_args *a, size_t i, size_t klen,
                         const struct kvs_limits *lim)
 {
     if (klen > lim->max_key) return -E2BIG;
-    if (a->opcode == KVS_OP_PUT && a->lens[i] > lim->max_object) return -E2BIG;
+    if (a->opcode == KVS_OP_PUT && arg_len(a, i) > lim->max_object) return -E2BIG;
     return 0;
+}
+
+/* Key i's value or buffer: its one buffer, or its segments (a one-segment key as a buffer). */
+static void fill_value(struct kvs_key_io *k, const struct op_args *a, size_t i)
+{
+    k->len = arg_len(a, i);
+    const void *one = NULL;
+    if (!a->iovs) {
+        one = a->opcode == KVS_OP_PUT ? a->vals[i] : (const void *)a->bufs[i];
+    } else if (a->iovcnt[i] == 1) {
+        one = a->iovs[i][0].iov_base;
+    } else if (a->iovcnt[i] > 1) {
+        k->iov = a->iovs[i];
+        k->iovcnt = (uint32_t)a->iovcnt[i];
+    }
+    if (a->opcode == KVS_OP_PUT)
+        k->val = one;
+    else
+        k->buf = (void *)one;
 }
 
 static void fill_key(struct kvs_key_io *k, const struct op_args *a, size_t i, size_t klen)
@@ -43,13 +99,7 @@ static void fill_key(struct kvs_key_io *k, const struct op_args *a, size_t i, si
     k->key = a->keys[i];
     k->klen = (uint32_t)klen;
     k->index = (uint32_t)i;
-    if (a->opcode == KVS_OP_PUT) {
-        k->val = a->vals[i];
-        k->len = a->lens[i];
-    } else if (a->opcode == KVS_OP_GET) {
-        k->buf = a->bufs[i];
-        k->len = a->lens[i];
-    }
+    if (a->opcode == KVS_OP_PUT || a->opcode == KVS_OP_GET) fill_value(k, a, i);
 }
 
 static void init_req(struct kvs_req *req, struct kvs_op *op, struct kvs_key_io *keys, uint32_t n)

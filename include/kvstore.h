@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -102,6 +103,31 @@ int kvs_batch_get_async(kvs_client *c, size_t n, const char *const keys[], void 
                         kvs_op **op);
 int kvs_batch_exists_async(kvs_client *c, size_t n, const char *const keys[], int results[],
                            kvs_done_fn done, void *arg, kvs_op **op);
+
+/*
+ * Scatter-gather batches: key i's value is the concatenation of its segments
+ * iovs[i][0..iovcnt[i]) (segments may be empty; iovcnt[i] 0 is an empty
+ * value, or for a get the length probe of kvs_get(c, key, NULL, 0)). A put sends the segments as
+ * they lie (no staging copy); a get writes the value into them in order, filling each before the
+ * next, and results[i] is the value's length; a value longer than the segments' total is -ERANGE
+ * for its key, with nothing written. A key's total over the server's maximum value is -E2BIG; over
+ * KVS_MAX_IOV segments, -EINVAL. Otherwise as kvs_batch_put / kvs_batch_get
+ * and their async forms (the segment arrays too must stay valid until an
+ * async batch completes). A key with one segment is a plain key: the forms
+ * mix freely.
+ */
+#define KVS_MAX_IOV 1024 /* segments per key */
+
+int kvs_batch_putv(kvs_client *c, size_t n, const char *const keys[],
+                   const struct iovec *const iovs[], const size_t iovcnt[], int status[]);
+int kvs_batch_getv(kvs_client *c, size_t n, const char *const keys[],
+                   const struct iovec *const iovs[], const size_t iovcnt[], ssize_t results[]);
+int kvs_batch_putv_async(kvs_client *c, size_t n, const char *const keys[],
+                         const struct iovec *const iovs[], const size_t iovcnt[], int status[],
+                         kvs_done_fn done, void *arg, kvs_op **op);
+int kvs_batch_getv_async(kvs_client *c, size_t n, const char *const keys[],
+                         const struct iovec *const iovs[], const size_t iovcnt[], ssize_t results[],
+                         kvs_done_fn done, void *arg, kvs_op **op);
 
 /* Waits for this client's outstanding ops; 0, or the first transport error seen. */
 int kvs_flush(kvs_client *c);

@@ -57,12 +57,9 @@ int kvsmc_batch_get_size(mooncake_store_t store, size_t count, const char *const
  * One key's value gathered from / scattered into several buffers, for
  * Mooncake's multi_buffers calls and put_parts. results_out as the batch
  * calls: per key 0 (put) or the value's length (get), or a negative code;
- * the call returns 0, or a code when it could not run.
- *
- * Today libkvstore takes one contiguous buffer per key, so these stage each
- * value through one temporary buffer (one copy per byte each way). When
- * libkvstore gains scatter-gather batch calls, these are the functions that
- * pass the iovecs on instead; nothing above them changes.
+ * the call returns 0, or a code when it could not run. The segments are
+ * passed to libkvstore's scatter-gather batch calls (kvs_batch_putv /
+ * _getv): no value is staged or copied here.
  */
 int kvsmc_batch_put_parts(mooncake_store_t store, size_t count, const char *const keys[],
                           const struct iovec *const iovs[], const size_t niov[],

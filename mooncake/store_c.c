@@ -42,9 +42,6 @@ struct mc_store {
     struct mc_reg *regs;
 };
 
-/* Staging for gathered values: a batch is cut so that one chunk stages at most this much. */
-#define STAGE_MAX (32u << 20)
-
 static void setup_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Setup's configuration errors on stderr, one line each (they are the caller's to fix). */
@@ -564,69 +561,9 @@ MC_API int mooncake_store_unregister_buffer(mooncake_store_t store, void *buffer
     return rc == -ENOENT ? KVSMC_INVALID_PARAMS : (int)kvsmc_code(rc);
 }
 
-/* ---- gathered values (kvsmc.h) ---- */
+/* ---- scatter-gather values (kvsmc.h) ---- */
 
-static size_t iov_total(const struct iovec *iov, size_t n)
-{
-    size_t t = 0;
-    for (size_t i = 0; i < n; i++)
-        t += iov[i].iov_len;
-    return t;
-}
-
-/* The keys [from, to) of a gathered batch: staged by the caller into one buffer each. */
-struct stage {
-    char *mem;
-    size_t from, to;
-    const char **keys;
-    void **bufs;
-    size_t *lens;
-};
-
-/* Picks the next chunk of keys from *next whose total size stays under STAGE_MAX (at least one). */
-static int stage_next(struct stage *st, size_t count, const char *const keys[],
-                      const struct iovec *const iovs[], const size_t niov[], size_t next)
-{
-    size_t bytes = 0, to = next;
-    while (to < count) {
-        size_t t = iov_total(iovs[to], niov[to]);
-        if (to > next && bytes + t > STAGE_MAX) break;
-        bytes += t;
-        to++;
-    }
-    free(st->mem);
-    st->mem = malloc(bytes ? bytes : 1);
-    if (!st->mem) return KVSMC_INTERNAL_ERROR;
-    st->from = next;
-    st->to = to;
-    size_t at = 0;
-    for (size_t i = next; i < to; i++) {
-        st->keys[i - next] = keys[i];
-        st->bufs[i - next] = st->mem + at;
-        st->lens[i - next] = iov_total(iovs[i], niov[i]);
-        at += st->lens[i - next];
-    }
-    return 0;
-}
-
-static int stage_init(struct stage *st, size_t count)
-{
-    memset(st, 0, sizeof(*st));
-    st->keys = malloc((count + 1) * sizeof(*st->keys));
-    st->bufs = malloc((count + 1) * sizeof(*st->bufs));
-    st->lens = malloc((count + 1) * sizeof(*st->lens));
-    return st->keys && st->bufs && st->lens ? 0 : KVSMC_INTERNAL_ERROR;
-}
-
-static void stage_free(struct stage *st)
-{
-    free(st->mem);
-    free(st->lens);
-    free(st->bufs);
-    free(st->keys);
-}
-
-/* The checks every gathered call makes first: NULL arrays, NULL keys, NULL segments with length. */
+/* The checks every scatter-gather call makes first: NULL arrays, NULL keys, NULL segment lists. */
 static int check_parts(mooncake_store_t store, size_t count, const char *const keys[],
                        const struct iovec *const iovs[], const size_t niov[], const void *results)
 {
@@ -639,6 +576,18 @@ static int check_parts(mooncake_store_t store, size_t count, const char *const k
     return 0;
 }
 
+static int iov_empty(const struct iovec *iov, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (iov[i].iov_len) return 0;
+    return 1;
+}
+
+/*
+ * The segments go to libkvstore as they are (kvs_batch_putv: each segment
+ * sent where it lies). Mooncake refuses an empty value (INVALID_PARAMS):
+ * such keys are answered here and not sent.
+ */
 int kvsmc_batch_put_parts(mooncake_store_t store, size_t count, const char *const keys[],
                           const struct iovec *const iovs[], const size_t niov[],
                           const mooncake_replicate_config_t *config, int results_out[])
@@ -652,29 +601,37 @@ int kvsmc_batch_put_parts(mooncake_store_t store, size_t count, const char *cons
             results_out[i] = rc;
         return 0;
     }
-    struct stage st;
-    rc = stage_init(&st, count);
-    for (size_t next = 0; rc == 0 && next < count; next = st.to) {
-        rc = stage_next(&st, count, keys, iovs, niov, next);
-        if (rc < 0) break;
-        for (size_t i = st.from; i < st.to; i++) { /* gather: the copy scatter-gather removes */
-            char *at = st.bufs[i - st.from];
-            for (size_t j = 0; j < niov[i]; j++) {
-                memcpy(at, iovs[i][j].iov_base, iovs[i][j].iov_len);
-                at += iovs[i][j].iov_len;
-            }
-        }
-        size_t n = st.to - st.from;
-        if (count == 1) /* one key: the single-key call, which the shim batches */
-            results_out[0] = put_one(store, keys[0], st.bufs[0], st.lens[0], config);
-        else
-            rc = batch_put(c, n, st.keys, (const void *const *)st.bufs, st.lens,
-                           results_out + st.from);
+    /* Per key: its place among the keys sent, and the arrays of those. */
+    const char **k = malloc((count + 1) * sizeof(*k));
+    const struct iovec **v = malloc((count + 1) * sizeof(*v));
+    size_t *cnt = malloc((count + 1) * sizeof(*cnt));
+    int *st = malloc((count + 1) * sizeof(*st));
+    rc = KVSMC_INTERNAL_ERROR;
+    if (!k || !v || !cnt || !st) goto out;
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (iov_empty(iovs[i], niov[i])) continue;
+        k[n] = keys[i], v[n] = iovs[i], cnt[n] = niov[i];
+        n++;
     }
-    stage_free(&st);
+    rc = n ? kvs_batch_putv(c, n, k, v, cnt, st) : 0;
+    if (rc < 0) {
+        rc = (int)kvsmc_code(rc);
+        goto out;
+    }
+    rc = 0;
+    for (size_t i = 0, j = 0; i < count; i++)
+        results_out[i] =
+            iov_empty(iovs[i], niov[i]) ? KVSMC_INVALID_PARAMS : (int)kvsmc_code(st[j++]);
+out:
+    free(st);
+    free(cnt);
+    free(v);
+    free(k);
     return rc;
 }
 
+/* The segments are filled by libkvstore in order (kvs_batch_getv), nothing staged. */
 int kvsmc_batch_get_parts(mooncake_store_t store, size_t count, const char *const keys[],
                           const struct iovec *const iovs[], const size_t niov[],
                           int64_t results_out[])
@@ -687,28 +644,16 @@ int kvsmc_batch_get_parts(mooncake_store_t store, size_t count, const char *cons
             results_out[i] = KVSMC_INVALID_PARAMS;
         return 0;
     }
-    struct stage st;
-    rc = stage_init(&st, count);
-    for (size_t next = 0; rc == 0 && next < count; next = st.to) {
-        rc = stage_next(&st, count, keys, iovs, niov, next);
-        if (rc < 0) break;
-        size_t n = st.to - st.from;
-        if (count == 1) /* one key: the single-key call, which the shim batches */
-            results_out[0] = mooncake_store_get_into(store, keys[0], st.bufs[0], st.lens[0]);
-        else
-            rc = batch_get(c, n, st.keys, st.bufs, st.lens, results_out + st.from);
-        for (size_t i = st.from; rc == 0 && i < st.to; i++) { /* scatter what arrived */
-            if (results_out[i] <= 0) continue;
-            const char *from = st.bufs[i - st.from];
-            size_t left = (size_t)results_out[i];
-            for (size_t j = 0; j < niov[i] && left > 0; j++) {
-                size_t take = iovs[i][j].iov_len < left ? iovs[i][j].iov_len : left;
-                memcpy(iovs[i][j].iov_base, from, take);
-                from += take;
-                left -= take;
-            }
-        }
+    ssize_t *res = malloc((count + 1) * sizeof(*res));
+    if (!res) return KVSMC_INTERNAL_ERROR;
+    rc = kvs_batch_getv(c, count, keys, iovs, niov, res);
+    if (rc < 0) {
+        free(res);
+        return (int)kvsmc_code(rc);
     }
-    stage_free(&st);
-    return rc;
+    /* A key with no segments probes the length (kvs_get's NULL, 0): it does not fit. */
+    for (size_t i = 0; i < count; i++)
+        results_out[i] = res[i] > 0 && niov[i] == 0 ? KVSMC_INVALID_PARAMS : kvsmc_code(res[i]);
+    free(res);
+    return 0;
 }

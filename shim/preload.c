@@ -127,6 +127,10 @@ static bool load_real_calls(struct kvb_real_calls *r)
      * has no kvs_remove_matching for a program to call. */
     *(void **)&r->kvs_client_counters = dlsym(RTLD_NEXT, "kvs_client_counters");
     *(void **)&r->kvs_remove_matching = dlsym(RTLD_NEXT, "kvs_remove_matching");
+    *(void **)&r->kvs_batch_putv = dlsym(RTLD_NEXT, "kvs_batch_putv");
+    *(void **)&r->kvs_batch_getv = dlsym(RTLD_NEXT, "kvs_batch_getv");
+    *(void **)&r->kvs_batch_putv_async = dlsym(RTLD_NEXT, "kvs_batch_putv_async");
+    *(void **)&r->kvs_batch_getv_async = dlsym(RTLD_NEXT, "kvs_batch_getv_async");
     return ok;
 }
 

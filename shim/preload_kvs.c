@@ -337,3 +337,48 @@ EXPORT int kvs_batch_exists_async(kvs_client *c, size_t n, const char *const key
                                                             w ? done_trampoline : done,
                                                             w ? (void *)w : arg, op));
 }
+
+EXPORT int kvs_batch_putv(kvs_client *c, size_t n, const char *const keys[],
+                          const struct iovec *const iovs[], const size_t iovcnt[], int status[])
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_batch_putv) return -ENOSYS;
+    if (keys) order_after_puts(c, n, keys);
+    return shim.real.kvs_batch_putv(c, n, keys, iovs, iovcnt, status);
+}
+
+EXPORT int kvs_batch_getv(kvs_client *c, size_t n, const char *const keys[],
+                          const struct iovec *const iovs[], const size_t iovcnt[],
+                          ssize_t results[])
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_batch_getv) return -ENOSYS;
+    if (keys) order_after_puts(c, n, keys);
+    return shim.real.kvs_batch_getv(c, n, keys, iovs, iovcnt, results);
+}
+
+EXPORT int kvs_batch_putv_async(kvs_client *c, size_t n, const char *const keys[],
+                                const struct iovec *const iovs[], const size_t iovcnt[],
+                                int status[], kvs_done_fn done, void *arg, kvs_op **op)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_batch_putv_async) return -ENOSYS;
+    if (keys) order_after_puts(c, n, keys);
+    struct done_wrap *w = wrap_done(done, arg);
+    return wrapped_call(w, shim.real.kvs_batch_putv_async(c, n, keys, iovs, iovcnt, status,
+                                                          w ? done_trampoline : done,
+                                                          w ? (void *)w : arg, op));
+}
+
+EXPORT int kvs_batch_getv_async(kvs_client *c, size_t n, const char *const keys[],
+                                const struct iovec *const iovs[], const size_t iovcnt[],
+                                ssize_t results[], kvs_done_fn done, void *arg, kvs_op **op)
+{
+    kvb_shim_init();
+    if (!shim.real.kvs_batch_getv_async) return -ENOSYS;
+    if (keys) order_after_puts(c, n, keys);
+    struct done_wrap *w = wrap_done(done, arg);
+    return wrapped_call(w, shim.real.kvs_batch_getv_async(c, n, keys, iovs, iovcnt, results,
+                                                          w ? done_trampoline : done,
+                                                          w ? (void *)w : arg, op));
+}

@@ -60,6 +60,17 @@ struct kvb_real_calls {
     int (*kvs_batch_exists_async)(kvs_client *, size_t, const char *const[], int[], kvs_done_fn,
                                   void *, kvs_op **);
     int (*kvs_client_counters)(kvs_client *, kvs_counter_cb, void *); /* optional */
+    /* Scatter-gather batches (optional: newer than the rest), ordered and passed through: */
+    int (*kvs_batch_putv)(kvs_client *, size_t, const char *const[], const struct iovec *const[],
+                          const size_t[], int[]);
+    int (*kvs_batch_getv)(kvs_client *, size_t, const char *const[], const struct iovec *const[],
+                          const size_t[], ssize_t[]);
+    int (*kvs_batch_putv_async)(kvs_client *, size_t, const char *const[],
+                                const struct iovec *const[], const size_t[], int[], kvs_done_fn,
+                                void *, kvs_op **);
+    int (*kvs_batch_getv_async)(kvs_client *, size_t, const char *const[],
+                                const struct iovec *const[], const size_t[], ssize_t[], kvs_done_fn,
+                                void *, kvs_op **);
 };
 
 #define KVB_SHIM_MAX_CLIENTS 64

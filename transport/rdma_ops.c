@@ -19,13 +19,44 @@
 #include <string.h>
 #include <unistd.h>
 
+/* ---- where a key's bytes lie ---- */
+
+/*
+ * True when the first len bytes of k's value (puts) or buffer (gets) lie in
+ * registered memory and move zero-copy. A scatter-gather key does when
+ * every segment holding those bytes is registered, and only on a path whose
+ * slices are built per segment (not remote: PULL / PUSH name one address
+ * per key, so there its value is staged in the bounce buffer).
+ */
+static int zero_copy(struct kvs_rdma_conn *c, const struct kvs_key_io *k, uint64_t len, int remote)
+{
+    if (len == 0) return 0;
+    if (k->iovcnt == 0) return kvs_rdma_find_reg(c, k->val ? k->val : k->buf, len) != NULL;
+    if (remote) return 0;
+    for (uint32_t j = 0; j < k->iovcnt && len > 0; j++) {
+        size_t take = k->iov[j].iov_len < len ? k->iov[j].iov_len : len;
+        if (take && !kvs_rdma_find_reg(c, k->iov[j].iov_base, take)) return 0;
+        len -= take;
+    }
+    return 1;
+}
+
+/* The slices (WRs and SGEs, at most) that moving k[0..n) can take: one per segment. */
+static size_t chunk_slices(const struct kvs_key_io *k, uint32_t n)
+{
+    size_t sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += k[i].iovcnt ? k[i].iovcnt : 1;
+    return sum;
+}
+
 /* ---- chunking ---- */
 
 /*
  * How many keys from k[0..n) go in one RESERVE/LEASE message, or (remote: each
  * key names client memory) one PULL/PUSH message; at least one.
  */
-static uint32_t chunk_size(struct kvs_rdma_conn *c, const struct kvs_key_io *k, uint32_t n, int put,
+static uint32_t chunk_size(struct kvs_rdma_conn *c, const struct kvs_key_io *k, uint32_t n,
                            int remote)
 {
     _Static_assert(KVS_WIRE_PULL_SRC_LEN == KVS_WIRE_PUSH_DST_LEN &&
@@ -35,7 +66,7 @@ static uint32_t chunk_size(struct kvs_rdma_conn *c, const struct kvs_key_io *k, 
     uint32_t i = 0, max = remote ? KVS_WIRE_PULL_MAX_KEYS : KVS_RDMA_CHUNK_KEYS;
     for (; i < n && i < max; i++) {
         size_t e = KVS_WIRE_ENTRY_LEN + k[i].klen + (remote ? KVS_WIRE_PULL_SRC_LEN : 0);
-        size_t b = kvs_rdma_find_reg(c, put ? k[i].val : k[i].buf, k[i].len) ? 0 : k[i].len;
+        size_t b = zero_copy(c, &k[i], k[i].len, remote) ? 0 : k[i].len;
         if (i > 0 && (bytes + e > KVS_WIRE_CTRL_MAX || bounce + b > KVS_RDMA_BOUNCE_CHUNK)) break;
         bytes += e;
         bounce += b;
@@ -75,20 +106,20 @@ static int take_statuses(struct kvs_key_io *k, uint32_t n, uint8_t op, const uin
  * the copy costs no time of its own; the offsets do not depend on the reply
  * (a reserved slot has exactly the value's length).
  */
-static int copy_puts_in(struct kvs_rdma_conn *c, const struct kvs_key_io *k, uint32_t n,
+static int copy_puts_in(struct kvs_rdma_conn *c, const struct kvs_key_io *k, uint32_t n, int remote,
                         uint64_t *bounce_off)
 {
     uint64_t t0 = kvs_now_ns();
     size_t need = 0;
     for (uint32_t i = 0; i < n; i++)
-        if (k[i].len && !kvs_rdma_find_reg(c, k[i].val, k[i].len)) need += k[i].len;
+        if (k[i].len && !zero_copy(c, &k[i], k[i].len, remote)) need += k[i].len;
     int rc = kvs_rdma_bounce_reserve(c, need);
     if (rc < 0) return rc;
     uint64_t off = 0;
     for (uint32_t i = 0; i < n; i++) {
         bounce_off[i] = UINT64_MAX;
-        if (!k[i].len || kvs_rdma_find_reg(c, k[i].val, k[i].len)) continue;
-        memcpy(c->bounce + off, k[i].val, k[i].len);
+        if (!k[i].len || zero_copy(c, &k[i], k[i].len, remote)) continue;
+        kvs_key_gather(&k[i], c->bounce + off); /* a scatter-gather value: gathered here */
         bounce_off[i] = off;
         off += k[i].len;
     }
@@ -134,7 +165,7 @@ static int do_pull(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n, ui
 {
     uint64_t *bounce_off = calloc(n ? n : 1, sizeof(*bounce_off));
     if (!bounce_off) return -ENOMEM;
-    int rc = copy_puts_in(c, k, n, bounce_off);
+    int rc = copy_puts_in(c, k, n, 1, bounce_off);
     if (rc < 0) goto out;
     uint8_t *out = kvs_rdma_send_buf(c);
     uint64_t id = ++c->next_id;
@@ -178,7 +209,8 @@ static int do_push(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n, ui
     /* Bounce space first: growing registers again, so sizes are known before any rkey. */
     size_t need = 0;
     for (uint32_t i = 0; i < n; i++) {
-        mrs[i] = k[i].len ? kvs_rdma_find_reg(c, k[i].buf, k[i].len) : NULL;
+        mrs[i] = zero_copy(c, &k[i], k[i].len, 1) ? kvs_rdma_find_reg(c, k[i].buf, k[i].len)
+                                                  : NULL; /* segments: bounced */
         if (!mrs[i]) need += k[i].len;
     }
     if ((rc = kvs_rdma_bounce_reserve(c, need)) < 0) goto out;
@@ -210,7 +242,7 @@ static int do_push(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n, ui
         }
         if (k[i].status != 0 || k[i].vlen == 0) continue;
         if (bounce_off[i] != UINT64_MAX) {
-            memcpy(k[i].buf, c->bounce + bounce_off[i], k[i].vlen);
+            kvs_key_scatter(&k[i], c->bounce + bounce_off[i], k[i].vlen);
             atomic_fetch_add(&c->bounce_bytes, k[i].vlen);
         } else {
             atomic_fetch_add(&c->zero_copy_bytes, k[i].vlen);
@@ -240,13 +272,13 @@ struct slot_chunk {
 
 static int slot_chunk_init(struct slot_chunk *ch, struct kvs_key_io *k, uint32_t n, uint8_t op)
 {
-    size_t m = n ? n : 1;
+    size_t m = n ? n : 1, slices = chunk_slices(k, n) + 1;
     *ch = (struct slot_chunk){.k = k, .n = n, .op = op};
     ch->slots = calloc(m, sizeof(*ch->slots));
     ch->tokens = calloc(m, sizeof(*ch->tokens));
     ch->bounce_off = calloc(m, sizeof(*ch->bounce_off));
-    ch->chain.wrs = calloc(m, sizeof(*ch->chain.wrs));
-    ch->chain.sges = calloc(m, sizeof(*ch->chain.sges));
+    ch->chain.wrs = calloc(slices, sizeof(*ch->chain.wrs));
+    ch->chain.sges = calloc(slices, sizeof(*ch->chain.sges));
     if (!ch->slots || !ch->tokens || !ch->bounce_off || !ch->chain.wrs || !ch->chain.sges)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++) {
@@ -312,19 +344,47 @@ static int take_slots(struct kvs_rdma_conn *c, struct slot_chunk *ch, uint64_t t
 }
 
 /*
+ * The zero-copy transfer of a scatter-gather key's slot: one slice per
+ * segment, remotely adjacent, so the chain builder puts them in one WR as
+ * an SGE list (a new WR past the device's max_sge).
+ */
+static void add_segments(struct kvs_rdma_conn *c, struct slot_chunk *ch, uint32_t i,
+                         enum ibv_wr_opcode op)
+{
+    const struct kvs_wire_slot *s = &ch->slots[i];
+    const struct kvs_key_io *k = &ch->k[i];
+    uint64_t off = 0;
+    for (uint32_t j = 0; j < k->iovcnt && off < s->len; j++) {
+        uint64_t take = k->iov[j].iov_len < s->len - off ? k->iov[j].iov_len : s->len - off;
+        if (take == 0) continue;
+        struct kvs_rdma_slice sl = {.laddr = (uintptr_t)k->iov[j].iov_base,
+                                    .lkey = kvs_rdma_find_reg(c, k->iov[j].iov_base, take)->lkey,
+                                    .raddr = s->addr + off,
+                                    .rkey = s->rkey,
+                                    .len = (uint32_t)take};
+        kvs_rdma_chain_add(c, &ch->chain, op, &sl);
+        off += take;
+    }
+    atomic_fetch_add(&c->zero_copy_bytes, s->len);
+}
+
+/*
  * Adds the transfer of key i's slot to the chain: from/to user memory when
- * it lies in a registered region, else from/to the bounce buffer at
- * ch->bounce_off[i].
+ * it lies in a registered region (ch->bounce_off[i] UINT64_MAX), else
+ * from/to the bounce buffer at ch->bounce_off[i].
  */
 static void add_transfer(struct kvs_rdma_conn *c, struct slot_chunk *ch, uint32_t i,
                          const void *user, enum ibv_wr_opcode op)
 {
     const struct kvs_wire_slot *s = &ch->slots[i];
-    struct ibv_mr *mr = kvs_rdma_find_reg(c, user, s->len);
+    if (ch->bounce_off[i] == UINT64_MAX && ch->k[i].iovcnt) {
+        add_segments(c, ch, i, op);
+        return;
+    }
     struct kvs_rdma_slice sl = {.raddr = s->addr, .rkey = s->rkey, .len = s->len};
-    if (mr) {
+    if (ch->bounce_off[i] == UINT64_MAX) {
         sl.laddr = (uintptr_t)user;
-        sl.lkey = mr->lkey;
+        sl.lkey = kvs_rdma_find_reg(c, user, s->len)->lkey;
         atomic_fetch_add(&c->zero_copy_bytes, s->len);
     } else {
         sl.laddr = (uintptr_t)(c->bounce + ch->bounce_off[i]);
@@ -385,7 +445,7 @@ static int do_reserve_commit(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint
     int rc = slot_chunk_init(&ch, k, n, KVS_OP_RDMA_RESERVE);
     uint64_t t0 = kvs_now_ns();
     if (rc == 0) rc = send_slot_request(c, &ch, deadline);
-    if (rc == 0) rc = copy_puts_in(c, k, n, ch.bounce_off);
+    if (rc == 0) rc = copy_puts_in(c, k, n, 0, ch.bounce_off);
     if (rc == 0) rc = take_slots(c, &ch, t0, deadline);
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         if (ch.tokens[i] == KVS_WIRE_TOKEN_NONE) continue;
@@ -418,13 +478,13 @@ static int do_lease_release(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint3
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         if (ch.tokens[i] == KVS_WIRE_TOKEN_NONE) continue;
         if (ch.slots[i].len > k[i].len) rc = -EPROTO; /* a value larger than the capacity */
-        if (!kvs_rdma_find_reg(c, k[i].buf, ch.slots[i].len)) need += ch.slots[i].len;
+        if (!zero_copy(c, &k[i], ch.slots[i].len, 0)) need += ch.slots[i].len;
     }
     if (rc == 0) rc = kvs_rdma_bounce_reserve(c, need);
     uint64_t boff = 0;
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         if (ch.tokens[i] == KVS_WIRE_TOKEN_NONE || ch.slots[i].len == 0) continue;
-        if (!kvs_rdma_find_reg(c, k[i].buf, ch.slots[i].len)) {
+        if (!zero_copy(c, &k[i], ch.slots[i].len, 0)) {
             ch.bounce_off[i] = boff;
             boff += ch.slots[i].len;
         }
@@ -434,7 +494,7 @@ static int do_lease_release(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint3
     t0 = kvs_now_ns();
     for (uint32_t i = 0; rc == 0 && i < n; i++)
         if (k[i].status == 0 && ch.bounce_off[i] != UINT64_MAX)
-            memcpy(k[i].buf, c->bounce + ch.bounce_off[i], k[i].vlen);
+            kvs_key_scatter(&k[i], c->bounce + ch.bounce_off[i], k[i].vlen);
     if (rc == 0) atomic_fetch_add(&c->copy_us, kvs_rdma_elapsed_us(t0));
     slot_chunk_free(&ch);
     return rc;
@@ -491,11 +551,11 @@ static int run_chunk(struct kvs_rdma_conn *c, uint8_t op, struct kvs_key_io *k, 
                      uint32_t *m, uint64_t deadline)
 {
     int put = op == KVS_OP_PUT;
-    *m = chunk_size(c, k, left, put, 0);
+    *m = chunk_size(c, k, left, 0);
     if (op == KVS_OP_PUT || op == KVS_OP_GET) {
         int pull = put && kvs_rdma_pull_on(c) && chunk_bytes(k, *m) <= c->pull_max;
         int push = !put && kvs_rdma_push_on(c) && chunk_bytes(k, *m) <= c->push_max;
-        if (pull || push) *m = chunk_size(c, k, *m, put, 1);
+        if (pull || push) *m = chunk_size(c, k, *m, 1);
         if (pull) return do_pull(c, k, *m, deadline);
         if (push) return do_push(c, k, *m, deadline);
         return put ? do_reserve_commit(c, k, *m, deadline) : do_lease_release(c, k, *m, deadline);

@@ -4,8 +4,9 @@
  * largest possible reply to it must fit max_frame, and at most max_keys
  * keys), in two passes over the keys: plan_count sizes the job, plan_fill
  * writes its frames, headers, entries and iovecs. The iovecs point at the
- * caller's values; headers, entries and keys go to the job's scratch, so a
- * PUT of n keys is at most 2n+1 iovecs and a GET one.
+ * caller's values (each segment of a scatter-gather value its own);
+ * headers, entries and keys go to the job's scratch, so a PUT of n values
+ * (segments) is at most 2n+1 iovecs and a GET one.
  *
  * A job holds one reference per frame plus one for its sender; the last
  * one dropped completes the request.
@@ -83,7 +84,8 @@ static void frame_add(struct frame_acc *acc, uint64_t rq, uint64_t rp)
 /* What a job needs room for. */
 struct job_size {
     uint32_t nframes;
-    int niov;       /* an upper bound: one scratch run before each value and one after the last */
+    int niov; /* an upper bound: one per value segment, one scratch run before each and at the end
+               */
     size_t scratch; /* frame headers, entries and keys */
 };
 
@@ -112,7 +114,7 @@ static void plan_count(struct kvs_req *req, const struct kvs_limits *lim, struct
         }
         frame_add(&acc, rq, rp);
         sz->scratch += KVS_WIRE_ENTRY_LEN + k->klen;
-        if (req->opcode == KVS_OP_PUT && k->len > 0) values++;
+        if (req->opcode == KVS_OP_PUT && k->len > 0) values += k->iovcnt ? k->iovcnt : 1;
     }
     if (req->n == 0) { /* STATS: one empty frame */
         sz->nframes = 1;
@@ -148,11 +150,15 @@ static void write_entry(struct job_writer *w, const struct kvs_req *req, const s
     uint8_t *e = scratch_take(w, KVS_WIRE_ENTRY_LEN + k->klen);
     kvs_wire_entry_encode(e, (uint16_t)k->klen, len);
     memcpy(e + KVS_WIRE_ENTRY_LEN, k->key, k->klen);
-    if (req->opcode == KVS_OP_PUT && k->len > 0) {
-        struct tcp_job *job = w->job;
+    if (req->opcode != KVS_OP_PUT || k->len == 0) return;
+    struct tcp_job *job = w->job;
+    if (k->iovcnt == 0) {
         job->iov[job->niov++] = (struct iovec){(void *)k->val, k->len};
-        w->open = false;
+    } else { /* scatter-gather: each segment is sent where it lies */
+        for (uint32_t j = 0; j < k->iovcnt; j++)
+            if (k->iov[j].iov_len > 0) job->iov[job->niov++] = k->iov[j];
     }
+    w->open = false;
 }
 
 /* Ends frame f at key end: its header (at hdr) says what acc holds. */

@@ -90,6 +90,22 @@ static int rx_read(struct tcp_conn *c, int fd, void *dst, size_t n)
 }
 
 /*
+ * Reads a GET value of len <= k->len bytes into k's buffer or, in order,
+ * its segments (each straight from the socket when large, as rx_read does).
+ */
+static int rx_read_value(struct tcp_conn *c, int fd, const struct kvs_key_io *k, uint64_t len)
+{
+    if (k->iovcnt == 0) return rx_read(c, fd, k->buf, len);
+    for (uint32_t j = 0; j < k->iovcnt && len > 0; j++) {
+        size_t take = k->iov[j].iov_len < len ? k->iov[j].iov_len : len;
+        int rc = take ? rx_read(c, fd, k->iov[j].iov_base, take) : 0;
+        if (rc < 0) return rc;
+        len -= take;
+    }
+    return 0;
+}
+
+/*
  * Reads the per-key entries of a keyed reply into frame f's keys. Like the
  * server's request parser, it takes the frame as a whole or not at all: the
  * entries must fill body_len exactly. Until they have, each key's entry is
@@ -117,7 +133,7 @@ static int read_key_replies(struct tcp_conn *c, int fd, const struct kvs_wire_hd
         if (kvs_wire_status_decode(raw, req->opcode, &s) < 0) return -EPROTO;
         if (req->opcode == KVS_OP_GET && s.status == 0) {
             if (s.len > k->len || s.len > left) return -EPROTO;
-            rc = rx_read(c, fd, k->buf, s.len);
+            rc = rx_read_value(c, fd, k, s.len);
             if (rc < 0) return rc;
             left -= s.len;
         }

@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "auth.h"
 #include "clock.h"
@@ -68,10 +69,24 @@ struct kvs_key_io {
     const void *val; /* PUT: the value (may be NULL when len is 0) */
     void *buf;       /* GET: where the value goes (may be NULL when len is 0) */
     uint64_t len;    /* PUT: value length; GET: buf capacity; else 0 */
+    /*
+     * Scatter-gather (kvs_batch_putv / _getv): with iovcnt > 1 the value is
+     * iov[0..iovcnt) in order instead of val / buf, and len is their total.
+     * (The client passes a one-segment key as val / buf.) Every transport
+     * carries such keys; kvs_key_gather / kvs_key_scatter are the copies
+     * for one that must stage a value.
+     */
+    const struct iovec *iov;
+    uint32_t iovcnt;
     /* outputs */
     int32_t status; /* 0, 1 (EXISTS: present), or a negative errno (server's or transport's) */
     uint64_t vlen;  /* GET with status 0: bytes written to buf; with -ERANGE: the value's length */
 };
+
+/* Copies k's PUT value (k->len bytes, from val or its segments) to dst. */
+void kvs_key_gather(const struct kvs_key_io *k, void *dst);
+/* Copies len <= k->len bytes of a GET value from src into k's buf or, in order, its segments. */
+void kvs_key_scatter(const struct kvs_key_io *k, const void *src, size_t len);
 
 struct kvs_req;
 typedef void (*kvs_req_done_fn)(struct kvs_req *req);

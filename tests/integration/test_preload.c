@@ -365,6 +365,18 @@ static void test_writeback_order_put_then_batch_put(void **state)
     order_case("batch_put");
 }
 
+static void test_writeback_order_put_then_batch_putv(void **state)
+{
+    (void)state;
+    order_case("batch_putv");
+}
+
+static void test_writeback_order_put_then_batch_getv(void **state)
+{
+    (void)state;
+    order_case("batch_getv");
+}
+
 static void test_writeback_order_put_then_batch_get(void **state)
 {
     (void)state;
@@ -434,6 +446,8 @@ int main(void)
         cmocka_unit_test(test_writeback_order_put_then_remove),
         cmocka_unit_test(test_writeback_order_put_then_batch_put),
         cmocka_unit_test(test_writeback_order_put_then_batch_get),
+        cmocka_unit_test(test_writeback_order_put_then_batch_putv),
+        cmocka_unit_test(test_writeback_order_put_then_batch_getv),
         cmocka_unit_test(test_writeback_order_put_then_batch_exists),
         cmocka_unit_test(test_writeback_order_put_then_batch_put_async),
         cmocka_unit_test(test_writeback_order_put_then_batch_get_async),

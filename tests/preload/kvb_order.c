@@ -94,6 +94,38 @@ static int case_batch_get(const char *key, unsigned *final)
     return !kvval_check(buf, VLEN, key, &v) || v != 1;
 }
 
+/* kvs_put v1, then kvs_batch_putv v2 in two segments: v2 is what is stored. */
+static int case_batch_putv(const char *key, unsigned *final)
+{
+    char val[VLEN];
+    const char *keys[1] = {key};
+    struct iovec iov[2] = {{val, 100}, {val + 100, VLEN - 100}};
+    const struct iovec *iovs[1] = {iov};
+    size_t cnt[1] = {2};
+    int st[1] = {-1};
+    *final = 2;
+    if (put_version(key, 1) != 0) return 1;
+    kvval_fill(val, sizeof(val), key, 2);
+    if (kvs_batch_putv(client, 1, keys, iovs, cnt, st) != 1 || st[0] != 0) return 1;
+    return !holds(key, 2);
+}
+
+/* kvs_put, then kvs_batch_getv into two segments: it sees the put. */
+static int case_batch_getv(const char *key, unsigned *final)
+{
+    char buf[VLEN];
+    const char *keys[1] = {key};
+    struct iovec iov[2] = {{buf, 300}, {buf + 300, VLEN - 300}};
+    const struct iovec *iovs[1] = {iov};
+    size_t cnt[1] = {2};
+    ssize_t res[1] = {-1};
+    unsigned v = 0;
+    *final = 1;
+    if (put_version(key, 1) != 0) return 1;
+    if (kvs_batch_getv(client, 1, keys, iovs, cnt, res) != 1 || res[0] != VLEN) return 1;
+    return !kvval_check(buf, VLEN, key, &v) || v != 1;
+}
+
 /* kvs_put, then kvs_batch_exists: 1. */
 static int case_batch_exists(const char *key, unsigned *final)
 {
@@ -263,6 +295,8 @@ static const struct order_case cases[] = {
     {"batch_put", case_batch_put},
     {"batch_get", case_batch_get},
     {"batch_exists", case_batch_exists},
+    {"batch_putv", case_batch_putv},
+    {"batch_getv", case_batch_getv},
     {"batch_put_async", case_batch_put_async},
     {"batch_get_async", case_batch_get_async},
     {"batch_exists_async", case_batch_exists_async},

@@ -174,6 +174,48 @@ class Calls(unittest.TestCase):
         self.assertEqual(one.raw[:sum(sizes[1])],
                          b"".join(b.raw[:n] for (b, _), n in zip(segs[1], sizes[1])))
 
+    def test_multi_buffers_edges(self):
+        """Odd and empty segments, a one-segment key beside them, a total over
+        kvstored's maximum value, and a get whose segments are too small:
+        -600 for that key, and not one byte written anywhere."""
+        s = self.s
+        sizes = [1, 0, 4093, 7, 0, 65537, 3]
+        area, base = buffer(sum(sizes) + 64 * len(sizes))
+        ctypes.memmove(base, os.urandom(len(area.raw)), len(area.raw))
+        at, ptrs = 0, []
+        for n in sizes:  # 64 bytes between segments
+            ptrs.append(base + at)
+            at += n + 64
+        want = b"".join(area.raw[p - base:p - base + n] for p, n in zip(ptrs, sizes))
+        single, sp = buffer(b"only-one-segment")
+        big, bp = buffer(33 << 20)
+        keys = [PREFIX + "edge-odd", PREFIX + "edge-one", PREFIX + "edge-empty",
+                PREFIX + "edge-big"]
+        res = s.batch_put_from_multi_buffers(
+            keys, [ptrs, [sp], [sp, sp], [bp, bp]], [sizes, [16], [0, 0], [33 << 20, 33 << 20]])
+        self.assertEqual(res, [0, 0, INVALID_PARAMS, INVALID_PARAMS])
+        self.assertEqual(s.get(keys[0]), want)
+        self.assertEqual(s.get(keys[1]), b"only-one-segment")
+        self.assertEqual(s.is_exist(keys[2]), 0)
+        self.assertEqual(s.is_exist(keys[3]), 0)
+        # Back in another odd split, and the single key into three segments.
+        out, op = buffer(len(want) + 5)
+        cut = [5000, 0, 3, len(want) - 5003 + 5]
+        optrs = [op + sum(cut[:j]) for j in range(len(cut))]
+        three, tp = buffer(16)
+        res = s.batch_get_into_multi_buffers(keys[:2], [optrs, [tp, tp + 4, tp + 4]],
+                                             [cut, [4, 0, 12]])
+        self.assertEqual(res, [len(want), 16])
+        self.assertEqual(out.raw[:len(want)], want)
+        self.assertEqual(three.raw[:16], b"only-one-segment")
+        # Segments one byte short in all: -600, the buffer untouched.
+        guard, gp = buffer(b"\xab" * (len(want) + 64))
+        short = [100, len(want) - 101]
+        res = s.batch_get_into_multi_buffers(keys[:2], [[gp, gp + 100 + 32], [tp]],
+                                             [short, [16]])
+        self.assertEqual(res, [INVALID_PARAMS, 16])
+        self.assertEqual(guard.raw[:len(want) + 64], b"\xab" * (len(want) + 64))
+
     def test_put_parts(self):
         s, k = self.s, PREFIX + "parts"
         self.assertEqual(s.put_parts(k, b"meta", bytearray(b"-"), memoryview(b"payload")), 0)

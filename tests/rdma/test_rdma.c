@@ -493,6 +493,94 @@ static void test_adjacent_slices_merge(void **state)
     kvs_rdma_transport.destroy(conn);
 }
 
+/* One scatter-gather key through the transport: its status (and a get's length in *vlen). */
+static int32_t run_iov(struct kvs_conn *conn, uint8_t opcode, const char *key,
+                       const struct iovec *iov, uint32_t cnt, uint64_t *vlen)
+{
+    uint64_t len = 0;
+    for (uint32_t j = 0; j < cnt; j++)
+        len += iov[j].iov_len;
+    struct kvs_key_io k = {
+        .key = key, .klen = (uint32_t)strlen(key), .iov = iov, .iovcnt = cnt, .len = len};
+    int done = 0;
+    struct kvs_req req = {.opcode = opcode, .n = 1, .keys = &k, .done = req_done, .arg = &done};
+    kvs_rdma_transport.submit(conn, &req);
+    assert_int_equal(done, 1);
+    if (vlen) *vlen = k.vlen;
+    return k.status;
+}
+
+/*
+ * A value of 10 segments that are not adjacent, in registered memory: on
+ * the two-sided paths each segment is one SGE of the key's WRITE / READ,
+ * max_sge (4 here) to a WR, so 3 data WRs each way, all zero-copy; out of
+ * registered memory, and on PULL / PUSH, the value is staged in the bounce
+ * buffer. Every way, the bytes come back in segment order.
+ */
+static void test_segments_as_sge_lists(void **state)
+{
+    (void)state;
+    setenv("KVS_RDMA_TEST_MAX_SGE", "4", 1);
+    struct kvs_conn *conn = open_conn_two_sided();
+    unsetenv("KVS_RDMA_TEST_MAX_SGE");
+    enum { SEGS = 10, SEG = 1000, STRIDE = 4096 };
+    uint8_t *region = calloc(SEGS, STRIDE), *want = malloc(SEGS * SEG);
+    assert_non_null(region);
+    assert_non_null(want);
+    kvval_fill(want, SEGS * SEG, "sge", 1);
+    struct iovec iov[SEGS];
+    for (int j = 0; j < SEGS; j++) { /* reverse memory order: no two segments merge */
+        iov[j] = (struct iovec){region + (size_t)(SEGS - 1 - j) * STRIDE, SEG};
+        memcpy(iov[j].iov_base, want + (size_t)j * SEG, SEG);
+    }
+    assert_int_equal(kvs_rdma_transport.reg_mem(conn, region, (size_t)SEGS * STRIDE), 0);
+    struct counters a = read_counters(conn);
+    assert_int_equal(run_iov(conn, KVS_OP_PUT, "sge", iov, SEGS, NULL), 0);
+    struct counters b = read_counters(conn);
+    assert_int_equal(b.wrs - a.wrs, 1 + 3 + 1); /* RESERVE, 3 WRITEs, COMMIT */
+    assert_int_equal(b.zero_copy - a.zero_copy, SEGS * SEG);
+    assert_int_equal(b.bounce - a.bounce, 0);
+
+    memset(region, 0, (size_t)SEGS * STRIDE);
+    uint64_t vlen = 0;
+    assert_int_equal(run_iov(conn, KVS_OP_GET, "sge", iov, SEGS, &vlen), 0);
+    struct counters c = read_counters(conn);
+    assert_int_equal(vlen, SEGS * SEG);
+    assert_int_equal(c.wrs - b.wrs, 1 + 3 + 1); /* LEASE, 3 READs, RELEASE */
+    assert_int_equal(c.zero_copy - b.zero_copy, SEGS * SEG);
+    for (int j = 0; j < SEGS; j++)
+        assert_memory_equal(iov[j].iov_base, want + (size_t)j * SEG, SEG);
+
+    /* Not registered: bounced whole, the same bytes. */
+    assert_int_equal(kvs_rdma_transport.unreg_mem(conn, region), 0);
+    memset(region, 0, (size_t)SEGS * STRIDE);
+    assert_int_equal(run_iov(conn, KVS_OP_GET, "sge", iov, SEGS, &vlen), 0);
+    struct counters d = read_counters(conn);
+    assert_int_equal(d.bounce - c.bounce, SEGS * SEG);
+    for (int j = 0; j < SEGS; j++)
+        assert_memory_equal(iov[j].iov_base, want + (size_t)j * SEG, SEG);
+    kvs_rdma_transport.destroy(conn);
+
+    /* PULL and PUSH (one address per key): staged, the same bytes. */
+    conn = open_conn();
+    kvval_fill(want, SEGS * SEG, "sge-pp", 2);
+    for (int j = 0; j < SEGS; j++)
+        memcpy(iov[j].iov_base, want + (size_t)j * SEG, SEG);
+    assert_int_equal(run_iov(conn, KVS_OP_PUT, "sge-pp", iov, SEGS, NULL), 0);
+    memset(region, 0, (size_t)SEGS * STRIDE);
+    iov[SEGS - 1].iov_len = SEG + 7; /* 7 bytes of capacity to spare: left untouched */
+    memset(region, 0x5A, SEG + 7);
+    assert_int_equal(run_iov(conn, KVS_OP_GET, "sge-pp", iov, SEGS, &vlen), 0);
+    assert_int_equal(vlen, SEGS * SEG);
+    for (int j = 0; j < SEGS; j++)
+        assert_memory_equal(iov[j].iov_base, want + (size_t)j * SEG, SEG);
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(region[SEG + i], 0x5A);
+    kvs_rdma_transport.destroy(conn);
+    free(region);
+    free(want);
+}
+
 /* The value of STATS line name, or -1. */
 static long long server_stat(const char *name)
 {
@@ -1028,6 +1116,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_chain_split),
         cmocka_unit_test(test_bounce_vs_registered),
         cmocka_unit_test(test_adjacent_slices_merge),
+        cmocka_unit_test(test_segments_as_sge_lists),
         cmocka_unit_test(test_lease_expiry),
         cmocka_unit_test(test_bad_tokens),
         cmocka_unit_test(test_pull_bad_source),
