@@ -246,7 +246,7 @@ static void test_many_segments_many_frames(void **state)
     assert_non_null(vals);
     assert_non_null(back);
     assert_non_null(iov);
-    char names[N][16];
+    char names[N][24];
     const char *keys[N];
     const struct iovec *lists[N];
     size_t cnt[N];
