@@ -56,10 +56,9 @@ static int check_key(const struct op_args *a, size_t i, size_t *klen)
         uint64_t total;
         int st = check_iov(a, i, &total);
         if (st < 0) return st;
-    } else if (a->opcode == KVS_OP_PUT && a->lens[i] > 0 && !a->vals[i]) {
-        return -EINVAL;
-    } else if (a->opcode == KVS_OP_GET && a->lens[i] > 0 && !a->bufs[i]) {
-        return -EINVAL;
+    } else if (a->opcode == KVS_OP_PUT || a->opcode == KVS_OP_GET) {
+        const void *p = a->opcode == KVS_OP_PUT ? a->vals[i] : (const void *)a->bufs[i];
+        if (a->lens[i] > 0 && !p) return -EINVAL;
     }
     *klen = len;
     return 0;

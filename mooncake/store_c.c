@@ -605,7 +605,7 @@ int kvsmc_batch_put_parts(mooncake_store_t store, size_t count, const char *cons
     const char **k = malloc((count + 1) * sizeof(*k));
     const struct iovec **v = malloc((count + 1) * sizeof(*v));
     size_t *cnt = malloc((count + 1) * sizeof(*cnt));
-    int *st = malloc((count + 1) * sizeof(*st));
+    int *st = calloc(count + 1, sizeof(*st));
     rc = KVSMC_INTERNAL_ERROR;
     if (!k || !v || !cnt || !st) goto out;
     size_t n = 0;
