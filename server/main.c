@@ -157,6 +157,84 @@ static int open_signalfd(void)
     return fd < 0 ? -errno : fd;
 }
 
+/* Reads --auth-file's secret into secret: its length, 0 without the option, -1 (said why). */
+static long load_secret(const struct options *opt, uint8_t secret[KVS_AUTH_MAX_SECRET])
+{
+    char why[512];
+    if (!opt->auth_file) return 0;
+    if (kvs_auth_init() < 0) {
+        fprintf(stderr, "kvstored: cannot initialise libsodium\n");
+        return -1;
+    }
+    long len = kvs_auth_load_secret(opt->auth_file, secret, why, sizeof(why));
+    if (len < 0) fprintf(stderr, "kvstored: --auth-file: %s\n", why);
+    return len < 0 ? -1 : len;
+}
+
+/*
+ * --rdma-listen: the RDMA side, watched by net's loop, its address in addr.
+ * No device is no error (TCP only, one line); any other failure is. With
+ * --auth-file, RDMA peers pass the same AUTH before any slot (server/rdma.c).
+ */
+static int start_rdma(struct kvsd_server *srv, struct kvsd_net *net, const struct options *opt,
+                      struct kvsd_rdma **out, char *addr, size_t len)
+{
+    char err[256];
+    struct kvsd_rdma *rdma;
+    struct kvsd_rdma_config rcfg = {.host = opt->rdma_listen.host,
+                                    .port = opt->rdma_listen.port,
+                                    .lease_ms = opt->rdma_lease_ms,
+                                    .verbose = opt->verbose};
+    *out = NULL;
+    if (!opt->rdma_listen.host[0]) return 0;
+    int rc = kvsd_rdma_create(srv, &rcfg, &rdma, err, sizeof(err));
+    if (rc == -ENODEV) {
+        fprintf(stderr, "kvstored: rdma off: %s; serving TCP only\n", err);
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "kvstored: --rdma-listen %s:%s: %s\n", rcfg.host, rcfg.port, err);
+        return rc;
+    }
+    if ((rc = kvsd_net_watch(net, kvsd_rdma_fd(rdma), kvsd_rdma_service, rdma)) < 0 ||
+        (rc = kvsd_rdma_local_addr(rdma, addr, len)) < 0) {
+        fprintf(stderr, "kvstored: rdma: %s\n", strerror(-rc));
+        kvsd_rdma_destroy(rdma);
+        return rc;
+    }
+    srv->features |= KVS_FEAT_RDMA | kvsd_rdma_features(rdma);
+    srv->stats_extra = kvsd_rdma_stats;
+    srv->stats_extra_arg = rdma;
+    *out = rdma;
+    return 0;
+}
+
+/*
+ * Binds the local socket and prints the lines whoever started kvstored
+ * waits for; after them, clients may connect at once.
+ */
+static int announce(struct kvsd_net *net, const struct kvsd_server *srv, const struct options *opt,
+                    const char *rdma_addr)
+{
+    char addr[300], upath[108] = "";
+    int rc = kvsd_net_local_addr(net, addr, sizeof(addr));
+    if (rc < 0) {
+        fprintf(stderr, "kvstored: getsockname: %s\n", strerror(-rc));
+        return rc;
+    }
+    rc = listen_local(net, opt, addr, upath, sizeof(upath));
+    if (rc < 0) return rc;
+    printf("listening on %s\n", addr);
+    if (rdma_addr[0]) printf("rdma listening on %s\n", rdma_addr);
+    if (upath[0]) printf("local socket %s\n", upath);
+    fflush(stdout);
+    if (opt->verbose)
+        fprintf(stderr, "kvstored: memory %zu bytes, max object %llu, max frame %llu\n",
+                kvsd_pool_size(kvsd_store_pool(srv->store)), (unsigned long long)opt->max_object,
+                (unsigned long long)opt->max_frame);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct options opt;
@@ -168,19 +246,8 @@ int main(int argc, char **argv)
     int status = 1;
     /* The secret is read once, before anything listens; it stays in this buffer. */
     static uint8_t secret[KVS_AUTH_MAX_SECRET];
-    long secret_len = 0;
-    if (opt.auth_file) {
-        char why[512];
-        if (kvs_auth_init() < 0) {
-            fprintf(stderr, "kvstored: cannot initialise libsodium\n");
-            return 1;
-        }
-        secret_len = kvs_auth_load_secret(opt.auth_file, secret, why, sizeof(why));
-        if (secret_len < 0) {
-            fprintf(stderr, "kvstored: --auth-file: %s\n", why);
-            return 1;
-        }
-    }
+    long secret_len = load_secret(&opt, secret);
+    if (secret_len < 0) goto out;
     int sfd = open_signalfd();
     if (sfd < 0) {
         fprintf(stderr, "kvstored: signalfd: %s\n", strerror(-sfd));
@@ -209,7 +276,7 @@ int main(int argc, char **argv)
     char err[256];
     struct kvsd_net_config ncfg = {.host = opt.listen.host,
                                    .port = opt.listen.port,
-                                   .max_conns = (int)opt.max_conns,
+                                   .max_conns = opt.max_conns,
                                    .stall_timeout_ms = opt.stall_timeout_s * 1000u,
                                    .put_timeout_ms = opt.put_timeout_ms,
                                    .verbose = opt.verbose};
@@ -218,51 +285,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvstored: %s\n", err);
         goto out_server;
     }
-
     /* Up before "listening on" is printed: whoever waits for that line may connect at once. */
     struct kvsd_rdma *rdma = NULL;
     char rdma_addr[300] = "";
-    /* With --auth-file, RDMA peers pass the same AUTH before any slot (server/rdma.c). */
-    if (opt.rdma_listen.host[0]) {
-        struct kvsd_rdma_config rcfg = {.host = opt.rdma_listen.host,
-                                        .port = opt.rdma_listen.port,
-                                        .lease_ms = opt.rdma_lease_ms,
-                                        .verbose = opt.verbose};
-        rc = kvsd_rdma_create(&srv, &rcfg, &rdma, err, sizeof(err));
-        if (rc == -ENODEV) {
-            fprintf(stderr, "kvstored: rdma off: %s; serving TCP only\n", err);
-        } else if (rc < 0) {
-            fprintf(stderr, "kvstored: --rdma-listen %s:%s: %s\n", opt.rdma_listen.host,
-                    opt.rdma_listen.port, err);
-            goto out_net;
-        } else if ((rc = kvsd_net_watch(net, kvsd_rdma_fd(rdma), kvsd_rdma_service, rdma)) < 0 ||
-                   (rc = kvsd_rdma_local_addr(rdma, rdma_addr, sizeof(rdma_addr))) < 0) {
-            fprintf(stderr, "kvstored: rdma: %s\n", strerror(-rc));
-            goto out_net;
-        } else {
-            srv.features |= KVS_FEAT_RDMA | kvsd_rdma_features(rdma);
-            srv.stats_extra = kvsd_rdma_stats;
-            srv.stats_extra_arg = rdma;
-        }
-    }
-
-    char addr[300];
-    rc = kvsd_net_local_addr(net, addr, sizeof(addr));
-    if (rc < 0) {
-        fprintf(stderr, "kvstored: getsockname: %s\n", strerror(-rc));
+    if (start_rdma(&srv, net, &opt, &rdma, rdma_addr, sizeof(rdma_addr)) < 0 ||
+        announce(net, &srv, &opt, rdma_addr) < 0)
         goto out_net;
-    }
-    char upath[108] = "";
-    rc = listen_local(net, &opt, addr, upath, sizeof(upath));
-    if (rc < 0) goto out_net;
-    printf("listening on %s\n", addr);
-    if (rdma) printf("rdma listening on %s\n", rdma_addr);
-    if (upath[0]) printf("local socket %s\n", upath);
-    fflush(stdout);
-    if (opt.verbose)
-        fprintf(stderr, "kvstored: memory %zu bytes, max object %llu, max frame %llu\n",
-                kvsd_pool_size(kvsd_store_pool(srv.store)), (unsigned long long)opt.max_object,
-                (unsigned long long)opt.max_frame);
 
     rc = kvsd_net_run(net, sfd);
     if (rc < 0) {
