@@ -50,6 +50,7 @@ enum rstate {
     RS_VALUE,  /* a PUT value: into its slot, or discarded */
     RS_SKIP,   /* the body of an unknown opcode */
     RS_AUTH,   /* waiting for an AUTH body */
+    RS_ADMIT,  /* an entry frame's header is in; its reply waits for heap (frame_fits) */
     RS_CLOSED, /* a malformed frame was seen: no more input */
 };
 
@@ -240,6 +241,40 @@ void kvsd_proto_conn_free(struct kvsd_proto_conn *c)
 /* ---- output ---- */
 
 /*
+ * The segment array capacity that holds extra more segments after the unsent
+ * ones (seg_cap itself when it already does): at least 16, and half as much
+ * again, so that pipelined small frames do not realloc each time.
+ */
+static size_t segs_cap_for(const struct kvsd_proto_conn *c, size_t extra)
+{
+    size_t need = c->nsegs - c->seg_head + extra;
+    if (need <= c->seg_cap) return c->seg_cap;
+    size_t grown = c->seg_cap < 16 ? 16 : c->seg_cap + c->seg_cap / 2;
+    return need > grown ? need : grown;
+}
+
+/* Makes room for extra more segments at once, so a frame's reply never grows the array. */
+static int reserve_segs(struct kvsd_proto_conn *c, size_t extra)
+{
+    size_t cap = segs_cap_for(c, extra);
+    if (c->nsegs + extra <= c->seg_cap) return 0;
+    if (c->seg_head > 0) { /* slide the unsent segments down first */
+        memmove(c->segs, c->segs + c->seg_head, (c->nsegs - c->seg_head) * sizeof(*c->segs));
+        c->nsegs -= c->seg_head;
+        c->seg_committed -= c->seg_head;
+        c->seg_head = 0;
+        if (c->nsegs + extra <= c->seg_cap) return 0;
+    }
+    struct out_seg *ns = realloc(c->segs, cap * sizeof(*ns));
+    if (!ns) return -ENOMEM;
+    if (c->segs) out_refund(c, heap_cost(c->seg_cap * sizeof(*ns)));
+    out_charge(c, heap_cost(cap * sizeof(*ns)));
+    c->segs = ns;
+    c->seg_cap = cap;
+    return 0;
+}
+
+/*
  * Appends a segment to the frame being built, merging it with a contiguous
  * plain predecessor. owned (freed once sent) was charged cost.
  */
@@ -253,24 +288,7 @@ static int push_seg(struct kvsd_proto_conn *c, const uint8_t *ptr, size_t len,
             return 0;
         }
     }
-    if (c->nsegs == c->seg_cap) {
-        if (c->seg_head > 0) {
-            /* Slide the unsent segments down before growing. */
-            memmove(c->segs, c->segs + c->seg_head, (c->nsegs - c->seg_head) * sizeof(*c->segs));
-            c->nsegs -= c->seg_head;
-            c->seg_committed -= c->seg_head;
-            c->seg_head = 0;
-        }
-        if (c->nsegs == c->seg_cap) {
-            size_t cap = c->seg_cap ? c->seg_cap * 2 : 16;
-            struct out_seg *ns = realloc(c->segs, cap * sizeof(*ns));
-            if (!ns) return -ENOMEM;
-            if (c->segs) out_refund(c, heap_cost(c->seg_cap * sizeof(*ns)));
-            out_charge(c, heap_cost(cap * sizeof(*ns)));
-            c->segs = ns;
-            c->seg_cap = cap;
-        }
-    }
+    if (c->nsegs == c->seg_cap && reserve_segs(c, 1) < 0) return -ENOMEM;
     c->segs[c->nsegs++] = (struct out_seg){
         .ptr = ptr, .len = (uint32_t)len, .cost = (uint32_t)cost, .pin = pin, .owned = owned};
     return 0;
@@ -397,9 +415,12 @@ static int over_budget(const struct kvsd_proto_conn *c)
     return c->out_pending > 0 && (c->out_pending > l->out_limit || c->out_heap > heap_limit);
 }
 
+static int frame_fits(const struct kvsd_proto_conn *c);
+
 int kvsd_proto_want_input(const struct kvsd_proto_conn *c)
 {
     if (c->closing) return 0;
+    if (c->st == RS_ADMIT) return frame_fits(c);
     return !(c->st == RS_HDR && over_budget(c));
 }
 
@@ -448,7 +469,7 @@ static void reply_hello(struct kvsd_proto_conn *c)
         .max_key = KVS_WIRE_MAX_KEY,
         .max_object = c->srv->limits.max_object,
         .max_frame = c->srv->limits.max_frame,
-        .max_keys = KVS_WIRE_MAX_KEYS,
+        .max_keys = KVSD_PROTO_MAX_KEYS,
         .features = c->srv->features,
     };
     kvs_wire_hello_encode(body, &h);
@@ -472,10 +493,51 @@ static void reply_stats(struct kvsd_proto_conn *c)
     if (rc < 0) fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
 }
 
-/* Starts the reply of an entry-carrying frame: header space and count statuses. */
+/*
+ * Segments the reply of the entry frame in c->hdr may need: its header, then
+ * per key a status and, for a GET hit, the value (contiguous statuses merge,
+ * so this is an upper bound).
+ */
+static size_t frame_segs(const struct kvsd_proto_conn *c)
+{
+    return 1 + (size_t)c->hdr.count * (c->hdr.opcode == KVS_OP_GET ? 2 : 1);
+}
+
+/*
+ * The most heap the reply of the entry frame in c->hdr can add: its meta
+ * buffer (header and statuses) and the growth of the segment array that
+ * begin_frame reserves. Known from the header alone, before any key is read.
+ */
+static size_t frame_heap(const struct kvsd_proto_conn *c)
+{
+    size_t meta = heap_cost(KVS_WIRE_HDR_LEN + (size_t)c->hdr.count * KVS_WIRE_STATUS_LEN);
+    size_t cap = segs_cap_for(c, frame_segs(c));
+    if (cap == c->seg_cap) return meta;
+    size_t old = c->segs ? heap_cost(c->seg_cap * sizeof(*c->segs)) : 0;
+    return meta + heap_cost(cap * sizeof(*c->segs)) - old;
+}
+
+/*
+ * Whether the entry frame whose header is in may start its reply now: with
+ * replies queued, only if its worst-case heap keeps the connection within
+ * out_heap_limit; else it waits (RS_ADMIT) until they drain. With nothing
+ * queued it always may: a frame of at most KVSD_PROTO_MAX_KEYS keys needs
+ * at most about 0.6 MiB (16 + 8 * 8192 bytes of statuses, 16385 segments
+ * of 32 bytes), within the default 1 MiB.
+ */
+static int frame_fits(const struct kvsd_proto_conn *c)
+{
+    return c->out_pending == 0 || c->out_heap + frame_heap(c) <= c->srv->limits.out_heap_limit;
+}
+
+/*
+ * Starts the reply of an entry-carrying frame: header space, count
+ * statuses, and every segment it may need, reserved now.
+ */
 static int begin_frame(struct kvsd_proto_conn *c)
 {
     size_t meta_len = KVS_WIRE_HDR_LEN + (size_t)c->hdr.count * KVS_WIRE_STATUS_LEN;
+    if (reserve_segs(c, frame_segs(c)) < 0) return -ENOMEM;
     c->meta = malloc(meta_len);
     if (!c->meta) return -ENOMEM;
     c->meta_cost = heap_cost(meta_len);
@@ -673,6 +735,11 @@ static int admit_header(struct kvsd_proto_conn *c, const uint8_t *p)
         fail_conn(c, c->hdr.id, -EBADMSG, "a reply sent as a request");
         return 0;
     }
+    if (c->hdr.count > KVSD_PROTO_MAX_KEYS) {
+        /* HELLO's max_keys: a frame of more could not be answered within the reply budget. */
+        fail_conn(c, c->hdr.id, -EMSGSIZE, "more keys than HELLO's max_keys");
+        return 0;
+    }
     if (!kvsd_proto_authenticated(c) && c->hdr.opcode != KVS_OP_HELLO &&
         c->hdr.opcode != KVS_OP_AUTH) {
         fail_conn(c, c->hdr.id, -EACCES, "not authenticated: HELLO, then AUTH");
@@ -724,7 +791,7 @@ static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
     case KVS_OP_EXISTS:
     case KVS_OP_REMOVE:
     case KVS_OP_REMOVE_MATCHING:
-        begin_entries(c);
+        c->st = RS_ADMIT; /* begin_entries once its reply fits (frame_fits) */
         return;
     default:
         /* Known to the codec but not served over this transport (e.g. RDMA control). */
@@ -832,6 +899,10 @@ void kvsd_proto_process(struct kvsd_proto_conn *c)
             break;
         case RS_SKIP:
             if (!on_skip(c)) return;
+            break;
+        case RS_ADMIT:
+            if (!frame_fits(c)) return; /* back-pressure: replies must drain first */
+            begin_entries(c);
             break;
         case RS_AUTH:
             if (avail < KVS_WIRE_AUTH_LEN) return;

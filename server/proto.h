@@ -14,7 +14,11 @@
  * spends on it (in srv->conn_memory). When more than out_limit reply bytes
  * are queued, or their buffers and segments hold more than out_heap_limit
  * of heap (4 KiB before AUTH), the connection takes no more input, between
- * frames, until they drain (back-pressure). Before AUTH its read buffer is
+ * frames, until they drain (back-pressure). An entry frame also waits, once
+ * its header is in, until the most heap its reply can take (known from the
+ * header: statuses and segments, reserved at once) fits out_heap_limit
+ * beside what is queued, so queued replies never hold more than that
+ * (plus one HELLO/STATS/ERROR reply) whatever a frame holds. Before AUTH its read buffer is
  * 1 KiB; it gets the full one once authenticated.
  *
  * A malformed frame gets a KVS_OP_ERROR reply and the connection closes once
@@ -31,6 +35,16 @@
 
 #include "server.h"
 #include "wire.h"
+
+/*
+ * Keys per request frame that kvstored serves (HELLO's max_keys; clients cut
+ * batches to it). The whole reply of a frame is built before its first byte
+ * goes out (its header carries the body length), so its heap is held at
+ * once: at most 16 + 8 bytes of status and two 32-byte segments per key,
+ * about 0.6 MiB at this count, which fits the 1 MiB reply heap budget. A
+ * frame of more keys (up to the wire's 65536) is refused (-EMSGSIZE, closed).
+ */
+#define KVSD_PROTO_MAX_KEYS 8192u
 
 struct kvsd_proto_conn;
 

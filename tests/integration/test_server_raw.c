@@ -567,6 +567,68 @@ static void test_slow_reader_back_pressure(void **state)
     free(b.p);
 }
 
+/* A frame of n keys "<prefix><i>", each with len (a GET's capacity; a PUT's value val). */
+static void req_many(struct kvt_reqbuf *b, uint8_t op, uint64_t id, const char *prefix, int n,
+                     uint32_t len, const uint8_t *val)
+{
+    kvt_req_begin(b, op, id);
+    for (int i = 0; i < n; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        kvt_req_entry(b, key, len, val);
+    }
+    kvt_req_end(b);
+}
+
+enum { FRAME_KEYS = 8192 }; /* HELLO's max_keys */
+
+/*
+ * A GET frame of 65536 keys (the wire's limit, over HELLO's max_keys of
+ * 8192) could not be answered within the reply budget: its whole reply
+ * (8 bytes of status and two segments per key, about 8.5 MiB of heap) is
+ * built before the first byte goes. It is refused with -EMSGSIZE and its
+ * connection closed; a frame of max_keys is served; others are unaffected.
+ */
+static void test_frame_over_max_keys_refused(void **state)
+{
+    struct kvt_server *s = *state;
+    int a = kvt_raw_connect(s->port, 10);
+    struct kvt_reqbuf b = {0};
+    kvt_req_begin(&b, KVS_OP_HELLO, 1);
+    kvt_req_end(&b);
+    kvt_raw_send_all(a, b.p, b.len);
+    struct reply r = {0};
+    assert_int_equal(read_reply(a, &r), 0);
+    assert_non_null(r.body);
+    struct kvs_wire_hello h = {0};
+    assert_int_equal(kvs_wire_hello_decode(r.body, r.hdr.body_len, &h), 0);
+    assert_int_equal(h.max_keys, FRAME_KEYS);
+    free(r.body);
+
+    int big = kvt_raw_connect(s->port, 10);
+    b.len = 0;
+    req_many(&b, KVS_OP_GET, 7, "mk", (int)KVS_WIRE_MAX_KEYS, 16, NULL);
+    kvt_raw_send_all(big, b.p, b.len);
+    assert_int_equal(read_reply(big, &r), 0);
+    assert_int_equal(r.hdr.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
+    assert_int_equal(r.hdr.id, 7);
+    assert_true(r.body && r.hdr.body_len >= 4);
+    if (r.body) assert_int_equal((int32_t)kvs_get_u32(r.body), -EMSGSIZE);
+    free(r.body);
+    assert_true(closed_by_peer(big));
+    close(big);
+
+    b.len = 0;
+    req_many(&b, KVS_OP_GET, 8, "mk", FRAME_KEYS, 16, NULL);
+    kvt_raw_send_all(a, b.p, b.len);
+    assert_int_equal(read_reply(a, &r), 0);
+    assert_int_equal(r.hdr.opcode, KVS_OP_GET | KVS_OP_REPLY);
+    assert_int_equal(r.hdr.count, FRAME_KEYS);
+    free(r.body);
+    free(b.p);
+    close(a);
+}
+
 /* SIGTERM while clients are connected and replies are in flight: exit 0. */
 static void test_sigterm_with_clients(void **state)
 {
@@ -705,6 +767,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_max_conns, setup_two_conns, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_descriptors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_reader_back_pressure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_frame_over_max_keys_refused, setup, teardown),
         cmocka_unit_test(test_sigterm_with_clients),
         cmocka_unit_test(test_stalled_peer_cut),
         cmocka_unit_test(test_bad_options_exit_2),
