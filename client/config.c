@@ -1,6 +1,6 @@
 /*
  * config.c - a client's configuration: the environment (KVSTORE_TIMEOUT_MS,
- * KVSTORE_CONNECT_TIMEOUT_MS, KVSTORE_AUTH_FILE, KVSTORE_TRANSPORT,
+ * KVSTORE_CONNECT_TIMEOUT_MS, KVSTORE_SHM_SIZE, KVSTORE_AUTH_FILE, KVSTORE_TRANSPORT,
  * KVSTORE_SERVERS) and the server list "[scheme://]host:port[,...]", each
  * entry with the transport that serves it.
  *
@@ -18,6 +18,9 @@
 
 #define DEFAULT_TIMEOUT_MS 10000
 #define MAX_CONNECT_MS     5000
+#define DEFAULT_SHM_SIZE   (32ull << 20)
+#define MAX_SHM_SIZE       (16ull << 30)
+#define SHM_ALIGN          (64ull << 10)
 
 /* An environment variable holding milliseconds in [1, max], else def (with a warning). */
 static int env_ms(const char *name, int def, int max)
@@ -31,6 +34,23 @@ static int env_ms(const char *name, int def, int max)
         return def;
     }
     return (int)ms;
+}
+
+/*
+ * KVSTORE_SHM_SIZE: a size of 0 (no shared memory) or 64 KiB..16 GiB,
+ * rounded up to 64 KiB; else the default (with a warning).
+ */
+static uint64_t env_shm_size(void)
+{
+    const char *v = getenv("KVSTORE_SHM_SIZE");
+    if (!v || !*v) return DEFAULT_SHM_SIZE;
+    uint64_t n;
+    if (kvs_parse_size(v, &n) < 0 || (n != 0 && (n < SHM_ALIGN || n > MAX_SHM_SIZE))) {
+        kvs_log(KVS_LOG_WARN, "KVSTORE_SHM_SIZE=%s is not 0 or a size of 64KiB..16GiB; using %llu",
+                v, (unsigned long long)DEFAULT_SHM_SIZE);
+        return DEFAULT_SHM_SIZE;
+    }
+    return (n + SHM_ALIGN - 1) / SHM_ALIGN * SHM_ALIGN;
 }
 
 /*
@@ -117,6 +137,7 @@ int kvc_config_load(kvs_client *c, const char *servers)
     c->cfg.timeout_ms = env_ms("KVSTORE_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 3600 * 1000);
     int conn_def = c->cfg.timeout_ms < MAX_CONNECT_MS ? c->cfg.timeout_ms : MAX_CONNECT_MS;
     c->cfg.connect_timeout_ms = env_ms("KVSTORE_CONNECT_TIMEOUT_MS", conn_def, 3600 * 1000);
+    c->cfg.shm_size = env_shm_size();
 
     int rc = parse_servers(c, servers);
     if (rc == -EBADR) {

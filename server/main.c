@@ -34,6 +34,7 @@ struct options {
     int verbose;
     const char *auth_file; /* --auth-file, or NULL */
     const char *unix_path; /* --unix PATH, "none", or NULL: the default (common/local.h) */
+    uint64_t shm_max;      /* --shm-max: the largest region a local client may map; 0: none */
 };
 
 #define DEFAULT_MAX_OBJECT (64ull << 20)
@@ -58,7 +59,8 @@ static int parse_options(int argc, char **argv, struct options *opt)
                             .max_conns = 1024,
                             .stall_timeout_s = 60,
                             .put_timeout_ms = 30000,
-                            .rdma_lease_ms = 10000};
+                            .rdma_lease_ms = 10000,
+                            .shm_max = 1ull << 30};
     const struct kvopt table[] = {
         {"listen", 0, KVOPT_ENDPOINT, KVOPT_TO(opt->listen), "HOST:PORT",
          "address to bind, nothing else (port 0 picks a free port)", .lo = KVS_EP_PORT0},
@@ -94,6 +96,10 @@ static int parse_options(int argc, char **argv, struct options *opt)
          .accepted = "an absolute path, or none",
          .dflt = "$KVSTORE_RUNTIME_DIR, else $XDG_RUNTIME_DIR, else /tmp, "
                  "/kvstored-PORT-NETNS.sock"},
+        {"shm-max", 0, KVOPT_SIZE, KVOPT_TO(opt->shm_max), "SIZE",
+         "the largest region of shared memory a client on the local socket may map for its "
+         "values (0: values in the socket; docs/shm.md)",
+         .lo = 0, .hi = 1ll << 44},
         {"verbose", 'v', KVOPT_FLAG, KVOPT_TO(opt->verbose), NULL,
          "log connections and protocol errors on stderr"},
         {0},
@@ -259,7 +265,8 @@ int main(int argc, char **argv)
                                         .max_frame = (uint32_t)opt.max_frame,
                                         .out_limit = 4u << 20,
                                         .out_heap_limit = 1u << 20,
-                                        .rbuf_size = 64u << 10};
+                                        .rbuf_size = 64u << 10,
+                                        .shm_max = opt.shm_max};
     rc = kvsd_server_init(&srv, opt.memory, &limits);
     if (rc < 0) {
         fprintf(stderr, "kvstored: cannot allocate %llu bytes of memory: %s\n",

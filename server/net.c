@@ -29,6 +29,7 @@
 #define IOV_PER_WRITE  512          /* a 64-key GET reply is about 130 iovecs: one sendmsg */
 #define DRAIN_LIMIT    (256 * 1024) /* input discarded after a fatal error before a hard close */
 #define SWEEP_EVERY_MS 250          /* how often stalled connections are looked for */
+#define FDS_PER_READ   4            /* descriptors one read of a local peer takes in */
 /* Freed connection heap goes back to the kernel once it has fallen this far from its peak. */
 #define TRIM_AFTER_DROP (16u << 20)
 
@@ -37,6 +38,7 @@ struct conn {
     uint32_t events;           /* what epoll watches now */
     int eof;                   /* the peer closed its side */
     int draining;              /* replies are out, write side shut: discarding input until EOF */
+    int local;                 /* a Unix-domain peer: descriptors may come with its bytes */
     uint64_t last_progress_ms; /* last time bytes moved either way */
     size_t drained;
     struct kvsd_proto_conn *proto;
@@ -223,6 +225,8 @@ static void conn_add(struct kvsd_net *n, int fd, int local)
         !(c->proto = kvsd_proto_conn_new(n->srv)))
         goto refuse;
     c->fd = fd;
+    c->local = local;
+    if (local) kvsd_proto_allow_shm(c->proto);
     c->events = EPOLLIN;
     c->last_progress_ms = kvs_now_ms();
     struct epoll_event ev = {.events = c->events, .data.ptr = c};
@@ -258,6 +262,37 @@ static void accept_all(struct kvsd_net *n, int lfd)
     }
 }
 
+/*
+ * One read into iov. A local peer's bytes may carry descriptors
+ * (SCM_RIGHTS): every one received is handed to proto, which keeps the one
+ * an SHM_MAP waits for and closes the others; those that do not fit the
+ * control buffer are closed by the kernel.
+ */
+static ssize_t conn_recv(struct conn *c, struct iovec *iov, int cnt)
+{
+    if (!c->local) return readv(c->fd, iov, cnt);
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(FDS_PER_READ * sizeof(int))];
+    } ctl;
+    struct msghdr msg = {.msg_iov = iov,
+                         .msg_iovlen = (size_t)cnt,
+                         .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf)};
+    ssize_t got = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+    if (got < 0) return got;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+        size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t k = 0; k < nfd; k++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + k * sizeof(int), sizeof(fd));
+            kvsd_proto_take_fd(c->proto, fd);
+        }
+    }
+    return got;
+}
+
 /* Reads what proto wants, where it wants it; 0, or -1 if the connection broke. */
 static int conn_read(struct conn *c)
 {
@@ -265,7 +300,7 @@ static int conn_read(struct conn *c)
         struct iovec iov[2];
         int cnt = kvsd_proto_recv_iov(c->proto, iov);
         if (cnt == 0) return 0;
-        ssize_t got = readv(c->fd, iov, cnt);
+        ssize_t got = conn_recv(c, iov, cnt);
         if (got < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN) return 0;

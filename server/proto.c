@@ -14,11 +14,13 @@
 
 #include "auth.h"
 #include "ops.h"
+#include "shm.h"
 #include "stats_reply.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 
@@ -51,6 +53,7 @@ enum rstate {
     RS_SKIP,   /* the body of an unknown opcode */
     RS_AUTH,   /* waiting for an AUTH body */
     RS_ADMIT,  /* an entry frame's header is in; its reply waits for heap (frame_fits) */
+    RS_SHM,    /* waiting for an SHM_MAP body */
     RS_CLOSED, /* a malformed frame was seen: no more input */
 };
 
@@ -98,6 +101,11 @@ struct kvsd_proto_conn {
     size_t out_pending; /* reply bytes queued, pool values included */
     size_t out_heap;    /* heap they hold: owned buffers, the meta being built, segs[] */
     int closing;
+
+    /* Shared memory (docs/shm.md): only on a local connection (kvsd_proto_allow_shm). */
+    int shm_allowed;
+    int shm_fd;          /* the descriptor the peer passed last, not yet used by SHM_MAP; -1 */
+    struct kvsd_shm shm; /* the region SHM_MAP mapped; unmapped when the connection goes */
 
     /* Authentication (only with srv->auth_secret). */
     int authed;
@@ -179,6 +187,7 @@ struct kvsd_proto_conn *kvsd_proto_conn_new(struct kvsd_server *srv)
     }
     mem_add(srv, heap_cost(sizeof(*c)) + heap_cost(c->rcap));
     c->st = RS_HDR;
+    c->shm_fd = -1;
     return c;
 }
 
@@ -234,8 +243,26 @@ void kvsd_proto_conn_free(struct kvsd_proto_conn *c)
     if (c->segs) out_refund(c, heap_cost(c->seg_cap * sizeof(*c->segs)));
     free(c->segs);
     free(c->rbuf);
+    if (c->shm_fd >= 0) close(c->shm_fd);
+    kvsd_shm_unmap(&c->shm);
     mem_sub(c->srv, heap_cost(sizeof(*c)) + heap_cost(c->rcap));
     free(c);
+}
+
+void kvsd_proto_allow_shm(struct kvsd_proto_conn *c)
+{
+    c->shm_allowed = c->srv->limits.shm_max >= KVSD_SHM_MIN; /* --shm-max 0: none */
+}
+
+void kvsd_proto_take_fd(struct kvsd_proto_conn *c, int fd)
+{
+    /* One descriptor waits for its SHM_MAP; any other is closed at once. */
+    if (!c->shm_allowed || c->shm.base || c->shm_fd >= 0 || !kvsd_proto_authenticated(c)) {
+        c->srv->counters.shm_refused++;
+        close(fd);
+        return;
+    }
+    c->shm_fd = fd;
 }
 
 /* ---- output ---- */
@@ -470,7 +497,7 @@ static void reply_hello(struct kvsd_proto_conn *c)
         .max_object = c->srv->limits.max_object,
         .max_frame = c->srv->limits.max_frame,
         .max_keys = KVSD_PROTO_MAX_KEYS,
-        .features = c->srv->features,
+        .features = c->srv->features | (c->shm_allowed ? KVS_FEAT_SHM : 0),
     };
     kvs_wire_hello_encode(body, &h);
     if (c->srv->auth_secret) {
@@ -662,6 +689,74 @@ static void do_simple(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t kl
 }
 
 /*
+ * An SHM_PUT entry: the value is copied out of the peer's region into a
+ * newly reserved slot and published; an SHM_GET entry: the value (if it
+ * fits the capacity) is copied into the region. Either copy is done before
+ * the next byte of input is looked at, so no pin or slot outlives the entry
+ * and the peer can go at any instant. A range outside the region fails that
+ * key alone (-EINVAL, counted in shm_bad_ranges).
+ */
+static void do_shm(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen, uint32_t len,
+                   uint64_t off)
+{
+    struct kvsd_server *srv = c->srv;
+    int32_t status;
+    uint32_t vlen = 0;
+    if (!kvsd_shm_range_ok(&c->shm, off, len)) {
+        srv->counters.shm_bad_ranges++;
+        status = -EINVAL;
+    } else if (c->hdr.opcode == KVS_OP_SHM_PUT) {
+        struct kvsd_item *it = NULL;
+        status = kvsd_ops_put_reserve(srv, key, klen, len, &it);
+        if (it) {
+            memcpy(kvsd_item_data(srv->store, it), c->shm.base + off, len);
+            status = kvsd_ops_put_commit(srv, it);
+        }
+    } else {
+        struct kvsd_item *it = NULL;
+        status = kvsd_ops_get(srv, key, klen, len, &it, &vlen);
+        if (status == 0 && it && vlen > 0)
+            memcpy(c->shm.base + off, kvsd_item_data(srv->store, it), vlen);
+        if (it) kvsd_ops_get_done(srv, it);
+    }
+    if (set_status(c, status, vlen, NULL) < 0) {
+        fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+        return;
+    }
+    next_entry(c);
+}
+
+/*
+ * An SHM_MAP body (the region's size) with the descriptor that came with
+ * it: checked and mapped (shm.c). A refusal is an ERROR reply and the
+ * connection goes on (its values then travel in the byte stream).
+ */
+static void on_shm_map(struct kvsd_proto_conn *c, const uint8_t *body)
+{
+    struct kvsd_server *srv = c->srv;
+    int fd = c->shm_fd;
+    c->shm_fd = -1;
+    c->st = RS_HDR;
+    const char *why = "no descriptor came with it";
+    int rc = -EINVAL;
+    if (c->shm.base) {
+        why = "a region is mapped already";
+        rc = -EBUSY;
+    } else if (fd >= 0) {
+        rc = kvsd_shm_map(fd, kvs_get_u64(body), srv->limits.shm_max, &c->shm, &why);
+    }
+    if (fd >= 0) close(fd); /* the mapping keeps the memory */
+    if (rc == 0) {
+        srv->counters.shm_maps++;
+        rc = queue_reply(c, KVS_OP_SHM_MAP, c->hdr.id, NULL, 0);
+    } else {
+        srv->counters.shm_refused++;
+        rc = queue_error(c, c->hdr.id, rc, why);
+    }
+    if (rc < 0) fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+}
+
+/*
  * An AUTH body (KVS_WIRE_AUTH_LEN bytes at body): checks the client's MAC
  * against the nonce of this connection's last HELLO, in constant time. The
  * nonce answers one AUTH only, so a replayed frame meets a nonce it was not
@@ -752,6 +847,9 @@ static int admit_header(struct kvsd_proto_conn *c, const uint8_t *p)
 static void begin_entries(struct kvsd_proto_conn *c)
 {
     c->srv->counters.requests[c->hdr.opcode]++;
+    /* requests_put / requests_get count every PUT and GET, whichever way its values travel. */
+    if (c->hdr.opcode == KVS_OP_SHM_PUT) c->srv->counters.requests[KVS_OP_PUT]++;
+    if (c->hdr.opcode == KVS_OP_SHM_GET) c->srv->counters.requests[KVS_OP_GET]++;
     /* GET, EXISTS and REMOVE entries carry no value: a buffer per read again. */
     if (c->hdr.opcode != KVS_OP_PUT) c->big_puts = 0;
     if (begin_frame(c) < 0) {
@@ -778,6 +876,16 @@ static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
         return;
     }
     switch (c->hdr.opcode) {
+    case KVS_OP_SHM_MAP:
+        if (!c->shm_allowed) break;
+        c->srv->counters.requests[KVS_OP_SHM_MAP]++;
+        c->st = RS_SHM;
+        return;
+    case KVS_OP_SHM_PUT:
+    case KVS_OP_SHM_GET:
+        if (!c->shm.base) break;
+        c->st = RS_ADMIT; /* begin_entries once its reply fits (frame_fits) */
+        return;
     case KVS_OP_HELLO:
         c->srv->counters.requests[KVS_OP_HELLO]++;
         reply_hello(c);
@@ -794,10 +902,10 @@ static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
         c->st = RS_ADMIT; /* begin_entries once its reply fits (frame_fits) */
         return;
     default:
-        /* Known to the codec but not served over this transport (e.g. RDMA control). */
-        refuse_and_skip(c, "opcode not served here");
-        return;
+        break;
     }
+    /* Known to the codec but not served here (RDMA control; SHM without a local socket/region). */
+    refuse_and_skip(c, "opcode not served here");
 }
 
 /*
@@ -822,15 +930,26 @@ static int on_entry(struct kvsd_proto_conn *c)
         fail_conn(c, c->hdr.id, -EBADMSG, "entry past the end of the body");
         return 1;
     }
-    if (c->hdr.opcode != KVS_OP_PUT && c->hdr.opcode != KVS_OP_GET && e.len != 0) {
+    if (!kvs_wire_opcode_sized(c->hdr.opcode) && e.len != 0) {
         fail_conn(c, c->hdr.id, -EBADMSG, "length on a key-only entry");
         return 1;
     }
-    if (avail < KVS_WIRE_ENTRY_LEN + (size_t)e.klen) return 0;
+    int shm = c->hdr.opcode == KVS_OP_SHM_PUT || c->hdr.opcode == KVS_OP_SHM_GET;
+    size_t need = KVS_WIRE_ENTRY_LEN + (size_t)e.klen + (shm ? KVS_WIRE_SHM_OFF_LEN : 0);
+    if (avail < need) return 0;
 
     const uint8_t *key = p + KVS_WIRE_ENTRY_LEN;
-    c->rpos += KVS_WIRE_ENTRY_LEN + e.klen;
-    c->body_left -= KVS_WIRE_ENTRY_LEN + e.klen;
+    c->rpos += need;
+    c->body_left -= need;
+    if (shm) {
+        uint64_t off;
+        if (kvs_wire_shm_off_decode(key + e.klen, &off) < 0) {
+            fail_conn(c, c->hdr.id, -EBADMSG, "bad shared-memory entry");
+            return 1;
+        }
+        do_shm(c, key, e.klen, e.len, off);
+        return 1;
+    }
     switch (c->hdr.opcode) {
     case KVS_OP_PUT:
         begin_put(c, key, e.klen, e.len);
@@ -908,6 +1027,11 @@ void kvsd_proto_process(struct kvsd_proto_conn *c)
             if (avail < KVS_WIRE_AUTH_LEN) return;
             c->rpos += KVS_WIRE_AUTH_LEN;
             on_auth(c, c->rbuf + c->rpos - KVS_WIRE_AUTH_LEN);
+            break;
+        case RS_SHM:
+            if (avail < KVS_WIRE_SHM_MAP_LEN) return;
+            c->rpos += KVS_WIRE_SHM_MAP_LEN;
+            on_shm_map(c, c->rbuf + c->rpos - KVS_WIRE_SHM_MAP_LEN);
             break;
         case RS_CLOSED:
             c->rpos = c->rend;

@@ -49,8 +49,20 @@
 struct kvsd_proto_conn;
 
 struct kvsd_proto_conn *kvsd_proto_conn_new(struct kvsd_server *srv);
-/* Drops everything the connection holds: pins, a half-written put, queued replies. */
+/*
+ * Drops everything the connection holds: pins, a half-written put, queued
+ * replies, its shared region's mapping and a descriptor not yet used.
+ */
 void kvsd_proto_conn_free(struct kvsd_proto_conn *c);
+/* The connection is a local socket's: HELLO announces KVS_FEAT_SHM and SHM_MAP is served. */
+void kvsd_proto_allow_shm(struct kvsd_proto_conn *c);
+/*
+ * A descriptor the peer passed (SCM_RIGHTS); the connection owns it now. It
+ * waits for the next SHM_MAP, or is closed at once (counted in shm_refused)
+ * when shared memory is not allowed, a region is mapped, one already waits,
+ * or the peer has not authenticated.
+ */
+void kvsd_proto_take_fd(struct kvsd_proto_conn *c, int fd);
 
 /*
  * Where the next received bytes should go, in order (a readv): the rest of

@@ -11,7 +11,7 @@
 
 #include "store.h"
 
-#define KVSD_NOPCODES 16 /* counters are indexed by request opcode (1..14) */
+#define KVSD_NOPCODES 18 /* counters are indexed by request opcode (1..17) */
 
 struct kvsd_server_limits {
     uint64_t max_object;   /* value bytes */
@@ -19,6 +19,7 @@ struct kvsd_server_limits {
     size_t out_limit;      /* queued reply bytes (pool values included) above which input pauses */
     size_t out_heap_limit; /* heap held by queued replies above which input pauses */
     size_t rbuf_size;      /* per-connection read buffer */
+    uint64_t shm_max;      /* the largest shared region a local connection may map */
 };
 
 /* Counters shared by all connections; STATS reports them (docs/server.md). */
@@ -35,6 +36,9 @@ struct kvsd_server_counters {
     uint64_t conns_refused_peer; /* of conns_refused: a local peer of another uid (SO_PEERCRED) */
     uint64_t auth_ok;            /* connections that passed AUTH */
     uint64_t auth_failures;      /* closed for a wrong MAC or a request before AUTH */
+    uint64_t shm_maps;           /* shared regions mapped (SHM_MAP accepted) */
+    uint64_t shm_refused;        /* SHM_MAPs refused, and descriptors closed unused */
+    uint64_t shm_bad_ranges;     /* SHM_PUT/SHM_GET keys naming a range outside the region */
 };
 
 /* What every connection of one kvstored shares. */

@@ -90,6 +90,12 @@ static void counter_lines(struct text *t, const struct kvsd_server *srv)
     line(t, "errors_nomem", k->errors_nomem);
     line(t, "auth_ok", k->auth_ok);
     line(t, "auth_failures", k->auth_failures);
+    line(t, "requests_shm_map", k->requests[KVS_OP_SHM_MAP]);
+    line(t, "requests_shm_put", k->requests[KVS_OP_SHM_PUT]);
+    line(t, "requests_shm_get", k->requests[KVS_OP_SHM_GET]);
+    line(t, "shm_maps", k->shm_maps);
+    line(t, "shm_refused", k->shm_refused);
+    line(t, "shm_bad_ranges", k->shm_bad_ranges);
 }
 
 /* The store's totals and the limits in force. */

@@ -59,6 +59,9 @@ static int install(struct tcp_conn *c, int fd, const struct kvs_limits *lim)
     /* The reader closes the previous fd itself; this one is new and never reused before. */
     c->fd = fd;
     c->lim = *lim;
+    tcp_shm_unref(c->shm); /* the last connection's region, once its jobs are done */
+    c->shm = c->shm_new;
+    c->shm_new = NULL;
     c->gen++;
     c->up = true;
     c->last_err = 0;
@@ -85,7 +88,10 @@ static int connect_now(struct tcp_conn *c, struct kvs_limits *lim, uint64_t *gen
         backoff = note_failure(c, fd);
     else if ((rc = install(c, fd, &fresh)) == 0)
         current(c, lim, gen);
+    struct tcp_shm *unused = c->shm_new; /* not installed */
+    c->shm_new = NULL;
     pthread_mutex_unlock(&c->mu);
+    tcp_shm_unref(unused);
 
     if (fd < 0) {
         kvs_log(KVS_LOG_WARN, "tcp %s: cannot connect (%s); next attempt in %u ms", c->ep.name,
@@ -183,6 +189,7 @@ static void tcp_destroy(struct kvs_conn *conn)
     if (started) pthread_join(c->reader, NULL);
     if (writer) pthread_join(c->writer, NULL); /* it drops what is left in its queue */
     if (!started && c->fd >= 0) close(c->fd);
+    tcp_shm_unref(c->shm);
     pthread_cond_destroy(&c->send_cv);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
@@ -204,6 +211,8 @@ static void tcp_counters(struct kvs_conn *conn, kvs_counter_fn emit, void *arg)
     emit(arg, "connections_lost", atomic_load(&c->n_conn_lost));
     emit(arg, "timeouts", atomic_load(&c->n_timeouts));
     emit(arg, "local_connects", atomic_load(&c->n_local_connects));
+    emit(arg, "shm_connects", atomic_load(&c->n_shm_connects));
+    emit(arg, "shm_fallbacks", atomic_load(&c->n_shm_fallbacks));
 }
 
 static void tcp_fork_prepare(struct kvs_conn *conn)
@@ -239,6 +248,8 @@ static void tcp_fork_child(struct kvs_conn *conn)
     c->last_err = 0;
     c->backoff_ms = 0;
     tcp_pending_forget(c); /* the parent's requests: their memory stays the parent's business */
+    /* The parent's region is not mapped here (MADV_DONTFORK): forget it, unmap nothing. */
+    c->shm = c->shm_new = c->rx_shm = NULL;
     c->rx_pos = c->rx_len = 0;
     c->rx_frame = NULL;
     pthread_mutex_init(&c->send_mu, NULL); /* a parent thread may have held it */

@@ -23,6 +23,7 @@ void tcp_job_put(struct tcp_job *job)
     if (atomic_fetch_sub_explicit(&job->refs, 1, memory_order_acq_rel) != 1) return;
     struct kvs_req *req = job->req;
     if (req->opcode != KVS_OP_STATS) req->status = atomic_load(&job->first_error);
+    tcp_shm_unref(job->shm);
     free(job);
     req->done(req);
 }

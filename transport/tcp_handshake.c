@@ -148,10 +148,13 @@ static int finish_connection(struct tcp_conn *c, int fd, int local, struct kvs_l
     set_timeout_opt(fd, SO_SNDTIMEO, c->cfg.timeout_ms);
     set_timeout_opt(fd, SO_RCVTIMEO, TCP_TICK_MS);
     rc = say_hello(c, fd, lim, deadline);
+    if (rc == 0 && local && (lim->features & KVS_FEAT_SHM))
+        rc = tcp_shm_attach(c, fd, deadline, &c->shm_new);
     if (rc < 0) {
         close(fd);
         return rc;
     }
+    if (c->shm_new) atomic_fetch_add(&c->n_shm_connects, 1);
     return fd;
 }
 

@@ -11,6 +11,8 @@
  *   tcp_frames.c     jobs and frames: cutting a request into wire frames,
  *                    their iovecs and scratch, and how they end
  *   tcp_io.c         blocking sends and receives on a socket
+ *   tcp_shm.c        values through a region shared with kvstored (local
+ *                    socket): the region, its ring, SHM_PUT / SHM_GET jobs
  *
  * Each file calls only files below it in this list (tcp_send.c reads
  * tcp_recv.c's tcp_on_reader_thread).
@@ -99,6 +101,9 @@ struct tcp_job {
     struct iovec *iov;
     int niov;
     uint8_t *scratch;
+    /* SHM_PUT / SHM_GET jobs (tcp_shm.c): the region (a reference) and each key's offset in it. */
+    struct tcp_shm *shm;
+    uint64_t *shm_off;
 };
 
 /* The TCP transport's state for one server (the struct kvs_conn handle of transport.h). */
@@ -118,6 +123,8 @@ struct tcp_conn {
     int reader_fd; /* the socket the reader is using (may be an older one), or -1 */
     uint64_t gen;  /* bumped at every new connection */
     struct kvs_limits lim;
+    struct tcp_shm *shm;       /* the current connection's shared region, or NULL */
+    struct tcp_shm *shm_new;   /* the region of the connection being opened (connect_mu) */
     struct tcp_frame *pending; /* uthash by id */
     atomic_ullong next_id;
     int last_err;         /* of the last failed connection attempt */
@@ -134,12 +141,15 @@ struct tcp_conn {
     uint8_t *rx;
     size_t rx_pos, rx_len;
     struct tcp_frame *rx_frame; /* the frame whose reply the reader is reading */
+    struct tcp_shm *rx_shm;     /* the region of the connection the reader reads (a reference) */
     uint64_t next_scan_ms;
 
     /* counters */
     atomic_ullong n_frames, n_send_calls, n_recv_calls, n_bytes_sent, n_bytes_recv;
     atomic_ullong n_connects, n_timeouts, n_conn_lost;
     atomic_ullong n_local_connects; /* connections made over the local socket */
+    atomic_ullong n_shm_connects;   /* of those, with a shared region kvstored mapped */
+    atomic_ullong n_shm_fallbacks;  /* PUT/GET requests sent in the stream: no room in the region */
     int local_logged;               /* auto: 1 local, 2 TCP was last said at info (connect_mu) */
 };
 
@@ -200,6 +210,30 @@ int tcp_local_check_server(struct tcp_conn *c, int fd);
 int tcp_local_find(struct tcp_conn *c, const struct addrinfo *res, char *path, size_t len);
 /* Says at info which way auto went (fd: open_local's result; < 0: TCP), once per change. */
 void tcp_local_chosen(struct tcp_conn *c, const char *path, int fd);
+
+/* ---- tcp_shm.c: values through shared memory (docs/shm.md) ---- */
+
+struct tcp_shm;
+/*
+ * On a fresh local connection whose server announced KVS_FEAT_SHM: makes
+ * a region of cfg.shm_size bytes and has kvstored map it (SHM_MAP). *out
+ * gets it, or NULL (shm_size 0, no memory, kvstored refused: values go in
+ * the stream). 0, or a negative code when the connection itself failed.
+ */
+int tcp_shm_attach(struct tcp_conn *c, int sock, uint64_t deadline, struct tcp_shm **out);
+struct tcp_shm *tcp_shm_ref(struct tcp_shm *r); /* r may be NULL */
+void tcp_shm_unref(struct tcp_shm *r);          /* the last one unmaps; r may be NULL */
+uint8_t *tcp_shm_base(const struct tcp_shm *r);
+/*
+ * The job that sends a PUT or GET req through region r (NULL: none), as
+ * tcp_job_new does through the stream; PUT values are copied into the
+ * region here. 0 with *job NULL when it cannot (another opcode, no room):
+ * then the stream job. 0 or -ENOMEM.
+ */
+int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
+                    const struct kvs_limits *lim, struct tcp_job **job);
+/* kvstored answered frame id (r: the reader's region, may be NULL): its job's room may go back. */
+void tcp_shm_answered(struct tcp_shm *r, uint64_t id);
 
 /* ---- tcp_send.c ---- */
 

@@ -131,7 +131,11 @@ static int read_key_replies(struct tcp_conn *c, int fd, const struct kvs_wire_hd
         if (rc < 0) return rc;
         left -= sizeof(raw);
         if (kvs_wire_status_decode(raw, req->opcode, &s) < 0) return -EPROTO;
-        if (req->opcode == KVS_OP_GET && s.status == 0) {
+        if (req->opcode == KVS_OP_GET && s.status == 0 && f->job->shm) {
+            /* SHM_GET: kvstored put the value in the region at the key's offset. */
+            if (s.len > k->len) return -EPROTO;
+            if (s.len) memcpy(k->buf, tcp_shm_base(f->job->shm) + f->job->shm_off[i], s.len);
+        } else if (req->opcode == KVS_OP_GET && s.status == 0) {
             if (s.len > k->len || s.len > left) return -EPROTO;
             rc = rx_read_value(c, fd, k, s.len);
             if (rc < 0) return rc;
@@ -181,6 +185,14 @@ static int read_stats_reply(struct tcp_conn *c, int fd, uint32_t body_len, struc
     return rc;
 }
 
+/* The opcode frame f was sent with: its request's, or the SHM_ form of it (tcp_shm.c). */
+static uint8_t frame_opcode(const struct tcp_frame *f)
+{
+    uint8_t op = f->job->req->opcode;
+    if (!f->job->shm) return op;
+    return op == KVS_OP_PUT ? KVS_OP_SHM_PUT : KVS_OP_SHM_GET;
+}
+
 /* Reads one reply frame and completes what it answers. */
 static int read_one_reply(struct tcp_conn *c, int fd)
 {
@@ -193,14 +205,18 @@ static int read_one_reply(struct tcp_conn *c, int fd)
         return -EPROTO;
     }
     struct tcp_frame *f = tcp_pending_take(c, h.id);
-    if (!f) return rx_read(c, fd, NULL, h.body_len); /* it timed out: skip its reply */
+    if (!f) { /* it timed out: skip its reply; kvstored is done with its room in the region */
+        rc = rx_read(c, fd, NULL, h.body_len);
+        tcp_shm_answered(c->rx_shm, h.id);
+        return rc;
+    }
 
     c->rx_frame = f;
     struct kvs_req *req = f->job->req;
     int status = 0;
     if (h.opcode == (KVS_OP_ERROR | KVS_OP_REPLY))
         rc = read_error_reply(c, fd, h.body_len, &status);
-    else if (h.opcode != (req->opcode | KVS_OP_REPLY))
+    else if (h.opcode != (frame_opcode(f) | KVS_OP_REPLY))
         rc = -EPROTO;
     else if (req->opcode == KVS_OP_STATS)
         rc = read_stats_reply(c, fd, h.body_len, req);
@@ -208,6 +224,8 @@ static int read_one_reply(struct tcp_conn *c, int fd)
         rc = read_key_replies(c, fd, &h, f);
     c->rx_frame = NULL;
     tcp_frame_finish(f, rc < 0 ? rc : status);
+    /* After the values were copied out of the region: its room may be taken again. */
+    tcp_shm_answered(c->rx_shm, h.id);
     return rc;
 }
 
@@ -227,6 +245,7 @@ void *tcp_reader_main(void *arg)
         int fd = c->fd;
         uint64_t gen = c->gen;
         c->reader_fd = fd;
+        c->rx_shm = tcp_shm_ref(c->shm);
         pthread_mutex_unlock(&c->mu);
 
         c->rx_pos = c->rx_len = 0;
@@ -243,8 +262,11 @@ void *tcp_reader_main(void *arg)
         close(fd);
         if (c->fd == fd) c->fd = -1;
         c->reader_fd = -1;
+        struct tcp_shm *done = c->rx_shm;
+        c->rx_shm = NULL;
         pthread_mutex_unlock(&c->mu);
         pthread_mutex_unlock(&c->send_mu);
+        tcp_shm_unref(done);
     }
     return NULL;
 }

@@ -128,8 +128,14 @@ void tcp_send_req(struct tcp_conn *c, struct kvs_req *req, const struct kvs_limi
                   uint64_t gen)
 {
     struct tcp_job *job = NULL;
+    /* The region of connection gen, if it has one: values then go through it (tcp_shm.c). */
+    pthread_mutex_lock(&c->mu);
+    struct tcp_shm *shm = c->gen == gen ? tcp_shm_ref(c->shm) : NULL;
+    pthread_mutex_unlock(&c->mu);
     /* Frames, headers and iovecs are built before taking any lock. */
-    int rc = tcp_job_new(c, req, lim, &job);
+    int rc = tcp_shm_job_new(c, shm, req, lim, &job);
+    tcp_shm_unref(shm); /* a job through it holds its own reference */
+    if (rc == 0 && !job) rc = tcp_job_new(c, req, lim, &job);
     if (rc < 0) {
         tcp_fail_req(req, rc);
         return;
@@ -149,7 +155,8 @@ void tcp_send_req(struct tcp_conn *c, struct kvs_req *req, const struct kvs_limi
     int sent = how == JOB_SEND_NOW ? send_job(c, job, fd, reader) : 0;
     if (have_send) pthread_mutex_unlock(&c->send_mu);
 
-    if (how < 0) { /* nothing of it is known to the connection */
+    if (how < 0) {               /* nothing of it is known to the connection */
+        tcp_shm_unref(job->shm); /* its room goes with the region: the connection is gone */
         free(job);
         tcp_fail_req(req, how);
     } else if (how == JOB_SEND_NOW && sent != JOB_QUEUED) {

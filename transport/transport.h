@@ -46,6 +46,12 @@ struct kvs_transport_config {
      */
     size_t auth_secret_len;
     uint8_t auth_secret[KVS_AUTH_MAX_SECRET];
+    /*
+     * KVSTORE_SHM_SIZE: bytes of the region a connection over kvstored's
+     * local socket shares with it for values (docs/shm.md); 0: none, values
+     * travel in the socket.
+     */
+    uint64_t shm_size;
 };
 
 /* The server's limits, learned from HELLO on each (re)connection. */

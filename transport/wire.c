@@ -22,6 +22,9 @@ int kvs_wire_opcode_known(uint8_t opcode)
     case KVS_OP_HELLO:
     case KVS_OP_AUTH:
     case KVS_OP_REMOVE_MATCHING:
+    case KVS_OP_SHM_MAP:
+    case KVS_OP_SHM_PUT:
+    case KVS_OP_SHM_GET:
         return 1;
     default:
         return 0;
@@ -47,6 +50,12 @@ const char *kvs_wire_opcode_name(uint8_t opcode)
         return "auth";
     case KVS_OP_REMOVE_MATCHING:
         return "remove_matching";
+    case KVS_OP_SHM_MAP:
+        return "shm_map";
+    case KVS_OP_SHM_PUT:
+        return "shm_put";
+    case KVS_OP_SHM_GET:
+        return "shm_get";
     case KVS_OP_ERROR:
         return "error";
     default:
@@ -58,7 +67,14 @@ const char *kvs_wire_opcode_name(uint8_t opcode)
 static int opcode_has_entries(uint8_t opcode)
 {
     return opcode == KVS_OP_PUT || opcode == KVS_OP_GET || opcode == KVS_OP_EXISTS ||
-           opcode == KVS_OP_REMOVE || opcode == KVS_OP_REMOVE_MATCHING;
+           opcode == KVS_OP_REMOVE || opcode == KVS_OP_REMOVE_MATCHING ||
+           opcode == KVS_OP_SHM_PUT || opcode == KVS_OP_SHM_GET;
+}
+
+int kvs_wire_opcode_sized(uint8_t opcode)
+{
+    return opcode == KVS_OP_PUT || opcode == KVS_OP_GET || opcode == KVS_OP_SHM_PUT ||
+           opcode == KVS_OP_SHM_GET;
 }
 
 void kvs_wire_hdr_encode(uint8_t out[KVS_WIRE_HDR_LEN], const struct kvs_wire_hdr *h)
@@ -97,8 +113,10 @@ int kvs_wire_hdr_decode(const uint8_t in[KVS_WIRE_HDR_LEN], struct kvs_wire_hdr 
     if (!kvs_wire_opcode_known(base)) return -ENOTSUP;
     if (!opcode_has_entries(base)) {
         if (h->count != 0) return -EBADMSG;
-        /* Of the requests without entries, only AUTH has a body, of a fixed size. */
-        uint32_t want = base == KVS_OP_AUTH ? KVS_WIRE_AUTH_LEN : 0;
+        /* Of the requests without entries, only AUTH and SHM_MAP have a body, of a fixed size. */
+        uint32_t want = base == KVS_OP_AUTH      ? KVS_WIRE_AUTH_LEN
+                        : base == KVS_OP_SHM_MAP ? KVS_WIRE_SHM_MAP_LEN
+                                                 : 0;
         if (!is_reply && h->body_len != want) return -EBADMSG;
         return 0;
     }
@@ -128,6 +146,7 @@ uint64_t kvs_wire_entry_size(uint8_t opcode, const struct kvs_wire_entry *e)
 {
     uint64_t size = KVS_WIRE_ENTRY_LEN + (uint64_t)e->klen;
     if (opcode == KVS_OP_PUT) size += e->len;
+    if (opcode == KVS_OP_SHM_PUT || opcode == KVS_OP_SHM_GET) size += KVS_WIRE_SHM_OFF_LEN;
     return size;
 }
 
@@ -154,7 +173,8 @@ int kvs_wire_status_decode(const uint8_t in[KVS_WIRE_STATUS_LEN], uint8_t req_op
      * carries a length: its value's (0) or the one that did not fit (-ERANGE);
      * and a REMOVE_MATCHING its count of keys removed (0).
      */
-    int has_len = req_opcode == KVS_OP_GET || req_opcode == KVS_OP_RDMA_PUSH;
+    int has_len =
+        req_opcode == KVS_OP_GET || req_opcode == KVS_OP_RDMA_PUSH || req_opcode == KVS_OP_SHM_GET;
     if (s->len != 0 && !(has_len && (s->status == 0 || s->status == -ERANGE)) &&
         !(req_opcode == KVS_OP_REMOVE_MATCHING && s->status == 0))
         return -EBADMSG;
@@ -228,13 +248,19 @@ long kvs_wire_parse_request(const uint8_t *buf, size_t len, uint32_t max_body,
         if (kvs_wire_entry_decode(p, &e) < 0) return -EBADMSG;
         uint64_t size = kvs_wire_entry_size(h->opcode, &e);
         if (size > left) return -EBADMSG;
-        if (h->opcode != KVS_OP_PUT && h->opcode != KVS_OP_GET && e.len != 0) return -EBADMSG;
+        if (!kvs_wire_opcode_sized(h->opcode) && e.len != 0) return -EBADMSG;
+        int shm = h->opcode == KVS_OP_SHM_PUT || h->opcode == KVS_OP_SHM_GET;
+        uint64_t shm_off = 0;
+        if (shm && kvs_wire_shm_off_decode(p + KVS_WIRE_ENTRY_LEN + e.klen, &shm_off) < 0)
+            return -EBADMSG;
         if (fn) {
             struct kvs_wire_item item = {
                 .key = p + KVS_WIRE_ENTRY_LEN,
                 .klen = e.klen,
                 .len = e.len,
                 .val = h->opcode == KVS_OP_PUT ? p + KVS_WIRE_ENTRY_LEN + e.klen : NULL,
+                .shm = shm,
+                .shm_off = shm_off,
             };
             rc = fn(arg, i, &item);
             if (rc) return rc;
@@ -244,6 +270,18 @@ long kvs_wire_parse_request(const uint8_t *buf, size_t len, uint32_t max_body,
     }
     if (left != 0) return -EBADMSG; /* trailing bytes: the count lies */
     return KVS_WIRE_HDR_LEN + (long)h->body_len;
+}
+
+void kvs_wire_shm_off_encode(uint8_t out[KVS_WIRE_SHM_OFF_LEN], uint64_t off)
+{
+    kvs_put_u64(out, off);
+    kvs_put_u32(out + 8, 0);
+}
+
+int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint64_t *off)
+{
+    *off = kvs_get_u64(in);
+    return kvs_get_u32(in + 8) == 0 ? 0 : -EBADMSG;
 }
 
 size_t kvs_wire_remote_entry_encode(uint8_t *out, const struct kvs_wire_remote_entry *e)

@@ -40,6 +40,8 @@
 #define KVS_FEAT_AUTH 0x2u /* the server requires authentication */
 #define KVS_FEAT_PULL 0x4u /* its RDMA connections serve PULL (opcode 12) */
 #define KVS_FEAT_PUSH 0x8u /* its RDMA connections serve PUSH (opcode 13) */
+/* This connection (a local socket's) may map a shared region: SHM_MAP, SHM_PUT, SHM_GET. */
+#define KVS_FEAT_SHM 0x10u
 
 enum kvs_wire_opcode {
     KVS_OP_PUT = 1,
@@ -92,6 +94,19 @@ enum kvs_wire_opcode {
      * expression, len 0). Served over TCP and on RDMA connections alike.
      */
     KVS_OP_REMOVE_MATCHING = 14,
+    /*
+     * Values through shared memory, on a local (Unix-domain) connection only
+     * (docs/shm.md). SHM_MAP: count 0, body u64 region size
+     * (KVS_WIRE_SHM_MAP_LEN); the region's sealed memfd travels with the
+     * frame's first bytes (SCM_RIGHTS); reply: count 0, empty body, or ERROR.
+     * SHM_PUT: entries as RDMA PULL's, the u64 naming the value's offset in
+     * the region and the u32 0; reply entries i32 status | u32 0. SHM_GET:
+     * entries as RDMA PUSH's (len = capacity), the u64 the offset where the
+     * value must land; reply entries as PUSH's.
+     */
+    KVS_OP_SHM_MAP = 15,
+    KVS_OP_SHM_PUT = 16,
+    KVS_OP_SHM_GET = 17,
     KVS_OP_ERROR = 0x7f, /* reply only: body is i32 status | text */
     KVS_OP_REPLY = 0x80, /* flag or-ed into a reply's opcode */
 };
@@ -140,6 +155,7 @@ struct kvs_wire_status {
 #define KVS_WIRE_PULL_MAX_KEYS 256        /* keys per PULL message */
 #define KVS_WIRE_PUSH_DST_LEN  12         /* PUSH: u64 addr | u32 rkey after each key */
 #define KVS_WIRE_PUSH_MAX_KEYS 256        /* keys per PUSH message */
+#define KVS_WIRE_SHM_MAP_LEN   8          /* SHM_MAP request body: u64 region size */
 struct kvs_wire_slot {
     int32_t status;
     uint32_t token;
@@ -201,6 +217,8 @@ static inline uint64_t kvs_get_u64(const uint8_t *p)
 
 /* True for a request opcode this version understands. */
 int kvs_wire_opcode_known(uint8_t opcode);
+/* True for a request opcode whose entries carry a length (PUT, GET, SHM_PUT, SHM_GET). */
+int kvs_wire_opcode_sized(uint8_t opcode);
 /* "put", "get", ... or "unknown". */
 const char *kvs_wire_opcode_name(uint8_t opcode);
 
@@ -257,6 +275,8 @@ struct kvs_wire_item {
     uint16_t klen;
     uint32_t len;       /* PUT: value length; GET: capacity */
     const uint8_t *val; /* PUT: the value; else NULL */
+    int shm;            /* SHM_PUT / SHM_GET: the entry names shm_off */
+    uint64_t shm_off;   /* where the value is (SHM_PUT) or must land (SHM_GET) in the region */
 };
 typedef int (*kvs_wire_item_fn)(void *arg, uint32_t index, const struct kvs_wire_item *item);
 
@@ -290,6 +310,16 @@ int kvs_wire_remote_entry_decode(const uint8_t *body, uint32_t body_len, size_t 
                                  struct kvs_wire_remote_entry *e);
 /* Encodes e at out (room for KVS_WIRE_ENTRY_LEN + klen + 12 bytes); returns the bytes written. */
 size_t kvs_wire_remote_entry_encode(uint8_t *out, const struct kvs_wire_remote_entry *e);
+
+/*
+ * What follows the key of an SHM_PUT / SHM_GET entry: u64 offset in the
+ * region | u32 0, the layout of a PULL/PUSH entry's addr | rkey. Decode:
+ * 0, or -EBADMSG when the u32 is not 0. Whether the offset is inside the
+ * region is the server's check (server/shm.c).
+ */
+#define KVS_WIRE_SHM_OFF_LEN 12
+void kvs_wire_shm_off_encode(uint8_t out[KVS_WIRE_SHM_OFF_LEN], uint64_t off);
+int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint64_t *off);
 
 /* ---- RDMA control messages ---- */
 

@@ -46,6 +46,10 @@ static int visit(void *arg, uint32_t index, const struct kvs_wire_item *item)
         memcpy(r->out + r->len, item->val, item->len);
         r->len += item->len;
     }
+    if (item->shm) {
+        kvs_wire_shm_off_encode(r->out + r->len, item->shm_off);
+        r->len += KVS_WIRE_SHM_OFF_LEN;
+    }
     return 0;
 }
 
@@ -211,6 +215,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (kvs_wire_auth_decode(data + KVS_WIRE_HDR_LEN, h.body_len, nonce, mac) < 0) abort();
             kvs_wire_auth_encode(out + r.len, nonce, mac);
             r.len += KVS_WIRE_AUTH_LEN;
+        }
+        if (h.opcode == KVS_OP_SHM_MAP) {
+            memcpy(out + r.len, data + KVS_WIRE_HDR_LEN, KVS_WIRE_SHM_MAP_LEN);
+            r.len += KVS_WIRE_SHM_MAP_LEN;
         }
         if ((size_t)rc != r.len || memcmp(out, data, r.len) != 0) abort();
     }
