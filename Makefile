@@ -187,8 +187,9 @@ check-deps:
 
 # Runs every test binary (each bounded by a timeout) and prints one
 # "N passed, N failed" line; TESTS=pattern narrows the set. The client tests
-# reach kvstored over its local socket (KVSTORE_TRANSPORT auto, the default);
-# then the client integration tests run again over TCP (KVSTORE_TRANSPORT=tcp).
+# reach kvstored over its local socket (KVSTORE_TRANSPORT auto, the default),
+# their values through a shared region (docs/shm.md); then the client
+# integration tests run again over TCP (KVSTORE_TRANSPORT=tcp).
 TCP_TESTS ?= tests/integration/test_client tests/integration/test_auth
 test: check-deps
 	@$(MAKE) --no-print-directory tests

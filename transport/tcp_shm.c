@@ -151,7 +151,7 @@ int tcp_shm_attach(struct tcp_conn *c, int sock, uint64_t deadline, struct tcp_s
     int rc = send_map(c, sock, memfd, r->size);
     close(memfd); /* kvstored has its own descriptor now; our mapping keeps the memory */
     uint8_t in[KVS_WIRE_HDR_LEN], body[256] = {0};
-    struct kvs_wire_hdr h;
+    struct kvs_wire_hdr h = {0};
     if (rc == 0) rc = tcp_recv_exact(sock, in, sizeof(in), deadline);
     if (rc == 0 && kvs_wire_hdr_decode(in, &h, sizeof(body)) < 0) rc = -EPROTO;
     if (rc == 0) rc = tcp_recv_exact(sock, body, h.body_len, deadline);
@@ -262,6 +262,18 @@ static bool shm_frame_full(uint64_t body, uint32_t count, uint64_t rq, const str
            (uint64_t)(count + 1) * KVS_WIRE_STATUS_LEN > lim->max_frame;
 }
 
+/* Ends frame f (NULL: none begun yet) at key end: its header at hdr. */
+static void frame_close(struct tcp_frame *f, uint8_t *hdr, uint8_t opcode, uint32_t count,
+                        uint64_t body, uint32_t end)
+{
+    if (!f) return;
+    f->end = end;
+    f->nsent = count;
+    struct kvs_wire_hdr h = {
+        .opcode = opcode, .count = count, .body_len = (uint32_t)body, .id = f->id};
+    kvs_wire_hdr_encode(hdr, &h);
+}
+
 int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
                     const struct kvs_limits *lim, struct tcp_job **out)
 {
@@ -323,13 +335,7 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
         struct kvs_key_io *k = &req->keys[i];
         uint64_t rq = KVS_WIRE_ENTRY_LEN + k->klen + KVS_WIRE_SHM_OFF_LEN;
         if (!f || shm_frame_full(body, count, rq, lim)) {
-            if (f) {
-                f->end = i;
-                f->nsent = count;
-                struct kvs_wire_hdr h = {
-                    .opcode = opcode, .count = count, .body_len = (uint32_t)body, .id = f->id};
-                kvs_wire_hdr_encode(hdr, &h);
-            }
+            frame_close(f, hdr, opcode, count, body, i);
             f = f ? f + 1 : job->frames;
             f->id = first_id + (uint64_t)(f - job->frames);
             f->job = job;
@@ -352,11 +358,7 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
         body += rq;
         count++;
     }
-    f->end = req->n;
-    f->nsent = count;
-    struct kvs_wire_hdr h = {
-        .opcode = opcode, .count = count, .body_len = (uint32_t)body, .id = f->id};
-    kvs_wire_hdr_encode(hdr, &h);
+    frame_close(f, hdr, opcode, count, body, req->n);
     job->iov[0] = (struct iovec){job->scratch, (size_t)(p - job->scratch)};
     job->niov = 1;
     *out = job;

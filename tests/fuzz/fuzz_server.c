@@ -8,11 +8,19 @@
  * the pool size and whether a page is filled first. Checked beyond
  * "no crash, no leak": every reply byte is part of a well-formed reply
  * frame, and once the connection is gone nothing stays pinned.
+ *
+ * The first connection is a local socket's with a sealed 64 KiB memfd
+ * already passed (as net.c hands over a descriptor that came with the
+ * bytes), so an input's SHM_MAP of that size maps it and its SHM_PUT and
+ * SHM_GET entries reach the region with whatever offsets they name.
  */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "proto.h"
 #include "wire.h"
@@ -106,6 +114,20 @@ static void prefill(struct kvsd_store *st)
     }
 }
 
+#define FUZZ_REGION (64u * 1024) /* KVSD_SHM_MIN: the size an SHM_MAP must declare */
+
+/* A descriptor of the one sealed region every input's first connection is handed. */
+static int region_fd(void)
+{
+    static int fd = -1;
+    if (fd >= 0) return dup(fd);
+    fd = memfd_create("fuzz-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, FUZZ_REGION) < 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+        abort();
+    return dup(fd);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
@@ -126,11 +148,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                      .max_frame = 512 * 1024,
                                      .out_limit = 8192,
                                      .out_heap_limit = 8192,
-                                     .rbuf_size = 4096};
+                                     .rbuf_size = 4096,
+                                     .shm_max = FUZZ_REGION};
     if (kvsd_server_init(&srv, pool, &lim) < 0) return 0;
     if (full) prefill(srv.store);
     struct kvsd_proto_conn *c[2] = {kvsd_proto_conn_new(&srv), kvsd_proto_conn_new(&srv)};
     if (!c[0] || !c[1]) goto out;
+    kvsd_proto_allow_shm(c[0]);
+    int rfd = region_fd();
+    if (rfd < 0) abort();
+    kvsd_proto_take_fd(c[0], rfd);
     struct reply_check rc[2];
     memset(rc, 0, sizeof(rc));
     /* Chunks go to the connections in turn; each sees its own byte stream. */
