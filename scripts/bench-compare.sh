@@ -249,8 +249,11 @@ if want lfl; then
     redis-cli -h 127.0.0.1 -p "$REDIS_PORT" flushall >/dev/null 2>&1
 fi
 
-# 64 KiB goodput side by side: iperf3 with 64 KiB writes (one stream) and kvbatch
-# put/get of 64 KiB values (16 clients) in interleaved rounds, order rotated; for
+# 64 KiB goodput side by side: iperf3 with 64 KiB writes (one stream), one thread's
+# memcpy of 64 KiB blocks (kvbench memcpy), and kvbatch put/get of 64 KiB values
+# (16 clients; explicit batches over TCP loopback, over the local socket with the
+# values in the socket and through shared memory: docs/shm.md) in interleaved
+# rounds, order rotated; for
 # each kvbench run also kvstored's CPU time (utime + stime from /proc), so that
 # the server's cost per byte is visible beside the goodput.
 GP_SIZE=65536
@@ -260,7 +263,8 @@ gp_variant() { # gp_variant NAME ROUND
     case "$name" in
     shim) envs=(LD_PRELOAD="$SHIM") ;;
     batch) args=(--mode batch --batch 16) ;;
-    batch-local) envs=(KVSTORE_TRANSPORT=); args=(--mode batch --batch 16) ;;
+    batch-local) envs=(KVSTORE_TRANSPORT= KVSTORE_SHM_SIZE=0); args=(--mode batch --batch 16) ;;
+    batch-shm) envs=(KVSTORE_TRANSPORT=); args=(--mode batch --batch 16) ;;
     shim-async) envs=(LD_PRELOAD="$SHIM"); args=(--mode async --batch 4) ;;
     esac
     for op in put get; do
@@ -280,7 +284,7 @@ gp_variant() { # gp_variant NAME ROUND
             >"$OUT/runs/gp__${name}__${op}__r$r.cpu"
     done
 }
-GP_VARIANTS="iperf3 single batch batch-local"
+GP_VARIANTS="iperf3 memcpy single batch batch-local batch-shm"
 [ -n "$SHIM" ] && GP_VARIANTS="$GP_VARIANTS shim shim-async"
 if want goodput; then
     for r in $(seq "$REPEAT"); do
@@ -297,6 +301,11 @@ if want goodput; then
                 timeout -k 5 $((WHOLE_SECS + 20)) iperf3 -c 127.0.0.1 -p "$port" -l $GP_SIZE -t "$WHOLE_SECS" -J \
                     >"$OUT/runs/gp__iperf3__r$r.json" 2>/dev/null || echo "    (iperf3 failed)" >&2
                 kill "$ipid" 2>/dev/null; wait "$ipid" 2>/dev/null
+            elif [ "$v" = memcpy ]; then
+                echo "  goodput r$r kvbench memcpy --size $GP_SIZE" >&2
+                timeout -k 5 $((WHOLE_SECS + 20)) "$KVBENCH" memcpy --size $GP_SIZE --seconds "$SECS" \
+                    --out "$OUT/runs/gp__memcpy__put__r$r.txt" >>"$OUT/runs/kvbench.log" 2>&1 ||
+                    echo "    (kvbench memcpy failed)" >&2
             else
                 gp_variant "$v" "$r"
             fi

@@ -102,6 +102,9 @@ def load_goodput(outdir):
                         json.load(f)["end"]["sum_received"]["bits_per_second"] / 8
             except (ValueError, KeyError):
                 pass
+        elif ext == ".txt":  # kvbench memcpy --out: bytes/s
+            with open(path) as f:
+                rates.setdefault(r, {})[(parts[1], parts[2])] = float(f.read().strip() or 0)
         elif ext == ".cpu":
             with open(path) as f:
                 ticks, hz, prefill = (float(x) for x in f.read().split())
@@ -119,6 +122,12 @@ def load_goodput(outdir):
             if b:
                 cpu_per_gb.setdefault(r, {})[key] = secs / ((b + prefill) / 1e9)
     return rates, cpu_per_gb, loads
+
+
+def gp_pair(rates, a, b, op):
+    """Median over rounds of a's goodput for op over b's (memcpy: its one figure)."""
+    bop = "put" if b == "memcpy" else op
+    return median(ratio(rd.get((a, op)), rd.get((b, bop))) for rd in rates.values())
 
 
 def load_lfl(outdir):
@@ -232,7 +241,8 @@ GP_ROWS = (
     ("shim", "kvbatch single-key sync, shim"),
     ("shim-async", "kvbatch async (4 in flight per thread), shim"),
     ("batch", "kvbatch explicit batch of 16"),
-    ("batch-local", "kvbatch explicit batch of 16, local socket"),
+    ("batch-local", "kvbatch explicit batch of 16, local socket, values in the socket"),
+    ("batch-shm", "kvbatch explicit batch of 16, local socket, values through shared memory"),
 )
 
 # The like-for-like rows: (variant, requests in flight per client, label).
@@ -334,12 +344,24 @@ def main():
 
         ip = gp_med("iperf3", "put")
         md.append("| iperf3 (the link's limit) | %s | | 1 | | | |" % fmt(ip / 1e6 if ip else None))
+        mc = gp_med("memcpy", "put")
+        if mc:
+            md.append("| memcpy, one thread, 64 KiB blocks | %s | | | | | |" % fmt(mc / 1e6))
         for v, label in GP_ROWS:
             put, get = gp_med(v, "put"), gp_med(v, "get")
             md.append("| %s | %s | %s | %s | %s | %s | %s |" % (
                 label, fmt(put / 1e6 if put else None), fmt(get / 1e6 if get else None),
                 fmt(gp_ratio(v, "put"), 2), fmt(gp_ratio(v, "get"), 2),
                 fmt(gp_cpu(v, "put"), 3), fmt(gp_cpu(v, "get"), 3)))
+
+        if any(("batch-shm", op) in rd for rd in rates.values() for op in ("put", "get")):
+            md.append("\n| shared memory (median of per-round ratios) | put | get |")
+            md.append("|---|---|---|")
+            for b, label in (("memcpy", "batch over shm / one-thread memcpy"),
+                             ("batch", "batch over shm / batch over TCP loopback"),
+                             ("batch-local", "batch over shm / batch over the local socket")):
+                md.append("| %s | %s | %s |" % (label, fmt(gp_pair(rates, "batch-shm", b, "put"), 2),
+                                                fmt(gp_pair(rates, "batch-shm", b, "get"), 2)))
 
     if any(("shim-fixed-w%d" % w, op, 4096, clients) in kv for w in windows for op in ("put", "get")):
         md.append("\n## Window sweep (fixed policy, 4 KiB, %d clients)\n" % clients)
@@ -486,6 +508,12 @@ def main():
             target("issue 5: 64 KiB put, %s goodput / iperf3 goodput (interleaved rounds)" % what,
                    median(ratio(rd.get((v, "put")), rd.get(("iperf3", "put"))) for rd in gp[0].values()),
                    0.8)
+    if gp[0]:
+        for op in ("put", "get"):
+            target("issue 16: 64 KiB batched %s over shm / one-thread memcpy (interleaved rounds)" % op,
+                   gp_pair(gp[0], "batch-shm", "memcpy", op), 0.5)
+            target("issue 16: 64 KiB batched %s over shm / the same over TCP loopback" % op,
+                   gp_pair(gp[0], "batch-shm", "batch", op), 3)
     for op, rop in (("put", "SET"), ("get", "GET")):
         target("issue 5: 4 KiB %s, shim sync (1 in flight) / redis -P 32 %s (size table)" % (op, rop),
                ratio(kvops("shim-adaptive", op, 4096), num(redis.get((32, 4096, rop)), "rps")), 1.5)

@@ -2,7 +2,7 @@
  * kvbench.c - benchmark driver for kvbatch: main picks the command; the
  * command line of put|get|exists and of --server-stats. The workloads live
  * beside it (kvbench_basic.c, kvbench_layerwise.c, kvbench_micro.c,
- * kvbench_mooncake.c).
+ * kvbench_mooncake.c, kvbench_memcpy.c).
  */
 #include "kvbench.h"
 
@@ -15,6 +15,7 @@ static const char USAGE[] = "usage: kvbench put|get|exists [options]\n"
                             "       kvbench layerwise [options]\n"
                             "       kvbench micro [options]\n"
                             "       kvbench mooncake [options]\n"
+                            "       kvbench memcpy [options]\n"
                             "       kvbench --server-stats [--servers S]\n"
                             "kvbench COMMAND --help lists a command's options.\n"
                             "exit status: 0 ok, 1 some ops failed, 2 bad arguments\n";
@@ -206,6 +207,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "layerwise") == 0) return bench_layerwise_main(argc - 1, argv + 1);
     if (strcmp(cmd, "micro") == 0) return bench_micro_main(argc - 1, argv + 1);
     if (strcmp(cmd, "mooncake") == 0) return bench_mooncake_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "memcpy") == 0) return bench_memcpy_main(argc - 1, argv + 1);
     if (strcmp(cmd, "server-stats") == 0) return server_stats_main(argc - 1, argv + 1, 1);
     if (strncmp(cmd, "--server", 8) == 0) return server_stats_main(argc, argv, 0);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

@@ -170,6 +170,7 @@ void bench_emit_median(struct bench_output *out, const struct bench_result *runs
 int bench_layerwise_main(int argc, char **argv);
 int bench_micro_main(int argc, char **argv);
 int bench_mooncake_main(int argc, char **argv);
+int bench_memcpy_main(int argc, char **argv); /* one thread's memcpy bandwidth (no server) */
 
 /*
  * The basic workload, shared by the put/get/exists command and by micro: the
