@@ -134,7 +134,7 @@ static int read_key_replies(struct tcp_conn *c, int fd, const struct kvs_wire_hd
         if (req->opcode == KVS_OP_GET && s.status == 0 && f->job->shm) {
             /* SHM_GET: kvstored put the value in the region at the key's offset. */
             if (s.len > k->len) return -EPROTO;
-            if (s.len) memcpy(k->buf, tcp_shm_base(f->job->shm) + f->job->shm_off[i], s.len);
+            if (s.len) kvs_key_scatter(k, tcp_shm_base(f->job->shm) + f->job->shm_off[i], s.len);
         } else if (req->opcode == KVS_OP_GET && s.status == 0) {
             if (s.len > k->len || s.len > left) return -EPROTO;
             rc = rx_read_value(c, fd, k, s.len);

@@ -349,7 +349,7 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
         uint64_t len = key_room(req, k, lim);
         k->status = KEY_PENDING;
         job->shm_off[i] = at;
-        if (req->opcode == KVS_OP_PUT && len > 0) memcpy(r->base + at, k->val, len);
+        if (req->opcode == KVS_OP_PUT && len > 0) kvs_key_gather(k, r->base + at);
         kvs_wire_entry_encode(p, (uint16_t)k->klen, (uint32_t)len);
         memcpy(p + KVS_WIRE_ENTRY_LEN, k->key, k->klen);
         kvs_wire_shm_off_encode(p + KVS_WIRE_ENTRY_LEN + k->klen, at);
