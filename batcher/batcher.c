@@ -32,7 +32,7 @@ enum { OP_PENDING = 0, OP_DONE = 1 };
 enum {
     OPF_ASYNC = 1,     /* freed by kvb_wait */
     OPF_WRITEBACK = 2, /* owns a key+value copy, nobody waits: freed on completion */
-    OPF_TRACKED = 4,   /* counted in the pending-put table */
+    OPF_TRACKED = 4,   /* counted in the pending table (a put, or an async get) */
     OPF_TIMER = 8,     /* opened its batch: its caller is the batch's window timer */
 };
 
@@ -57,12 +57,18 @@ struct kvb_op {
     bool leader;      /* set by a completion (not in flags: the caller reads those) */
 };
 
-/* Puts not yet acknowledged for one key: gets/puts of that key are ordered behind them. */
+/*
+ * Ops of one key whose caller has moved on (async and write-behind puts,
+ * async gets), not yet completed: later ops of the key are ordered behind
+ * them - a get or exists behind the puts, a put behind the puts and gets.
+ */
 struct pending_key {
     UT_hash_handle hh;
-    char *key;
+    char *key;         /* in the same block */
     uint32_t puts;     /* tracked puts not yet completed */
-    uint64_t last_seq; /* batch holding the newest of them */
+    uint32_t gets;     /* tracked gets not yet completed */
+    uint64_t last_seq; /* batch holding the newest of the puts */
+    uint64_t get_seq;  /* batch holding the newest of the gets */
     struct kvb_op *wb; /* newest write-behind put (its copy serves gets), or NULL */
 };
 
@@ -493,13 +499,16 @@ static bool drain_ready(struct kvb_batcher *b)
     return true;
 }
 
-/* Lock held: forgets one tracked put of pk (and its write-behind copy if it is op). */
-static void pending_put_done(struct kvb_batcher *b, struct pending_key *pk, struct kvb_op *op)
+/* Lock held: forgets tracked op of pk (and its write-behind copy if it is op). */
+static void pending_done(struct kvb_batcher *b, struct pending_key *pk, struct kvb_op *op)
 {
     if (pk->wb == op) pk->wb = NULL;
-    if (--pk->puts == 0) {
+    if (op->kind == KVB_OP_PUT)
+        pk->puts--;
+    else
+        pk->gets--;
+    if (pk->puts == 0 && pk->gets == 0) {
         HASH_DEL(b->pending, pk);
-        free(pk->key);
         free(pk);
     }
 }
@@ -547,7 +556,7 @@ static void retire_batch(struct kvb_batcher *b, struct batch *bt)
                 b->wb_failed++;
             }
         }
-        pending_put_done(b, op->pk, op);
+        pending_done(b, op->pk, op);
     }
     b->wb_bytes -= freed;
     kvb_gauge(&st->writeback_bytes, -(int64_t)freed);
@@ -807,7 +816,6 @@ static void batcher_free(struct kvb_batcher *b)
     HASH_ITER(hh, b->pending, pk, tmp)
     {
         HASH_DEL(b->pending, pk);
-        free(pk->key);
         free(pk);
     }
     pthread_mutex_lock(&b->free_lock);
@@ -931,67 +939,98 @@ static bool copy_serves(const struct kvb_op *wb, const struct kvb_op *op)
 }
 
 /*
- * Waits until no put of key is pending in a batch other than the open put
- * batch of op's group (so a new put or get cannot overtake it), or, for a
- * get or exists op, until the write-behind copy can answer it. Returns the
- * entry, if any. Lock held; may sleep.
+ * The newest batch op must complete behind before it is queued, 0 if none:
+ * for a get or exists op, the newest pending put of its key, unless the
+ * write-behind copy can answer it (gets commute with gets); for a put, that
+ * put unless it is in the open put batch of op's group (array order keeps
+ * it), and the newest pending get (a get made first reads what was there).
+ * Lock held.
  */
-static struct pending_key *order_behind_puts(struct kvb_batcher *b, const char *key,
-                                             const struct kvb_op *op)
+static uint64_t must_follow(const struct kvb_batcher *b, const struct pending_key *pk,
+                            const struct kvb_op *op)
 {
     const struct batch *open = b->open[KVB_OP_PUT];
-    for (;; open = b->open[KVB_OP_PUT]) {
+    if (op->kind != KVB_OP_PUT)
+        return pk->puts && !(pk->wb && copy_serves(pk->wb, op)) ? pk->last_seq : 0;
+    uint64_t upto = 0;
+    if (pk->puts && !(open && pk->last_seq == open->seq && open->group == op->group))
+        upto = pk->last_seq;
+    if (pk->gets && pk->get_seq > upto) upto = pk->get_seq;
+    return upto;
+}
+
+/*
+ * Waits until op may be queued behind the pending ops of its key
+ * (must_follow), sending and completing the batches that hold them.
+ * Returns the key's entry, if any. Lock held; may sleep.
+ */
+static struct pending_key *order_behind_pending(struct kvb_batcher *b, const char *key,
+                                                const struct kvb_op *op)
+{
+    for (;;) {
         struct pending_key *pk = NULL;
         if (!b->pending) return NULL;
         HASH_FIND_STR(b->pending, key, pk);
         if (!pk) return NULL;
-        if (op->kind != KVB_OP_PUT && pk->wb && copy_serves(pk->wb, op))
-            return pk; /* served from the write-behind copy */
-        if (op->kind == KVB_OP_PUT && open && pk->last_seq == open->seq && open->group == op->group)
-            return pk; /* same batch: array order keeps it */
-        /* Send the batches that hold the older puts and wait for them; then look again. */
-        complete_upto(b, pk->last_seq, KVB_FLUSH_EXPLICIT, UINT64_MAX);
+        uint64_t upto = must_follow(b, pk, op);
+        if (!upto) return pk;
+        /* Send the batches that hold the older ops and wait for them; then look again. */
+        complete_upto(b, upto, KVB_FLUSH_EXPLICIT, UINT64_MAX);
     }
 }
 
 /*
- * The newest batch holding a put of one of keys that has not completed, 0
- * if none (NULL keys are skipped). Lock held.
+ * The newest batch holding a pending put of one of keys - or, with gets,
+ * a pending put or get - 0 if none (NULL keys are skipped). Lock held.
  */
-static uint64_t newest_put_of(const struct kvb_batcher *b, size_t n, const char *const keys[])
+static uint64_t newest_pending_of(const struct kvb_batcher *b, size_t n, const char *const keys[],
+                                  bool gets)
 {
     uint64_t upto = 0;
     for (size_t i = 0; i < n && b->pending; i++) {
         struct pending_key *pk = NULL;
         if (!keys[i]) continue;
         HASH_FIND_STR(b->pending, keys[i], pk);
-        if (pk && pk->last_seq > upto) upto = pk->last_seq;
+        if (!pk) continue;
+        if (pk->puts && pk->last_seq > upto) upto = pk->last_seq;
+        if (gets && pk->gets && pk->get_seq > upto) upto = pk->get_seq;
     }
     return upto;
 }
 
-void kvb_order_after_puts(struct kvb_batcher *b, size_t n, const char *const keys[])
+/* kvb_order_after_puts, and with gets kvb_order_after_ops. */
+static void order_after(struct kvb_batcher *b, size_t n, const char *const keys[], bool gets)
 {
     pthread_mutex_lock(&b->lock);
-    uint64_t upto = keys ? newest_put_of(b, n, keys) : b->pending ? b->next_seq : 0;
+    uint64_t upto = keys ? newest_pending_of(b, n, keys, gets) : b->pending ? b->next_seq : 0;
     if (upto) complete_upto(b, upto, KVB_FLUSH_EXPLICIT, UINT64_MAX);
     pthread_mutex_unlock(&b->lock);
 }
 
-/* Registers a tracked put of op->key in batch seq. Lock held. */
-static int track_put(struct kvb_batcher *b, struct pending_key *pk, struct kvb_op *op)
+void kvb_order_after_puts(struct kvb_batcher *b, size_t n, const char *const keys[])
+{
+    order_after(b, n, keys, false);
+}
+
+void kvb_order_after_ops(struct kvb_batcher *b, size_t n, const char *const keys[])
+{
+    order_after(b, n, keys, true);
+}
+
+/* Registers tracked op (a put, or an async get) of op->key. Lock held. */
+static int track_op(struct kvb_batcher *b, struct pending_key *pk, struct kvb_op *op)
 {
     if (!pk) {
-        pk = calloc(1, sizeof(*pk));
+        size_t klen = strlen(op->key);
+        pk = calloc(1, sizeof(*pk) + klen + 1);
         if (!pk) return -ENOMEM;
-        pk->key = strdup(op->key);
-        if (!pk->key) {
-            free(pk);
-            return -ENOMEM;
-        }
-        HASH_ADD_KEYPTR(hh, b->pending, pk->key, strlen(pk->key), pk);
+        pk->key = memcpy(pk + 1, op->key, klen + 1);
+        HASH_ADD_KEYPTR(hh, b->pending, pk->key, klen, pk);
     }
-    pk->puts++;
+    if (op->kind == KVB_OP_PUT)
+        pk->puts++;
+    else
+        pk->gets++;
     if (op->flags & OPF_WRITEBACK) pk->wb = op;
     op->pk = pk;
     op->flags |= OPF_TRACKED;
@@ -1049,15 +1088,15 @@ static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *d
     op->t_enq = kvs_now_ns();
     pthread_mutex_lock(&b->lock);
     if (b->pending) {
-        struct pending_key *pk = order_behind_puts(b, op->key, op);
+        struct pending_key *pk = order_behind_pending(b, op->key, op);
         if (pk && op->kind != KVB_OP_PUT && pk->wb) {
             op->result = serve_from_copy(pk->wb, op->kind, op->buf, op->len);
             pthread_mutex_unlock(&b->lock);
             count_unbatched(b->st, op);
             return 1;
         }
-        if (track && (rc = track_put(b, pk, op)) < 0) goto out;
-    } else if (track && (rc = track_put(b, NULL, op)) < 0) {
+        if (track && (rc = track_op(b, pk, op)) < 0) goto out;
+    } else if (track && (rc = track_op(b, NULL, op)) < 0) {
         goto out;
     }
     if (direct && !track && goes_direct(b, op->kind)) {
@@ -1067,10 +1106,11 @@ static int enqueue(struct kvb_batcher *b, struct kvb_op *op, bool track, bool *d
         goto out;
     }
     if ((rc = append(b, op, op->t_enq, &seq)) < 0) {
-        if (op->flags & OPF_TRACKED) pending_put_done(b, op->pk, op);
+        if (op->flags & OPF_TRACKED) pending_done(b, op->pk, op);
         goto out;
     }
-    if (op->flags & OPF_TRACKED) op->pk->last_seq = seq;
+    if ((op->flags & OPF_TRACKED) && op->kind == KVB_OP_PUT) op->pk->last_seq = seq;
+    if ((op->flags & OPF_TRACKED) && op->kind != KVB_OP_PUT) op->pk->get_seq = seq;
     n = take_ready_or_nudge(b, send);
 out:
     pthread_mutex_unlock(&b->lock);
@@ -1284,7 +1324,7 @@ ssize_t kvb_get(struct kvb_batcher *b, const char *key, void *buf, size_t cap)
         /* Size probe: the batch API has no probe; order it, then ask the real call. */
         bool direct = false;
         pthread_mutex_lock(&b->lock);
-        struct pending_key *pk = b->pending ? order_behind_puts(b, key, &op) : NULL;
+        struct pending_key *pk = b->pending ? order_behind_pending(b, key, &op) : NULL;
         if (pk && pk->wb) op.result = serve_from_copy(pk->wb, KVB_OP_GET, NULL, 0), direct = true;
         pthread_mutex_unlock(&b->lock);
         if (direct) return op.result;
@@ -1316,7 +1356,7 @@ static int start_async(struct kvb_batcher *b, int kind, const char *key, const v
     op->buf = buf;
     op->len = len;
     op->flags = OPF_ASYNC;
-    int rc = enqueue(b, op, kind == KVB_OP_PUT, NULL);
+    int rc = enqueue(b, op, true, NULL); /* its caller moves on: later ops of key go behind it */
     if (rc < 0) {
         free(op);
         return rc;

@@ -83,7 +83,11 @@ int kvb_put_group(struct kvb_batcher *b, unsigned group, const char *key, const 
 ssize_t kvb_get(struct kvb_batcher *b, const char *key, void *buf, size_t cap);
 int kvb_exists(struct kvb_batcher *b, const char *key);
 
-/* Asynchronous calls: 0 and *op set, or a negative code; key/val/buf live until kvb_wait. */
+/*
+ * Asynchronous calls: 0 and *op set, or a negative code; key/val/buf live
+ * until kvb_wait. Until it completes, a later put of the same key (any
+ * form) waits for an async get, as a later get waits for an async put.
+ */
 int kvb_put_async(struct kvb_batcher *b, const char *key, const void *val, size_t len,
                   struct kvb_op **op);
 int kvb_get_async(struct kvb_batcher *b, const char *key, void *buf, size_t cap,
@@ -102,6 +106,15 @@ ssize_t kvb_wait(struct kvb_op *op);
  * write-behind put that failed keeps its error for the next kvb_flush.
  */
 void kvb_order_after_puts(struct kvb_batcher *b, size_t n, const char *const keys[]);
+
+/*
+ * kvb_order_after_puts for a call that changes keys (kvs_remove,
+ * kvs_remove_matching, the batch puts, Mooncake's removes and batch put):
+ * it also waits for the async gets of keys pending when it was called
+ * (kvb_get_async, queued or in flight), so that the change does not reach
+ * the store before a get the program made first.
+ */
+void kvb_order_after_ops(struct kvb_batcher *b, size_t n, const char *const keys[]);
 
 /*
  * Sends everything queued now (counted under reason) and waits until every

@@ -202,9 +202,10 @@ EXPORT int kvs_flush(kvs_client *c)
 /*
  * The calls the shim does not batch but that touch keys: each is ordered
  * after this process's pending puts of its keys (write-behind puts, async
- * puts not yet sent or acknowledged) and then passed to the real function,
- * uncounted - so it sees those puts and is not overtaken by them, as
- * without the shim. keys NULL: every pending put (kvs_remove_matching); an
+ * puts not yet sent or acknowledged) - and one that changes them (a remove,
+ * a batch put) after their pending async gets too - and then passed to the
+ * real function, uncounted: it sees those puts and overtakes none of those
+ * ops, as without the shim. keys NULL: every pending put (kvs_remove_matching); an
  * invalid call (NULL arrays) is refused by the real function. Inside a
  * backend call nothing waits (the batch being sent holds the slot).
  */
@@ -217,11 +218,15 @@ EXPORT int kvs_flush(kvs_client *c)
  */
 static __thread int in_done_callback;
 
-static void order_after_puts(kvs_client *c, size_t n, const char *const keys[])
+/* changes: the call changes keys (a remove, a batch put): it also waits for their async gets. */
+static void order_after_puts(kvs_client *c, size_t n, const char *const keys[], bool changes)
 {
     if (kvb_in_backend_call() || in_done_callback) return;
     struct kvb_batcher *b = kvb_shim_batcher_for(c);
-    if (b) kvb_order_after_puts(b, n, keys);
+    if (b && changes)
+        kvb_order_after_ops(b, n, keys);
+    else if (b)
+        kvb_order_after_puts(b, n, keys);
 }
 
 /* The program's done callback of a batch call, run through done_trampoline. */
@@ -262,7 +267,7 @@ EXPORT int kvs_remove(kvs_client *c, const char *key)
 {
     kvb_shim_init();
     if (!shim.real.kvs_remove) return -ENOSYS;
-    if (key) order_after_puts(c, 1, &key);
+    if (key) order_after_puts(c, 1, &key, true);
     return shim.real.kvs_remove(c, key);
 }
 
@@ -270,7 +275,7 @@ EXPORT ssize_t kvs_remove_matching(kvs_client *c, const char *pattern)
 {
     kvb_shim_init();
     if (!shim.real.kvs_remove_matching) return -ENOSYS;
-    order_after_puts(c, 0, NULL);
+    order_after_puts(c, 0, NULL, true);
     return shim.real.kvs_remove_matching(c, pattern);
 }
 
@@ -279,7 +284,7 @@ EXPORT int kvs_batch_put(kvs_client *c, size_t n, const char *const keys[],
 {
     kvb_shim_init();
     if (!shim.real.kvs_batch_put) return -ENOSYS;
-    if (keys) order_after_puts(c, n, keys);
+    if (keys) order_after_puts(c, n, keys, true);
     return shim.real.kvs_batch_put(c, n, keys, vals, lens, status);
 }
 
@@ -288,7 +293,7 @@ EXPORT int kvs_batch_get(kvs_client *c, size_t n, const char *const keys[], void
 {
     kvb_shim_init();
     if (!shim.real.kvs_batch_get) return -ENOSYS;
-    if (keys) order_after_puts(c, n, keys);
+    if (keys) order_after_puts(c, n, keys, false);
     return shim.real.kvs_batch_get(c, n, keys, bufs, caps, results);
 }
 
@@ -296,7 +301,7 @@ EXPORT int kvs_batch_exists(kvs_client *c, size_t n, const char *const keys[], i
 {
     kvb_shim_init();
     if (!shim.real.kvs_batch_exists) return -ENOSYS;
-    if (keys) order_after_puts(c, n, keys);
+    if (keys) order_after_puts(c, n, keys, false);
     return shim.real.kvs_batch_exists(c, n, keys, results);
 }
 
@@ -306,7 +311,7 @@ EXPORT int kvs_batch_put_async(kvs_client *c, size_t n, const char *const keys[]
 {
     kvb_shim_init();
     if (!shim.real.kvs_batch_put_async) return -ENOSYS;
-    if (keys) order_after_puts(c, n, keys);
+    if (keys) order_after_puts(c, n, keys, true);
     struct done_wrap *w = wrap_done(done, arg);
     return wrapped_call(w, shim.real.kvs_batch_put_async(c, n, keys, vals, lens, status,
                                                          w ? done_trampoline : done,
@@ -319,7 +324,7 @@ EXPORT int kvs_batch_get_async(kvs_client *c, size_t n, const char *const keys[]
 {
     kvb_shim_init();
     if (!shim.real.kvs_batch_get_async) return -ENOSYS;
-    if (keys) order_after_puts(c, n, keys);
+    if (keys) order_after_puts(c, n, keys, false);
     struct done_wrap *w = wrap_done(done, arg);
     return wrapped_call(w, shim.real.kvs_batch_get_async(c, n, keys, bufs, caps, results,
                                                          w ? done_trampoline : done,
@@ -331,7 +336,7 @@ EXPORT int kvs_batch_exists_async(kvs_client *c, size_t n, const char *const key
 {
     kvb_shim_init();
     if (!shim.real.kvs_batch_exists_async) return -ENOSYS;
-    if (keys) order_after_puts(c, n, keys);
+    if (keys) order_after_puts(c, n, keys, false);
     struct done_wrap *w = wrap_done(done, arg);
     return wrapped_call(w, shim.real.kvs_batch_exists_async(c, n, keys, results,
                                                             w ? done_trampoline : done,
@@ -343,7 +348,7 @@ EXPORT int kvs_batch_putv(kvs_client *c, size_t n, const char *const keys[],
 {
     kvb_shim_init();
     if (!shim.real.kvs_batch_putv) return -ENOSYS;
-    if (keys) order_after_puts(c, n, keys);
+    if (keys) order_after_puts(c, n, keys, true);
     return shim.real.kvs_batch_putv(c, n, keys, iovs, iovcnt, status);
 }
 
@@ -353,7 +358,7 @@ EXPORT int kvs_batch_getv(kvs_client *c, size_t n, const char *const keys[],
 {
     kvb_shim_init();
     if (!shim.real.kvs_batch_getv) return -ENOSYS;
-    if (keys) order_after_puts(c, n, keys);
+    if (keys) order_after_puts(c, n, keys, false);
     return shim.real.kvs_batch_getv(c, n, keys, iovs, iovcnt, results);
 }
 
@@ -363,7 +368,7 @@ EXPORT int kvs_batch_putv_async(kvs_client *c, size_t n, const char *const keys[
 {
     kvb_shim_init();
     if (!shim.real.kvs_batch_putv_async) return -ENOSYS;
-    if (keys) order_after_puts(c, n, keys);
+    if (keys) order_after_puts(c, n, keys, true);
     struct done_wrap *w = wrap_done(done, arg);
     return wrapped_call(w, shim.real.kvs_batch_putv_async(c, n, keys, iovs, iovcnt, status,
                                                           w ? done_trampoline : done,
@@ -376,7 +381,7 @@ EXPORT int kvs_batch_getv_async(kvs_client *c, size_t n, const char *const keys[
 {
     kvb_shim_init();
     if (!shim.real.kvs_batch_getv_async) return -ENOSYS;
-    if (keys) order_after_puts(c, n, keys);
+    if (keys) order_after_puts(c, n, keys, false);
     struct done_wrap *w = wrap_done(done, arg);
     return wrapped_call(w, shim.real.kvs_batch_getv_async(c, n, keys, iovs, iovcnt, results,
                                                           w ? done_trampoline : done,

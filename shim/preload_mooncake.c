@@ -339,13 +339,18 @@ static bool writeback(void)
 /*
  * Makes a call on keys[0, n) - on every key, with keys NULL - come after the
  * pending write-behind puts of those keys (the only puts a Mooncake caller
- * does not wait for).
+ * does not wait for; its gets are all synchronous, so a call that changes
+ * keys, changes, has no pending get to wait for: kvb_order_after_ops is
+ * the rule it follows all the same).
  */
-static void order_keys(mooncake_store_t store, size_t n, const char *const *keys)
+static void order_keys(mooncake_store_t store, size_t n, const char *const *keys, bool changes)
 {
     struct kvb_mc_backend *be;
     struct kvb_batcher *b = writeback() ? batcher_for(store, &be) : NULL;
-    if (b) kvb_order_after_puts(b, n, keys);
+    if (b && changes)
+        kvb_order_after_ops(b, n, keys);
+    else if (b)
+        kvb_order_after_puts(b, n, keys);
 }
 
 /* ---- the interposed calls ---- */
@@ -426,7 +431,7 @@ EXPORT int mooncake_store_remove(mooncake_store_t store, const char *key, int fo
 {
     if (!HAVE(mc.real.remove, "mooncake_store_remove")) return MC_FAILED;
     if (kvb_in_backend_call()) return mc.real.remove(store, key, force);
-    if (key) order_keys(store, 1, &key);
+    if (key) order_keys(store, 1, &key, true);
     return REAL(mc.real.remove(store, key, force));
 }
 
@@ -435,7 +440,7 @@ EXPORT int64_t mooncake_store_remove_by_regex(mooncake_store_t store, const char
 {
     if (!HAVE(mc.real.remove_by_regex, "mooncake_store_remove_by_regex")) return MC_FAILED;
     if (kvb_in_backend_call()) return mc.real.remove_by_regex(store, pattern, force);
-    order_keys(store, 0, NULL); /* every key */
+    order_keys(store, 0, NULL, true); /* every key */
     return REAL(mc.real.remove_by_regex(store, pattern, force));
 }
 
@@ -443,7 +448,7 @@ EXPORT int64_t mooncake_store_remove_all(mooncake_store_t store, int force)
 {
     if (!HAVE(mc.real.remove_all, "mooncake_store_remove_all")) return MC_FAILED;
     if (kvb_in_backend_call()) return mc.real.remove_all(store, force);
-    order_keys(store, 0, NULL); /* every key */
+    order_keys(store, 0, NULL, true); /* every key */
     return REAL(mc.real.remove_all(store, force));
 }
 
@@ -455,7 +460,7 @@ EXPORT int mooncake_store_batch_put_from(mooncake_store_t store, const char **ke
     if (!HAVE(mc.real.be.batch_put_from, "mooncake_store_batch_put_from")) return MC_FAILED;
     if (kvb_in_backend_call())
         return mc.real.be.batch_put_from(store, keys, buffers, sizes, count, config, results_out);
-    order_keys(store, count, (const char *const *)keys);
+    order_keys(store, count, (const char *const *)keys, true);
     return REAL(mc.real.be.batch_put_from(store, keys, buffers, sizes, count, config, results_out));
 }
 
@@ -465,7 +470,7 @@ EXPORT int mooncake_store_batch_get_into(mooncake_store_t store, const char **ke
     if (!HAVE(mc.real.be.batch_get_into, "mooncake_store_batch_get_into")) return MC_FAILED;
     if (kvb_in_backend_call())
         return mc.real.be.batch_get_into(store, keys, buffers, sizes, count, results_out);
-    order_keys(store, count, (const char *const *)keys);
+    order_keys(store, count, (const char *const *)keys, false);
     return REAL(mc.real.be.batch_get_into(store, keys, buffers, sizes, count, results_out));
 }
 
@@ -474,7 +479,7 @@ EXPORT int mooncake_store_batch_is_exist(mooncake_store_t store, const char **ke
 {
     if (!HAVE(mc.real.be.batch_is_exist, "mooncake_store_batch_is_exist")) return MC_FAILED;
     if (kvb_in_backend_call()) return mc.real.be.batch_is_exist(store, keys, count, results_out);
-    order_keys(store, count, (const char *const *)keys);
+    order_keys(store, count, (const char *const *)keys, false);
     return REAL(mc.real.be.batch_is_exist(store, keys, count, results_out));
 }
 

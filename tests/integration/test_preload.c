@@ -7,7 +7,8 @@
  * process after exit (puts after the exit flush included), a library under
  * the shim calling back into it, fork, a bounded exit when the server is
  * gone, and per-key order between write-behind puts and the calls the shim
- * does not batch (tests/preload/kvb_order).
+ * does not batch, and between async gets and later changes of their keys
+ * (tests/preload/kvb_order).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -420,6 +421,49 @@ static void test_order_async_put_then_batch_put(void **state)
 }
 
 /*
+ * An async get of a key, not yet waited for, then a call that changes the
+ * key: the get reads what was there when it was made. Without the order
+ * the shim's kvs_get_async waited in its batch while the remove or put
+ * went ahead (fixed 1 ms window: every round; auto: 15-20 % of rounds).
+ */
+static void test_order_async_get_then_remove(void **state)
+{
+    (void)state;
+    order_case("async_get_remove");
+}
+
+static void test_order_async_get_then_remove_matching(void **state)
+{
+    (void)state;
+    order_case("async_get_remove_matching");
+}
+
+static void test_order_async_get_then_put(void **state)
+{
+    (void)state;
+    order_case("async_get_put");
+}
+
+static void test_order_async_get_then_batch_put(void **state)
+{
+    (void)state;
+    order_case("async_get_batch_put");
+}
+
+/* kvs_batch_get_async is passed through: libkvstore keeps it before a later remove or put. */
+static void test_order_batch_get_async_then_remove(void **state)
+{
+    (void)state;
+    order_case("batch_get_async_remove");
+}
+
+static void test_order_batch_get_async_then_put(void **state)
+{
+    (void)state;
+    order_case("batch_get_async_put");
+}
+
+/*
  * A done callback (on the library's reader thread) that makes a batch call
  * on a key with a pending write-behind put: the call does not wait for that
  * put (the reader would wait for itself, and the chain never end).
@@ -454,6 +498,12 @@ int main(void)
         cmocka_unit_test(test_writeback_order_put_then_batch_exists_async),
         cmocka_unit_test(test_writeback_order_put_then_remove_matching),
         cmocka_unit_test(test_order_async_put_then_batch_put),
+        cmocka_unit_test(test_order_async_get_then_remove),
+        cmocka_unit_test(test_order_async_get_then_remove_matching),
+        cmocka_unit_test(test_order_async_get_then_put),
+        cmocka_unit_test(test_order_async_get_then_batch_put),
+        cmocka_unit_test(test_order_batch_get_async_then_remove),
+        cmocka_unit_test(test_order_batch_get_async_then_put),
         cmocka_unit_test(test_batch_call_from_a_done_callback_does_not_wait),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

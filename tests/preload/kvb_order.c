@@ -8,8 +8,9 @@
  *
  * Each of THREADS threads runs CASE ROUNDS times, each round on keys of its
  * own (named after the process id, so that runs never share one), and checks
- * what a program without the shim gets: a call that touches
- * a key sees the puts this thread made to it before. Then, after kvs_flush,
+ * what a program without the shim gets: a call that touches a key sees the
+ * puts this thread made to it before, and does not reach the store before
+ * this thread's earlier (async) gets of it. Then, after kvs_flush,
  * it reads every key back and checks the final values. CASE is one of the
  * names in `cases` below, or "all". Prints "CASE failed F of N" per case;
  * exit status 0 when nothing failed.
@@ -210,6 +211,107 @@ static int case_async_put_batch_put(const char *key, unsigned *final)
     return bad || !holds(key, 2);
 }
 
+/* Stores version of key at once: kvs_batch_put is passed through, after the key's pending puts. */
+static int store_now(const char *key, unsigned version)
+{
+    char val[VLEN];
+    const char *keys[1] = {key};
+    const void *vals[1] = {val};
+    size_t lens[1] = {VLEN};
+    int st[1] = {-1};
+    kvval_fill(val, sizeof(val), key, version);
+    return kvs_batch_put(client, 1, keys, vals, lens, st) != 1 || st[0] != 0;
+}
+
+/* An async get started before the next call: buf holds what it read once op is waited for. */
+struct early_get {
+    kvs_op *op;
+    char buf[VLEN];
+    const char *keys[1];
+    void *bufs[1];
+    size_t caps[1];
+    ssize_t res[1];
+};
+
+/*
+ * Starts the get of key: kvs_get_async (batched by the shim) or, batch set,
+ * a kvs_batch_get_async of the one key (passed through). 0 or 1 (failed).
+ */
+static int early_get_start(struct early_get *g, const char *key, int batch)
+{
+    if (!batch) return kvs_get_async(client, key, g->buf, sizeof(g->buf), &g->op) != 0;
+    g->keys[0] = key;
+    g->bufs[0] = g->buf;
+    g->caps[0] = VLEN;
+    g->res[0] = -1;
+    return kvs_batch_get_async(client, 1, g->keys, g->bufs, g->caps, g->res, NULL, NULL, &g->op) !=
+           0;
+}
+
+/* Waits for the get: 0 if it read version 1 of key, as it was when the get was made. */
+static int early_get_saw_v1(struct early_get *g, const char *key, int batch)
+{
+    ssize_t r = kvs_wait(g->op);
+    unsigned v = 0;
+    if (batch) r = r == 1 ? g->res[0] : -1;
+    return r != VLEN || !kvval_check(g->buf, VLEN, key, &v) || v != 1;
+}
+
+/*
+ * Key holds v1; an async get of it, not yet waited for; then a call that
+ * changes it (what, below). The get was made first, so it reads v1: the
+ * later call must not reach the store before it.
+ */
+enum { LATER_REMOVE, LATER_REMOVE_MATCHING, LATER_PUT, LATER_BATCH_PUT };
+static int get_then(const char *key, unsigned *final, int batch, int what)
+{
+    static __thread struct early_get g;
+    char pattern[160], val[VLEN];
+    const char *keys[1] = {key};
+    const void *vals[1] = {val};
+    size_t lens[1] = {VLEN};
+    int st[1] = {-1};
+    *final = what == LATER_PUT || what == LATER_BATCH_PUT ? 2 : 0;
+    if (store_now(key, 1) != 0 || early_get_start(&g, key, batch) != 0) return 1;
+    kvval_fill(val, sizeof(val), key, 2);
+    snprintf(pattern, sizeof(pattern), "^%s$", key);
+    int bad = what == LATER_REMOVE            ? kvs_remove(client, key) != 0
+              : what == LATER_REMOVE_MATCHING ? kvs_remove_matching(client, pattern) != 1
+              : what == LATER_PUT             ? put_version(key, 2) != 0
+                                  : kvs_batch_put(client, 1, keys, vals, lens, st) != 1 || st[0];
+    return early_get_saw_v1(&g, key, batch) | bad;
+}
+
+static int case_async_get_remove(const char *key, unsigned *final)
+{
+    return get_then(key, final, 0, LATER_REMOVE);
+}
+
+static int case_async_get_remove_matching(const char *key, unsigned *final)
+{
+    return get_then(key, final, 0, LATER_REMOVE_MATCHING);
+}
+
+static int case_async_get_put(const char *key, unsigned *final)
+{
+    return get_then(key, final, 0, LATER_PUT);
+}
+
+static int case_async_get_batch_put(const char *key, unsigned *final)
+{
+    return get_then(key, final, 0, LATER_BATCH_PUT);
+}
+
+static int case_batch_get_async_remove(const char *key, unsigned *final)
+{
+    return get_then(key, final, 1, LATER_REMOVE);
+}
+
+static int case_batch_get_async_put(const char *key, unsigned *final)
+{
+    return get_then(key, final, 1, LATER_PUT);
+}
+
 /* A callback chain: the get's done callback starts the put; the put's tells the round. */
 struct chain {
     pthread_mutex_t lock;
@@ -303,6 +405,12 @@ static const struct order_case cases[] = {
     {"remove_matching", case_remove_matching},
     {"async_put_batch_put", case_async_put_batch_put},
     {"callback_chain", case_callback_chain},
+    {"async_get_remove", case_async_get_remove},
+    {"async_get_remove_matching", case_async_get_remove_matching},
+    {"async_get_put", case_async_get_put},
+    {"async_get_batch_put", case_async_get_batch_put},
+    {"batch_get_async_remove", case_batch_get_async_remove},
+    {"batch_get_async_put", case_batch_get_async_put},
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 

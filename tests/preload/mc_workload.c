@@ -13,6 +13,10 @@
  *   mc_workload MASTER threads N OPS   N threads put_from / get_into / is_exist / remove
  *                                      their own keys, and count every result
  *   mc_workload MASTER fork            parent and a forked child both use the store
+ *   mc_workload MASTER order N ROUNDS  N threads: a put, then at once a call the shim passes
+ *                                      through on the same key (remove, batch put / get /
+ *                                      exists, remove_by_regex); what each returns and what
+ *                                      the keys hold at the end are as without the shim
  *   mc_workload MASTER write PREFIX N  puts N values and exits without destroying the store
  *                                      (write-behind puts then rest on the shim's exit flush)
  *   mc_workload MASTER read PREFIX N   checks those N values
@@ -26,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store_c.h"
@@ -201,27 +206,164 @@ static int threads(int n, int ops)
     return bad != 0;
 }
 
+/*
+ * Per-key order (the shim's write-behind puts before the calls it passes
+ * through): each round of thread t puts version 1 of five keys of its own,
+ * each followed at once by one call on it - remove, batch_put_from of
+ * version 2, batch_get_into, batch_is_exist, remove_by_regex of exactly the
+ * key - checked as it returns; once every thread is done, the keys must
+ * hold what those calls left (a put that landed after its remove would
+ * bring its key back).
+ */
+enum { ORDER_LEN = 64, ORDER_KEYS = 5 };
+
+struct order_worker {
+    int id, rounds, failures;
+};
+
+static void order_key(char *key, size_t cap, int t, int round, int which)
+{
+    snprintf(key, cap, "mo.%d.%d.%d", t, round, which);
+}
+
+static void order_value(char *v, const char *key, int version)
+{
+    memset(v, 0, ORDER_LEN);
+    snprintf(v, ORDER_LEN, "%.40s=%d", key, version);
+}
+
+/* One round's five calls; how many returned what they return without the shim. */
+static int order_round(int t, int round)
+{
+    char key[ORDER_KEYS][48], v1[ORDER_KEYS][ORDER_LEN], v2[ORDER_LEN], buf[ORDER_LEN], pattern[64];
+    int bad = 0;
+    for (int k = 0; k < ORDER_KEYS; k++) {
+        order_key(key[k], sizeof(key[k]), t, round, k);
+        order_value(v1[k], key[k], 1);
+        bad += mooncake_store_put_from(store, key[k], v1[k], ORDER_LEN, NULL) != 0;
+        const char *keys[1] = {key[k]};
+        void *bufs[1] = {buf};
+        size_t sizes[1] = {ORDER_LEN};
+        int res[1] = {-1};
+        int64_t got[1] = {-1};
+        switch (k) {
+        case 0:
+            bad += mooncake_store_remove(store, key[k], 0) != 0;
+            break;
+        case 1:
+            order_value(v2, key[k], 2);
+            bufs[0] = v2;
+            bad += mooncake_store_batch_put_from(store, keys, bufs, sizes, 1, NULL, res) != 0 ||
+                   res[0] != 0;
+            break;
+        case 2:
+            bad += mooncake_store_batch_get_into(store, keys, bufs, sizes, 1, got) != 0 ||
+                   got[0] != ORDER_LEN || memcmp(buf, v1[k], ORDER_LEN) != 0;
+            break;
+        case 3:
+            bad += mooncake_store_batch_is_exist(store, keys, 1, res) != 0 || res[0] != 1;
+            break;
+        default:
+            snprintf(pattern, sizeof(pattern), "^mo\\.%d\\.%d\\.%d$", t, round, k);
+            bad += mooncake_store_remove_by_regex(store, pattern, 0) != 1;
+        }
+    }
+    return bad;
+}
+
+/* What the round's keys must hold at the end: 0 if they do. */
+static int order_final(int t, int round)
+{
+    char key[48], want[ORDER_LEN], buf[ORDER_LEN];
+    int bad = 0;
+    for (int k = 0; k < ORDER_KEYS; k++) {
+        order_key(key, sizeof(key), t, round, k);
+        if (k == 0 || k == ORDER_KEYS - 1) {
+            bad += mooncake_store_is_exist(store, key) != 0;
+            continue;
+        }
+        order_value(want, key, k == 1 ? 2 : 1);
+        bad += mooncake_store_get_into(store, key, buf, sizeof(buf)) != ORDER_LEN ||
+               memcmp(buf, want, ORDER_LEN) != 0;
+    }
+    return bad;
+}
+
+static void *order_main(void *arg)
+{
+    struct order_worker *w = arg;
+    for (int r = 0; r < w->rounds; r++)
+        w->failures += order_round(w->id, r);
+    return NULL;
+}
+
+static int order(int n, int rounds)
+{
+    pthread_t t[64];
+    struct order_worker w[64];
+    int now = 0, later = 0, started = 0;
+    if (n < 1 || n > 64 || rounds < 1) return 1;
+    for (int i = 0; i < n; i++) {
+        w[i] = (struct order_worker){.id = i, .rounds = rounds};
+        if (pthread_create(&t[i], NULL, order_main, &w[i]) != 0) break;
+        started++;
+    }
+    for (int i = 0; i < started; i++) {
+        pthread_join(t[i], NULL);
+        now += w[i].failures;
+    }
+    for (int i = 0; i < started; i++)
+        for (int r = 0; r < rounds; r++)
+            later += order_final(i, r);
+    printf("order: %d of %d calls failed as they returned, %d of %d keys wrong at the end\n", now,
+           started * rounds * ORDER_KEYS, later, started * rounds * ORDER_KEYS);
+    return now || later || started < n;
+}
+
+/* Says on stderr which step of fork_check failed, with its result and the time since t0. */
+static int fork_failed(const char *who, const char *what, long long r, struct timespec t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    fprintf(stderr, "mc_workload fork: %s: %s -> %lld after %.3f s\n", who, what, r,
+            (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9);
+    return 1;
+}
+
 /* The parent puts, a forked child reads it and puts its own, the parent reads that. */
 static int fork_check(void)
 {
     char buf[16];
-    if (mooncake_store_put_from(store, "mf.parent", "parent", 6, NULL) != 0) return 1;
-    fflush(stdout);
+    struct timespec t0;
+    long long r;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if ((r = mooncake_store_put_from(store, "mf.parent", "parent", 6, NULL)) != 0)
+        return fork_failed("parent", "put_from mf.parent", r, t0);
+    fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return 1;
     if (pid == 0) {
         /* A write-behind put is the parent's to send: it may land a moment after the fork. */
-        for (int i = 0; i < 500 && mooncake_store_is_exist(store, "mf.parent") != 1; i++)
+        for (int i = 0; i < 500 && (r = mooncake_store_is_exist(store, "mf.parent")) != 1; i++)
             usleep(10000);
-        int ok = mooncake_store_get_into(store, "mf.parent", buf, sizeof(buf)) == 6 &&
-                 mooncake_store_put_from(store, "mf.child", "child", 5, NULL) == 0 &&
-                 mooncake_store_is_exist(store, "mf.child") == 1;
+        int bad = r != 1 ? fork_failed("child", "is_exist mf.parent", r, t0)
+                  : (r = mooncake_store_get_into(store, "mf.parent", buf, sizeof(buf))) != 6
+                      ? fork_failed("child", "get_into mf.parent", r, t0)
+                  : (r = mooncake_store_put_from(store, "mf.child", "child", 5, NULL)) != 0
+                      ? fork_failed("child", "put_from mf.child", r, t0)
+                  : (r = mooncake_store_is_exist(store, "mf.child")) != 1
+                      ? fork_failed("child", "is_exist mf.child", r, t0)
+                      : 0;
         mooncake_store_destroy(store);
-        _exit(ok ? 0 : 1);
+        fflush(NULL);
+        _exit(bad);
     }
     int st;
-    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 1;
-    return mooncake_store_get_into(store, "mf.child", buf, sizeof(buf)) == 5 ? 0 : 1;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return fork_failed("parent", "the child's exit status", (long long)st, t0);
+    if ((r = mooncake_store_get_into(store, "mf.child", buf, sizeof(buf))) != 5)
+        return fork_failed("parent", "get_into mf.child", r, t0);
+    return 0;
 }
 
 /* write: N put_from of 4 KiB, then exit(0) with the store left as it is. read: checks them. */
@@ -248,7 +390,7 @@ static int write_or_read(int write, const char *prefix, int n)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: mc_workload MASTER semantics|threads N OPS|fork\n");
+        fprintf(stderr, "usage: mc_workload MASTER semantics|threads N OPS|fork|order N ROUNDS\n");
         return 2;
     }
     store = mooncake_store_create();
@@ -271,6 +413,8 @@ int main(int argc, char **argv)
         rc = threads(atoi(argv[3]), atoi(argv[4]));
     else if (strcmp(argv[2], "fork") == 0)
         rc = fork_check();
+    else if (strcmp(argv[2], "order") == 0 && argc == 5)
+        rc = order(atoi(argv[3]), atoi(argv[4]));
     fflush(stdout);
     mooncake_store_destroy(store);
     return rc;

@@ -361,6 +361,55 @@ static void test_order_after_puts_waits_for_the_keys_puts(void **state)
     fake_env_down(&e);
 }
 
+/*
+ * An async get still waiting in its batch is not overtaken by a later change
+ * of its key: kvb_order_after_ops (a remove, a batch put) returns only once
+ * the get has completed, and a put of the key is queued only then, while
+ * kvb_order_after_puts (a batch get) and another get do not wait for it.
+ * Fails if the change can go before the get (the get would read "B").
+ */
+static void test_changes_wait_for_the_keys_async_gets(void **state)
+{
+    struct fake_env e;
+    struct kvb_op *g, *g2, *g3, *put;
+    char buf[4] = "", buf2[4] = "", buf3[4] = "";
+    (void)state;
+    fake_env_up(&e, FAKE_THREAD, fake_params(KVB_BATCH_FIXED, FAKE_LONG_WINDOW, 64, 1 << 20, 2));
+    pthread_mutex_lock(&e.f.lock);
+    assert_int_equal(fake_put_locked(&e.f, "og", "A", 1), 0);
+    pthread_mutex_unlock(&e.f.lock);
+
+    const char *keys[] = {"og-none", "og"};
+    assert_int_equal(kvb_get_async(e.b, "og", buf, sizeof(buf), &g), 0);
+    kvb_order_after_puts(e.b, 2, keys); /* a read: gets commute */
+    kvb_order_after_ops(e.b, 1, keys);  /* another key */
+    assert_int_equal(atomic_load(&e.f.submitted), 0);
+    kvb_order_after_ops(e.b, 2, keys);
+    assert_int_equal(atomic_load(&e.f.submitted), 1); /* the get's batch, completed */
+    assert_int_equal(kvb_wait(g), 1);
+    assert_memory_equal(buf, "A", 1);
+
+    assert_int_equal(kvb_get_async(e.b, "og", buf2, sizeof(buf2), &g2), 0);
+    assert_int_equal(kvb_get_async(e.b, "og", buf3, sizeof(buf3), &g3), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 1); /* a get does not wait for a get */
+    assert_int_equal(kvb_put_async(e.b, "og", "B", 1, &put), 0);
+    assert_int_equal(atomic_load(&e.f.submitted), 2); /* queued once the gets completed */
+    assert_int_equal(kvb_wait(g2), 1);
+    assert_int_equal(kvb_wait(g3), 1);
+    assert_memory_equal(buf2, "A", 1);
+    assert_memory_equal(buf3, "A", 1);
+    assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, FAKE_LONG_WINDOW), 0);
+    assert_int_equal(kvb_wait(put), 0);
+
+    /* Keys not known (kvs_remove_matching): every pending get. */
+    assert_int_equal(kvb_get_async(e.b, "og", buf, sizeof(buf), &g), 0);
+    kvb_order_after_ops(e.b, 0, NULL);
+    assert_int_equal(atomic_load(&e.f.submitted), 4);
+    assert_int_equal(kvb_wait(g), 1);
+    assert_memory_equal(buf, "B", 1);
+    fake_env_down(&e);
+}
+
 /* kvb_flush_counted: the first write-behind failure and how many failed with it, once. */
 static void test_flush_counts_writeback_failures(void **state)
 {
@@ -501,6 +550,7 @@ int main(void)
         cmocka_unit_test(test_writeback_put_returns_at_once_and_is_readable),
         cmocka_unit_test(test_writeback_memory_is_bounded),
         cmocka_unit_test(test_order_after_puts_waits_for_the_keys_puts),
+        cmocka_unit_test(test_changes_wait_for_the_keys_async_gets),
         cmocka_unit_test(test_flush_counts_writeback_failures),
         cmocka_unit_test(test_writeback_backpressure_does_not_split),
         cmocka_unit_test(test_stats_count_each_op_once),
