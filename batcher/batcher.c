@@ -113,6 +113,7 @@ struct kvb_batcher {
     struct kvb_params p;       /* as configured; under auto, window and in-flight are ceilings */
     struct kvb_backend be;
     struct kvb_stats *st;
+    int slot;              /* this batcher's gauges in st->batcher[], or -1 */
     uint64_t window_ns;    /* the window in effect (auto: the controller's) */
     uint32_t max_inflight; /* the in-flight limit in effect (auto: the controller's) */
     bool tuned;            /* policy auto: ctl picks window_ns and max_inflight */
@@ -252,15 +253,16 @@ static bool slot_free(const struct kvb_batcher *b)
 /* Shows the window and in-flight limit in effect (and, under auto, the controller's state). */
 static void publish_setting(struct kvb_batcher *b)
 {
-    struct kvb_stats *st = b->st;
-    atomic_store_explicit(&st->window_ns, (int64_t)b->window_ns, memory_order_relaxed);
-    atomic_store_explicit(&st->max_inflight, b->max_inflight, memory_order_relaxed);
+    if (b->slot < 0) return;
+    struct kvb_batcher_gauges *g = &b->st->batcher[b->slot];
+    atomic_store_explicit(&g->window_ns, (int64_t)b->window_ns, memory_order_relaxed);
+    atomic_store_explicit(&g->max_inflight, b->max_inflight, memory_order_relaxed);
+    atomic_store_explicit(&g->levels, b->tuned ? b->ctl.nlevels : 0, memory_order_relaxed);
     if (!b->tuned) return;
-    atomic_store_explicit(&st->tune_level, b->ctl.cur, memory_order_relaxed);
-    atomic_store_explicit(&st->tune_levels, b->ctl.nlevels, memory_order_relaxed);
-    atomic_store_explicit(&st->tune_reason, b->ctl.reason, memory_order_relaxed);
-    atomic_store_explicit(&st->tune_mean_ns, (int64_t)b->ctl.last.mean_ns, memory_order_relaxed);
-    atomic_store_explicit(&st->tune_p99_ns, (int64_t)b->ctl.last.p99_ns, memory_order_relaxed);
+    atomic_store_explicit(&g->level, b->ctl.cur, memory_order_relaxed);
+    atomic_store_explicit(&g->reason, b->ctl.reason, memory_order_relaxed);
+    atomic_store_explicit(&g->mean_ns, (int64_t)b->ctl.last.mean_ns, memory_order_relaxed);
+    atomic_store_explicit(&g->p99_ns, (int64_t)b->ctl.last.p99_ns, memory_order_relaxed);
 }
 
 /*
@@ -693,6 +695,7 @@ struct kvb_batcher *kvb_batcher_create(const struct kvb_params *p, const struct 
     b->p = *p;
     b->be = *be;
     b->st = stats;
+    b->slot = kvb_stats_claim_slot(stats);
     b->flusher_deadline = UINT64_MAX;
     b->window_ns = p->window_ns;
     b->max_inflight = p->max_inflight;
@@ -728,6 +731,7 @@ err_free_lock:
 err_lock:
     pthread_mutex_destroy(&b->lock);
 err_free:
+    kvb_stats_release_slot(b->st, b->slot);
     free(b);
     errno = ENOMEM;
     return NULL;
@@ -831,6 +835,7 @@ static void batcher_free(struct kvb_batcher *b)
     pthread_mutex_destroy(&b->free_lock);
     pthread_mutex_destroy(&b->lock);
     kvb_backend_release(&b->be);
+    kvb_stats_release_slot(b->st, b->slot);
     free(b);
 }
 

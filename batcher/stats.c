@@ -34,6 +34,22 @@ void kvb_stats_init(struct kvb_stats *s)
     hist_setup(&s->op_latency, delay_bounds, sizeof(delay_bounds) / sizeof(delay_bounds[0]));
 }
 
+int kvb_stats_claim_slot(struct kvb_stats *s)
+{
+    atomic_fetch_add_explicit(&s->batchers, 1, memory_order_relaxed);
+    for (int i = 0; i < KVB_STATS_BATCHERS; i++) {
+        int free_slot = 0;
+        if (atomic_compare_exchange_strong(&s->batcher[i].used, &free_slot, 1)) return i;
+    }
+    return -1;
+}
+
+void kvb_stats_release_slot(struct kvb_stats *s, int slot)
+{
+    atomic_fetch_sub_explicit(&s->batchers, 1, memory_order_relaxed);
+    if (slot >= 0 && slot < KVB_STATS_BATCHERS) atomic_store(&s->batcher[slot].used, 0);
+}
+
 size_t kvb_hist_index(const struct kvb_hist *h, uint64_t v)
 {
     size_t lo = 0, hi = h->nbounds;

@@ -41,6 +41,21 @@ struct kvb_hist {
     _Atomic uint64_t count;
 };
 
+/*
+ * One batcher's window and in-flight limit in effect and, under policy auto
+ * (batcher/controller.h), what its controller holds: gauges the batcher
+ * stores whenever they change. levels is 0 under any other policy.
+ */
+struct kvb_batcher_gauges {
+    _Atomic int used; /* 1 while a batcher holds this slot */
+    _Atomic int64_t window_ns, max_inflight;
+    _Atomic int64_t level, levels, reason; /* reason: enum kvb_ctl_reason */
+    _Atomic int64_t mean_ns, p99_ns;       /* the last epoch's op latency */
+};
+
+/* Batchers whose setting one struct kvb_stats shows (as many as the shim batches per backend). */
+#define KVB_STATS_BATCHERS 64
+
 struct kvb_stats {
     _Atomic uint64_t ops[KVB_OP_KINDS];
     _Atomic uint64_t batches[KVB_OP_KINDS];
@@ -52,17 +67,14 @@ struct kvb_stats {
     _Atomic int64_t queued_ops;       /* gauge: accepted, not yet sent */
     _Atomic int64_t inflight_batches; /* gauge */
     _Atomic int64_t writeback_bytes;  /* gauge: value bytes held for write-behind */
-    /* The window and in-flight limit in effect (the newest choice of any batcher under auto). */
-    _Atomic int64_t window_ns;
-    _Atomic int64_t max_inflight;
-    /* Policy auto (batcher/controller.h): tune_levels is 0 under any other policy. */
-    _Atomic int64_t tune_level, tune_levels, tune_reason; /* gauges; reason: enum kvb_ctl_reason */
-    _Atomic int64_t tune_mean_ns, tune_p99_ns;            /* the last epoch's op latency */
-    _Atomic uint64_t tune_changes;                        /* level changes, all batchers */
-    struct kvb_hist batch_ops;                            /* ops per batch */
-    struct kvb_hist batch_bytes;                          /* value bytes per batch */
-    struct kvb_hist queue_delay;                          /* ns from enqueue to send */
-    struct kvb_hist op_latency;                           /* ns from enqueue to completion */
+    /* Each batcher's setting in effect, in the slot it holds (kvb_stats_claim_slot). */
+    struct kvb_batcher_gauges batcher[KVB_STATS_BATCHERS];
+    _Atomic int64_t batchers;      /* gauge: batchers counting here, with a slot or without */
+    _Atomic uint64_t tune_changes; /* policy auto: level changes, all batchers */
+    struct kvb_hist batch_ops;     /* ops per batch */
+    struct kvb_hist batch_bytes;   /* value bytes per batch */
+    struct kvb_hist queue_delay;   /* ns from enqueue to send */
+    struct kvb_hist op_latency;    /* ns from enqueue to completion */
     /*
      * The class a negative result counts under in errors[][]: NULL for the
      * status table's (libkvstore's codes, kvs_status_class); a backend
@@ -74,6 +86,16 @@ struct kvb_stats {
 
 /* Zeroes s and attaches the bucket bounds. */
 void kvb_stats_init(struct kvb_stats *s);
+
+/*
+ * A batcher's slot in s->batcher (the lowest free one: its index is the
+ * batcher label of the stats file), or -1 when all are taken (its setting
+ * is then not shown). Counts the batcher in s->batchers either way.
+ */
+int kvb_stats_claim_slot(struct kvb_stats *s);
+
+/* Gives back what kvb_stats_claim_slot took (slot -1: only the count). */
+void kvb_stats_release_slot(struct kvb_stats *s, int slot);
 
 /* Bucket index of v in h (nbounds for +Inf). */
 size_t kvb_hist_index(const struct kvb_hist *h, uint64_t v);

@@ -5,7 +5,7 @@
 set -eu
 
 build="gcc make pkg-config libibverbs-dev librdmacm-dev uthash-dev libcmocka-dev python3-dev libsodium-dev"
-test="$build clang libclang-rt-14-dev valgrind iproute2 prometheus procps cppcheck clang-tidy clang-format"
+test="$build clang libclang-rt-14-dev valgrind iproute2 prometheus prometheus-node-exporter procps cppcheck clang-tidy clang-format"
 bench="$build redis-server redis-tools iperf3 gnuplot-nox"
 rdma="$build qemu-system-x86 debootstrap e2fsprogs"
 

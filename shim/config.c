@@ -16,6 +16,7 @@
 
 static const char *const policy_names[] = {"adaptive", "fixed", "off", "auto"};
 static const char *const put_mode_names[] = {"sync", "writeback"};
+static const char *const stats_at_exit_names[] = {"keep", "remove"};
 
 const char *kvb_policy_name(enum kvb_policy p)
 {
@@ -75,6 +76,8 @@ static const struct var vars[] = {
     {"KVBATCH_STATS_INTERVAL_MS", VAR_DURATION, FIELD(stats_interval_ns), 1000 * KVS_NS_PER_MS,
      10 * KVS_NS_PER_MS, 3600 * KVS_NS_PER_S, KVS_NS_PER_MS, NULL,
      "a duration from 10ms to 3600s (bare number = milliseconds; units ms, s)"},
+    {"KVBATCH_STATS_AT_EXIT", VAR_KEYWORD, FIELD(stats_at_exit), KVB_STATS_KEEP, 0, 1, 0,
+     stats_at_exit_names, "keep or remove"},
     {"KVBATCH_EXIT_TIMEOUT_MS", VAR_DURATION, FIELD(exit_timeout_ns), 2000 * KVS_NS_PER_MS, 0,
      60 * KVS_NS_PER_S, KVS_NS_PER_MS, NULL,
      "a duration from 0 to 60s (bare number = milliseconds; units ms, s)"},

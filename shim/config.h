@@ -14,6 +14,8 @@
 
 enum kvb_policy { KVB_POLICY_ADAPTIVE, KVB_POLICY_FIXED, KVB_POLICY_OFF, KVB_POLICY_AUTO };
 enum kvb_put_mode { KVB_PUT_SYNC, KVB_PUT_WRITEBACK };
+/* What the stats file becomes at exit: written a last time (kvbatch_exited 1), or removed. */
+enum kvb_stats_at_exit { KVB_STATS_KEEP, KVB_STATS_REMOVE };
 
 #define KVB_STATS_PATH_MAX 4096
 
@@ -28,6 +30,7 @@ struct kvb_config {
     uint64_t writeback_bytes;
     char stats_file[KVB_STATS_PATH_MAX]; /* "" = no stats file; %p already expanded */
     uint64_t stats_interval_ns;
+    enum kvb_stats_at_exit stats_at_exit;
     uint64_t exit_timeout_ns;
     enum kvs_log_level log_level;
 };

@@ -7,6 +7,7 @@
 #include "../batcher/controller.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,7 +30,17 @@ static const char *flush_label(enum kvb_flush_reason r)
 struct out {
     char *buf;
     size_t cap, len;
+    char pid[32]; /* the label every sample starts with: pid="N" */
 };
+
+/* An appender over buf, its samples labelled with pid. */
+static struct out out_start(char *buf, size_t cap, long pid)
+{
+    struct out o = {buf, cap, 0, ""};
+    snprintf(o.pid, sizeof(o.pid), "pid=\"%ld\"", pid);
+    if (cap) buf[0] = '\0';
+    return o;
+}
 
 static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -71,8 +82,8 @@ static void render_per_op(struct out *o, const struct sources *src, const char *
     for (size_t i = 0; i < src->n; i++) {
         const _Atomic uint64_t *v = MEMBER(src, i, _Atomic uint64_t, off);
         for (int k = 0; k < KVB_OP_KINDS; k++)
-            put(o, "%s{backend=\"%s\",op=\"%s\"} %llu\n", name, src->v[i].backend, op_label(k),
-                (unsigned long long)load(&v[k]));
+            put(o, "%s{%s,backend=\"%s\",op=\"%s\"} %llu\n", name, o->pid, src->v[i].backend,
+                op_label(k), (unsigned long long)load(&v[k]));
     }
 }
 
@@ -87,14 +98,15 @@ static void render_hist(struct out *o, const struct sources *src, const char *na
         uint64_t cum = 0;
         for (size_t i = 0; i < h->nbounds; i++) {
             cum += load(&h->bucket[i]);
-            put(o, "%s_bucket{backend=\"%s\",le=\"%.9g\"} %llu\n", name, be,
+            put(o, "%s_bucket{%s,backend=\"%s\",le=\"%.9g\"} %llu\n", name, o->pid, be,
                 (double)h->bounds[i] / scale, (unsigned long long)cum);
         }
         cum += load(&h->bucket[h->nbounds]);
-        put(o, "%s_bucket{backend=\"%s\",le=\"+Inf\"} %llu\n", name, be, (unsigned long long)cum);
-        put(o, "%s_sum{backend=\"%s\"} %.9g\n", name, be, (double)load(&h->sum) / scale);
+        put(o, "%s_bucket{%s,backend=\"%s\",le=\"+Inf\"} %llu\n", name, o->pid, be,
+            (unsigned long long)cum);
+        put(o, "%s_sum{%s,backend=\"%s\"} %.9g\n", name, o->pid, be, (double)load(&h->sum) / scale);
         /* count equals the +Inf bucket by construction; a reader can check it. */
-        put(o, "%s_count{backend=\"%s\"} %llu\n", name, be, (unsigned long long)cum);
+        put(o, "%s_count{%s,backend=\"%s\"} %llu\n", name, o->pid, be, (unsigned long long)cum);
     }
 }
 
@@ -104,7 +116,7 @@ static void render_gauge(struct out *o, const struct sources *src, const char *n
 {
     family(o, name, "gauge", help);
     for (size_t i = 0; i < src->n; i++)
-        put(o, "%s{backend=\"%s\"} %lld\n", name, src->v[i].backend,
+        put(o, "%s{%s,backend=\"%s\"} %lld\n", name, o->pid, src->v[i].backend,
             (long long)atomic_load_explicit(MEMBER(src, i, _Atomic int64_t, off),
                                             memory_order_relaxed));
 }
@@ -119,8 +131,8 @@ static void render_errors(struct out *o, const struct sources *src)
             for (int c = 0; c < KVS_STATUS_CLASSES; c++) {
                 uint64_t v = load(&src->v[i].s->errors[k][c]);
                 if (v || c == KVS_STATUS_C_ENOENT)
-                    put(o, "kvbatch_errors_total{backend=\"%s\",op=\"%s\",status=\"%s\"} %llu\n",
-                        src->v[i].backend, op_label(k), kvs_status_class_name(c),
+                    put(o, "kvbatch_errors_total{%s,backend=\"%s\",op=\"%s\",status=\"%s\"} %llu\n",
+                        o->pid, src->v[i].backend, op_label(k), kvs_status_class_name(c),
                         (unsigned long long)v);
             }
 }
@@ -130,77 +142,138 @@ static void render_flushes(struct out *o, const struct sources *src)
     family(o, "kvbatch_flush_total", "counter", "Batches sent, per reason.");
     for (size_t i = 0; i < src->n; i++)
         for (int r = 0; r < KVB_FLUSH_REASONS; r++)
-            put(o, "kvbatch_flush_total{backend=\"%s\",reason=\"%s\"} %llu\n", src->v[i].backend,
-                flush_label(r), (unsigned long long)load(&src->v[i].s->flushes[r]));
+            put(o, "kvbatch_flush_total{%s,backend=\"%s\",reason=\"%s\"} %llu\n", o->pid,
+                src->v[i].backend, flush_label(r),
+                (unsigned long long)load(&src->v[i].s->flushes[r]));
     family(o, "kvbatch_writeback_errors_total", "counter",
            "Write-behind puts that failed after returning 0.");
     for (size_t i = 0; i < src->n; i++)
-        put(o, "kvbatch_writeback_errors_total{backend=\"%s\"} %llu\n", src->v[i].backend,
-            (unsigned long long)load(&src->v[i].s->writeback_errors));
+        put(o, "kvbatch_writeback_errors_total{%s,backend=\"%s\"} %llu\n", o->pid,
+            src->v[i].backend, (unsigned long long)load(&src->v[i].s->writeback_errors));
 }
 
 #define OFF(member) offsetof(struct kvb_stats, member)
 
-#define KVB_TUNED_SOURCES_MAX 8 /* more than there are backends */
+/* A batcher's gauges in a source's slot table. */
+typedef int64_t (*slot_value_fn)(const struct kvb_batcher_gauges *g);
 
-/* One gauge in seconds (off: its member, in ns), labelled by backend only. */
-static void render_seconds(struct out *o, const struct sources *src, const char *name,
-                           const char *help, size_t off)
+static int64_t slot_window(const struct kvb_batcher_gauges *g)
 {
-    family(o, name, "gauge", help);
-    for (size_t i = 0; i < src->n; i++)
-        put(o, "%s{backend=\"%s\"} %.9g\n", name, src->v[i].backend,
-            (double)atomic_load_explicit(MEMBER(src, i, _Atomic int64_t, off),
-                                         memory_order_relaxed) /
-                1e9);
+    return atomic_load_explicit(&g->window_ns, memory_order_relaxed);
+}
+static int64_t slot_inflight(const struct kvb_batcher_gauges *g)
+{
+    return atomic_load_explicit(&g->max_inflight, memory_order_relaxed);
+}
+static int64_t slot_level(const struct kvb_batcher_gauges *g)
+{
+    return atomic_load_explicit(&g->level, memory_order_relaxed);
+}
+static int64_t slot_levels(const struct kvb_batcher_gauges *g)
+{
+    return atomic_load_explicit(&g->levels, memory_order_relaxed);
+}
+static int64_t slot_mean(const struct kvb_batcher_gauges *g)
+{
+    return atomic_load_explicit(&g->mean_ns, memory_order_relaxed);
+}
+static int64_t slot_p99(const struct kvb_batcher_gauges *g)
+{
+    return atomic_load_explicit(&g->p99_ns, memory_order_relaxed);
+}
+
+/* The slot holds a batcher (tuned_only: one under policy auto). */
+static bool slot_shown(const struct kvb_batcher_gauges *g, bool tuned_only)
+{
+    return atomic_load_explicit(&g->used, memory_order_relaxed) &&
+           (!tuned_only || slot_levels(g) > 0);
 }
 
 /*
- * The window and in-flight limit in effect and, for the sources under
- * policy auto (tune_levels > 0), what the controller holds, why it last set
- * it, how often it moved and the last epoch it scored.
+ * One gauge per batcher, labelled backend and batcher (its slot);
+ * scale: 1e9 turns ns into seconds, 0 prints the integer.
+ */
+static void render_per_batcher(struct out *o, const struct sources *src, const char *name,
+                               const char *help, slot_value_fn value, double scale, bool tuned_only)
+{
+    family(o, name, "gauge", help);
+    for (size_t i = 0; i < src->n; i++)
+        for (int k = 0; k < KVB_STATS_BATCHERS; k++) {
+            const struct kvb_batcher_gauges *g = &src->v[i].s->batcher[k];
+            if (!slot_shown(g, tuned_only)) continue;
+            if (scale > 0)
+                put(o, "%s{%s,backend=\"%s\",batcher=\"%d\"} %.9g\n", name, o->pid,
+                    src->v[i].backend, k, (double)value(g) / scale);
+            else
+                put(o, "%s{%s,backend=\"%s\",batcher=\"%d\"} %lld\n", name, o->pid,
+                    src->v[i].backend, k, (long long)value(g));
+        }
+}
+
+/* Some batcher of the source is under policy auto, or was. */
+static bool source_tuned(const struct kvb_stats *s)
+{
+    if (load(&s->tune_changes) > 0) return true;
+    for (int k = 0; k < KVB_STATS_BATCHERS; k++)
+        if (slot_shown(&s->batcher[k], true)) return true;
+    return false;
+}
+
+/*
+ * Each batcher's window and in-flight limit in effect and, for those under
+ * policy auto, what its controller holds, why it last set it and the last
+ * epoch it scored; how often the controllers moved, per backend.
  */
 static void render_tuning(struct out *o, const struct sources *src)
 {
-    render_seconds(o, src, "kvbatch_window_seconds",
-                   "The window in effect now (policy auto: the controller's choice).",
-                   OFF(window_ns));
-    render_gauge(o, src, "kvbatch_max_inflight",
-                 "Batches in flight allowed now (policy auto: the controller's choice).",
-                 OFF(max_inflight));
-    struct kvb_stats_source tuned[KVB_TUNED_SOURCES_MAX];
-    struct sources t = {tuned, 0};
-    for (size_t i = 0; i < src->n && t.n < KVB_TUNED_SOURCES_MAX; i++)
-        if (atomic_load_explicit(&src->v[i].s->tune_levels, memory_order_relaxed) > 0)
-            tuned[t.n++] = src->v[i];
-    if (t.n == 0) return;
-    render_gauge(o, &t, "kvbatch_auto_level",
-                 "The level the auto controller holds, 0 = most direct calls.", OFF(tune_level));
-    render_gauge(o, &t, "kvbatch_auto_levels", "Levels on the auto controller's ladder.",
-                 OFF(tune_levels));
-    family(o, "kvbatch_auto_changes_total", "counter", "Level changes of the auto controller.");
-    for (size_t i = 0; i < t.n; i++)
-        put(o, "kvbatch_auto_changes_total{backend=\"%s\"} %llu\n", t.v[i].backend,
-            (unsigned long long)load(&t.v[i].s->tune_changes));
+    render_gauge(o, src, "kvbatch_batchers", "Batchers (clients or stores batched) alive now.",
+                 OFF(batchers));
+    render_per_batcher(
+        o, src, "kvbatch_window_seconds",
+        "The window in effect now, per batcher (policy auto: its controller's choice).",
+        slot_window, 1e9, false);
+    render_per_batcher(
+        o, src, "kvbatch_max_inflight",
+        "Batches in flight allowed now, per batcher (policy auto: its controller's choice).",
+        slot_inflight, 0, false);
+    bool any = false;
+    for (size_t i = 0; i < src->n; i++)
+        any = any || source_tuned(src->v[i].s);
+    if (!any) return;
+    render_per_batcher(o, src, "kvbatch_auto_level",
+                       "The level the auto controller holds, 0 = most direct calls.", slot_level, 0,
+                       true);
+    render_per_batcher(o, src, "kvbatch_auto_levels", "Levels on the auto controller's ladder.",
+                       slot_levels, 0, true);
     family(o, "kvbatch_auto_reason", "gauge", "Why the auto controller last set its level.");
-    for (size_t i = 0; i < t.n; i++)
-        put(o, "kvbatch_auto_reason{backend=\"%s\",reason=\"%s\"} 1\n", t.v[i].backend,
-            kvb_ctl_reason_name((enum kvb_ctl_reason)atomic_load_explicit(&t.v[i].s->tune_reason,
-                                                                          memory_order_relaxed)));
-    render_seconds(o, &t, "kvbatch_auto_epoch_mean_seconds",
-                   "Mean op latency of the last epoch the auto controller scored.",
-                   OFF(tune_mean_ns));
-    render_seconds(o, &t, "kvbatch_auto_epoch_p99_seconds",
-                   "p99 op latency of the last epoch the auto controller scored.",
-                   OFF(tune_p99_ns));
+    for (size_t i = 0; i < src->n; i++)
+        for (int k = 0; k < KVB_STATS_BATCHERS; k++) {
+            const struct kvb_batcher_gauges *g = &src->v[i].s->batcher[k];
+            if (!slot_shown(g, true)) continue;
+            put(o, "kvbatch_auto_reason{%s,backend=\"%s\",batcher=\"%d\",reason=\"%s\"} 1\n",
+                o->pid, src->v[i].backend, k,
+                kvb_ctl_reason_name(
+                    (enum kvb_ctl_reason)atomic_load_explicit(&g->reason, memory_order_relaxed)));
+        }
+    render_per_batcher(o, src, "kvbatch_auto_epoch_mean_seconds",
+                       "Mean op latency of the last epoch the auto controller scored.", slot_mean,
+                       1e9, true);
+    render_per_batcher(o, src, "kvbatch_auto_epoch_p99_seconds",
+                       "p99 op latency of the last epoch the auto controller scored.", slot_p99,
+                       1e9, true);
+    family(o, "kvbatch_auto_changes_total", "counter",
+           "Level changes of the auto controllers, all batchers of the backend.");
+    for (size_t i = 0; i < src->n; i++)
+        if (source_tuned(src->v[i].s))
+            put(o, "kvbatch_auto_changes_total{%s,backend=\"%s\"} %llu\n", o->pid,
+                src->v[i].backend, (unsigned long long)load(&src->v[i].s->tune_changes));
 }
 
 /* The families in the order of docs/shim.md's table. */
-size_t kvb_stats_render(const struct kvb_stats_source *v, size_t n, char *buf, size_t cap)
+size_t kvb_stats_render(const struct kvb_stats_source *v, size_t n, long pid, char *buf, size_t cap)
 {
-    struct out o = {buf, cap, 0};
+    struct out o = out_start(buf, cap, pid);
     struct sources src = {v, n};
-    if (cap) buf[0] = '\0';
     render_per_op(&o, &src, "kvbatch_ops_total", "Single-key calls handled, per op.", OFF(ops));
     render_per_op(&o, &src, "kvbatch_batches_total", "Batches sent to the store, per op.",
                   OFF(batches));
@@ -226,32 +299,40 @@ size_t kvb_stats_render(const struct kvb_stats_source *v, size_t n, char *buf, s
     return o.len;
 }
 
-size_t kvb_settings_render(const struct kvb_config *cfg, int passthrough, double start_time,
-                           double now, char *buf, size_t cap)
+/* One gauge family of one sample, labelled with the pid only. */
+static void proc_gauge(struct out *o, const char *name, const char *help, double v)
 {
-    struct out o = {buf, cap, 0};
-    if (cap) buf[0] = '\0';
-    put(&o,
-        "# HELP kvbatch_info The shim's mode; pass-through is 1 when it does not batch.\n"
-        "# TYPE kvbatch_info gauge\n"
-        "kvbatch_info{policy=\"%s\",put_mode=\"%s\",passthrough=\"%d\"} 1\n"
-        "# HELP kvbatch_setting_window_seconds KVBATCH_WINDOW_US in effect.\n"
-        "# TYPE kvbatch_setting_window_seconds gauge\nkvbatch_setting_window_seconds %.9g\n"
-        "# HELP kvbatch_setting_max_ops KVBATCH_MAX_OPS in effect.\n"
-        "# TYPE kvbatch_setting_max_ops gauge\nkvbatch_setting_max_ops %u\n"
-        "# HELP kvbatch_setting_max_bytes KVBATCH_MAX_BYTES in effect.\n"
-        "# TYPE kvbatch_setting_max_bytes gauge\nkvbatch_setting_max_bytes %llu\n"
-        "# HELP kvbatch_setting_max_inflight KVBATCH_MAX_INFLIGHT in effect.\n"
-        "# TYPE kvbatch_setting_max_inflight gauge\nkvbatch_setting_max_inflight %u\n"
-        "# HELP kvbatch_setting_writeback_bytes KVBATCH_WRITEBACK_BYTES in effect.\n"
-        "# TYPE kvbatch_setting_writeback_bytes gauge\nkvbatch_setting_writeback_bytes %llu\n"
-        "# HELP kvbatch_start_time_seconds When the shim started (Unix time).\n"
-        "# TYPE kvbatch_start_time_seconds gauge\nkvbatch_start_time_seconds %.3f\n"
-        "# HELP kvbatch_write_time_seconds When this file was written (Unix time).\n"
-        "# TYPE kvbatch_write_time_seconds gauge\nkvbatch_write_time_seconds %.3f\n",
-        kvb_policy_name(cfg->policy), kvb_put_mode_name(cfg->put_mode), passthrough ? 1 : 0,
-        (double)cfg->window_ns / 1e9, cfg->max_ops, (unsigned long long)cfg->max_bytes,
-        cfg->max_inflight, (unsigned long long)cfg->writeback_bytes, start_time, now);
+    family(o, name, "gauge", help);
+    put(o, "%s{%s} %.9g\n", name, o->pid, v);
+}
+
+size_t kvb_settings_render(const struct kvb_config *cfg, int passthrough,
+                           const struct kvb_proc_facts *p, char *buf, size_t cap)
+{
+    struct out o = out_start(buf, cap, p->pid);
+    family(&o, "kvbatch_info", "gauge",
+           "The shim's mode; pass-through is 1 when it does not batch.");
+    put(&o, "kvbatch_info{%s,policy=\"%s\",put_mode=\"%s\",passthrough=\"%d\"} 1\n", o.pid,
+        kvb_policy_name(cfg->policy), kvb_put_mode_name(cfg->put_mode), passthrough ? 1 : 0);
+    proc_gauge(&o, "kvbatch_setting_window_seconds", "KVBATCH_WINDOW_US in effect.",
+               (double)cfg->window_ns / 1e9);
+    proc_gauge(&o, "kvbatch_setting_max_ops", "KVBATCH_MAX_OPS in effect.", cfg->max_ops);
+    proc_gauge(&o, "kvbatch_setting_max_bytes", "KVBATCH_MAX_BYTES in effect.",
+               (double)cfg->max_bytes);
+    proc_gauge(&o, "kvbatch_setting_max_inflight", "KVBATCH_MAX_INFLIGHT in effect.",
+               cfg->max_inflight);
+    proc_gauge(&o, "kvbatch_setting_writeback_bytes", "KVBATCH_WRITEBACK_BYTES in effect.",
+               (double)cfg->writeback_bytes);
+    proc_gauge(&o, "kvbatch_setting_stats_interval_seconds",
+               "KVBATCH_STATS_INTERVAL_MS in effect: how often this file is rewritten.",
+               (double)cfg->stats_interval_ns / 1e9);
+    family(&o, "kvbatch_start_time_seconds", "gauge", "When the shim started (Unix time).");
+    put(&o, "kvbatch_start_time_seconds{%s} %.3f\n", o.pid, p->start_time);
+    family(&o, "kvbatch_write_time_seconds", "gauge", "When this file was written (Unix time).");
+    put(&o, "kvbatch_write_time_seconds{%s} %.3f\n", o.pid, p->now);
+    proc_gauge(&o, "kvbatch_exited",
+               "1 in the file's last write, at the process's exit; 0 while it runs.",
+               p->exited ? 1 : 0);
     return o.len;
 }
 
@@ -285,10 +366,9 @@ static void label_escape(const char *s, char *out, size_t cap)
     out[o] = '\0';
 }
 
-size_t kvb_transport_render(const struct kvb_transport_totals *t, char *buf, size_t cap)
+size_t kvb_transport_render(const struct kvb_transport_totals *t, long pid, char *buf, size_t cap)
 {
-    struct out o = {buf, cap, 0};
-    if (cap) buf[0] = '\0';
+    struct out o = out_start(buf, cap, pid);
     put(&o, "# HELP kvbatch_transport_total libkvstore's transport counters for this "
             "process's clients, per server: frames and system calls on TCP; doorbells "
             "(ibv_post_send calls), work requests, completions and round trips on RDMA.\n"
@@ -296,13 +376,13 @@ size_t kvb_transport_render(const struct kvb_transport_totals *t, char *buf, siz
     for (unsigned i = 0; i < t->n; i++) {
         char server[2 * sizeof(t->e[0].server)];
         label_escape(t->e[i].server, server, sizeof(server));
-        put(&o, "kvbatch_transport_total{server=\"%s\",counter=\"%s\"} %llu\n", server,
+        put(&o, "kvbatch_transport_total{%s,server=\"%s\",counter=\"%s\"} %llu\n", o.pid, server,
             t->e[i].name, (unsigned long long)t->e[i].value);
     }
     put(&o,
         "# HELP kvbatch_transport_dropped Transport counters left out of "
         "kvbatch_transport_total (table full).\n"
-        "# TYPE kvbatch_transport_dropped gauge\nkvbatch_transport_dropped %u\n",
-        t->dropped);
+        "# TYPE kvbatch_transport_dropped gauge\nkvbatch_transport_dropped{%s} %u\n",
+        o.pid, t->dropped);
     return o.len;
 }

@@ -8,6 +8,7 @@
 #ifndef KVB_METRICS_H
 #define KVB_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,20 +22,36 @@ struct kvb_stats_source {
 };
 
 /*
+ * Every sample of a stats file starts with the label pid="<pid>" (the
+ * process that wrote it), so that the files of several processes, merged by
+ * a scraper (node_exporter's textfile collector), never hold one series twice.
+ */
+
+/*
  * The n sources' counters as counter families with an op label
  * (kvbatch_ops_total, ...), errors per op and status, flushes per reason,
- * gauges, and histograms with cumulative buckets (latencies in seconds):
- * each family once, with one sample set per source, labelled
+ * gauges, each batcher's setting in effect (labelled batcher="<slot>"), and
+ * histograms with cumulative buckets (latencies in seconds): each family
+ * once, with one sample set per source, labelled pid="<pid>",
  * backend="<name>" first.
  */
-size_t kvb_stats_render(const struct kvb_stats_source *src, size_t n, char *buf, size_t cap);
+size_t kvb_stats_render(const struct kvb_stats_source *src, size_t n, long pid, char *buf,
+                        size_t cap);
+
+/* What the stats file says of its process. */
+struct kvb_proc_facts {
+    long pid;
+    double start_time, now; /* Unix times: the shim's start, this write */
+    bool exited;            /* this is the last write, at exit */
+};
 
 /*
  * The effective settings and process facts as gauges (kvbatch_info,
- * kvbatch_setting_*, kvbatch_start_time_seconds, kvbatch_write_time_seconds).
+ * kvbatch_setting_*, kvbatch_start_time_seconds, kvbatch_write_time_seconds,
+ * kvbatch_exited).
  */
-size_t kvb_settings_render(const struct kvb_config *cfg, int passthrough, double start_time,
-                           double now, char *buf, size_t cap);
+size_t kvb_settings_render(const struct kvb_config *cfg, int passthrough,
+                           const struct kvb_proc_facts *p, char *buf, size_t cap);
 
 /*
  * libkvstore's transport counters (kvs_client_counters), summed over the
@@ -56,6 +73,6 @@ struct kvb_transport_totals {
 void kvb_transport_add(void *arg, const char *server, const char *name, uint64_t value);
 
 /* The totals as the kvbatch_transport_total counter family and kvbatch_transport_dropped. */
-size_t kvb_transport_render(const struct kvb_transport_totals *t, char *buf, size_t cap);
+size_t kvb_transport_render(const struct kvb_transport_totals *t, long pid, char *buf, size_t cap);
 
 #endif

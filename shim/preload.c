@@ -34,16 +34,16 @@ void kvb_shim_log(enum kvs_log_level lvl, const char *fmt, ...)
  * (libkvstore's always, Mooncake's once a store was batched), libkvstore's
  * transport counters.
  */
-static size_t render_stats(void *arg, char *buf, size_t cap)
+static size_t render_stats(void *arg, bool final, char *buf, size_t cap)
 {
     (void)arg;
     struct kvb_stats_source src[2] = {{"kvs", &shim.stats}, {"mooncake", kvb_shim_mc_stats()}};
-    size_t n =
-        kvb_settings_render(&shim.cfg, !shim.batching, shim.start_time, kvs_wall_s(), buf, cap);
-    if (n < cap) n += kvb_stats_render(src, src[1].s ? 2 : 1, buf + n, cap - n);
+    struct kvb_proc_facts p = {(long)getpid(), shim.start_time, kvs_wall_s(), final};
+    size_t n = kvb_settings_render(&shim.cfg, !shim.batching, &p, buf, cap);
+    if (n < cap) n += kvb_stats_render(src, src[1].s ? 2 : 1, p.pid, buf + n, cap - n);
     if (n < cap) {
         kvb_shim_transport_totals(&shim.transport);
-        n += kvb_transport_render(&shim.transport, buf + n, cap - n);
+        n += kvb_transport_render(&shim.transport, p.pid, buf + n, cap - n);
     }
     return n;
 }
@@ -175,7 +175,8 @@ void kvb_shim_init(void)
     shim.start_time = kvs_wall_s();
     load_config(have_lib);
     int rc = kvb_statsfile_init(&shim.statsfile, shim.cfg.stats_file, shim.cfg.stats_interval_ns,
-                                render_stats, NULL, kvb_shim_log);
+                                shim.cfg.stats_at_exit == KVB_STATS_REMOVE, render_stats, NULL,
+                                kvb_shim_log);
     if (rc < 0) kvb_shim_log(KVS_LOG_WARN, "kvbatch: no stats file: %s", strerror(-rc));
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(at_exit);

@@ -8,18 +8,21 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "file.h"
 
 int kvb_statsfile_init(struct kvb_statsfile *sf, const char *path, uint64_t interval_ns,
-                       kvb_statsfile_render_fn render, void *arg, kvb_statsfile_log_fn log)
+                       bool remove_at_end, kvb_statsfile_render_fn render, void *arg,
+                       kvb_statsfile_log_fn log)
 {
     pthread_condattr_t ca;
     int rc;
     memset(sf, 0, sizeof(*sf));
     snprintf(sf->path, sizeof(sf->path), "%s", path);
     sf->interval_ns = interval_ns;
+    sf->remove_at_end = remove_at_end;
     sf->render = render;
     sf->arg = arg;
     sf->log = log;
@@ -34,10 +37,10 @@ int kvb_statsfile_init(struct kvb_statsfile *sf, const char *path, uint64_t inte
     return -rc;
 }
 
-/* Renders and replaces the file; lock held. */
-static void write_locked(struct kvb_statsfile *sf)
+/* Renders and replaces the file (final: the last write); lock held. */
+static void write_locked(struct kvb_statsfile *sf, bool final)
 {
-    size_t n = sf->render(sf->arg, sf->text, sizeof(sf->text));
+    size_t n = sf->render(sf->arg, final, sf->text, sizeof(sf->text));
     if (n >= sizeof(sf->text)) {
         sf->log(KVS_LOG_WARN, "kvbatch: stats text too long; %s not written", sf->path);
         return;
@@ -58,6 +61,7 @@ static void write_locked(struct kvb_statsfile *sf)
                 "and is writable (KVBATCH_STATS_FILE)",
                 sf->path, strerror(-rc));
     sf->write_err = rc;
+    if (rc == 0) sf->wrote = true;
 }
 
 static void *writer_main(void *arg)
@@ -67,7 +71,7 @@ static void *writer_main(void *arg)
     while (!sf->stopped) {
         struct timespec ts = kvs_ns_to_timespec(kvs_now_ns() + sf->interval_ns);
         if (pthread_cond_timedwait(&sf->cv, &sf->lock, &ts) == ETIMEDOUT && !sf->stopped)
-            write_locked(sf);
+            write_locked(sf, false);
     }
     pthread_mutex_unlock(&sf->lock);
     return NULL;
@@ -86,7 +90,7 @@ void kvb_statsfile_start(struct kvb_statsfile *sf, unsigned gen)
             sf->log(KVS_LOG_WARN, "kvbatch: cannot start the stats writer");
         pthread_attr_destroy(&a);
     }
-    write_locked(sf);
+    write_locked(sf, false);
 out:
     pthread_mutex_unlock(&sf->lock);
 }
@@ -97,7 +101,11 @@ void kvb_statsfile_stop(struct kvb_statsfile *sf)
     if (sf->path[0] && !sf->stopped) {
         sf->stopped = true;
         pthread_cond_broadcast(&sf->cv);
-        write_locked(sf);
+        if (!sf->remove_at_end)
+            write_locked(sf, true);
+        else if (sf->wrote && unlink(sf->path) < 0 && errno != ENOENT)
+            sf->log(KVS_LOG_WARN, "kvbatch: cannot remove the stats file %s at exit: %s", sf->path,
+                    strerror(errno));
     }
     pthread_mutex_unlock(&sf->lock);
 }
@@ -115,5 +123,7 @@ void kvb_statsfile_fork_parent(struct kvb_statsfile *sf)
 void kvb_statsfile_fork_child(struct kvb_statsfile *sf, const char *path)
 {
     snprintf(sf->path, sizeof(sf->path), "%s", path);
+    sf->wrote = false;
+    sf->write_err = 0;
     pthread_mutex_unlock(&sf->lock);
 }

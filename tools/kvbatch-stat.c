@@ -62,21 +62,53 @@ struct snap {
 };
 
 /*
- * Takes a leading backend="NAME" label out of the sample name (in place),
- * NAME into be; false if the name has none.
+ * Takes the process and backend labels out of a sample name, in place:
+ * name{pid="7",backend="kvs",op="put"} -> name{op="put"}, with 7 into *pid
+ * and kvs into be ("" when the name has none). A per-batcher sample keeps
+ * its backend inside the batcher label: {pid="7",backend="kvs",batcher="0"}
+ * -> {batcher="kvs/0"}. False if a label is malformed.
  */
-static bool strip_backend(char *name, char *be, size_t cap)
+static bool strip_process_labels(char *name, long *pid, char *be, size_t cap)
 {
-    static const char lab[] = "{backend=\"";
-    char *p = strstr(name, lab);
-    char *q = p ? strchr(p + sizeof(lab) - 1, '"') : NULL;
-    if (!q) return false;
-    snprintf(be, cap, "%.*s", (int)(q - (p + sizeof(lab) - 1)), p + sizeof(lab) - 1);
-    q++;
-    if (*q == ',')
-        memmove(p + 1, q + 1, strlen(q + 1) + 1); /* {backend="x",op="put"} -> {op="put"} */
+    char *open = strchr(name, '{');
+    be[0] = '\0';
+    if (!open) return true;
+    char out[NAME_LEN * 2], *o = out;
+    char batcher[32] = "";
+    const char *p = open + 1;
+    bool first = true;
+    o += snprintf(out, sizeof(out), "%.*s{", (int)(open - name), name);
+    while (*p && *p != '}') {
+        const char *eq = strchr(p, '=');
+        if (!eq || eq[1] != '"') return false;
+        const char *q = strchr(eq + 2, '"');
+        if (!q) return false;
+        size_t klen = (size_t)(eq - p), vlen = (size_t)(q - eq - 2);
+        const char *v = eq + 2;
+        if (klen == 3 && strncmp(p, "pid", 3) == 0) {
+            *pid = strtol(v, NULL, 10);
+        } else if (klen == 7 && strncmp(p, "backend", 7) == 0) {
+            snprintf(be, cap, "%.*s", (int)vlen, v);
+        } else if (klen == 7 && strncmp(p, "batcher", 7) == 0) {
+            snprintf(batcher, sizeof(batcher), "%.*s", (int)(vlen < 16 ? vlen : 16), v);
+        } else if ((size_t)(o - out) + klen + vlen + 8 < sizeof(out)) {
+            o += sprintf(o, "%s%.*s", first ? "" : ",", (int)(q + 1 - p), p);
+            first = false;
+        }
+        p = q + 1;
+        if (*p == ',') p++;
+    }
+    if (batcher[0] && (size_t)(o - out) + 64 < sizeof(out)) {
+        o += sprintf(o, "%sbatcher=\"%s/%s\"", first ? "" : ",", be[0] ? be : "-", batcher);
+        first = false;
+    }
+    if (first)
+        o[-1] = '\0'; /* no label left: name{ -> name */
     else
-        memmove(p, q + 1, strlen(q + 1) + 1); /* name{backend="x"} -> name */
+        *o++ = '}', *o = '\0';
+    size_t len = strlen(out);
+    if (len >= NAME_LEN) return false;
+    memcpy(name, out, len + 1);
     return true;
 }
 
@@ -114,7 +146,9 @@ static int load(const char *path, const char *backend, struct snap *sn)
         char *sp = strrchr(line, ' ');
         if (!sp) continue;
         *sp = '\0';
-        if (strip_backend(line, be, sizeof(be))) {
+        long pid = 0;
+        if (!strip_process_labels(line, &pid, be, sizeof(be))) continue;
+        if (be[0]) {
             if (backend && strcmp(be, backend) != 0) continue;
             size_t bl = strlen(sn->backends), l = strlen(be);
             char word[sizeof(be) + 2];
@@ -371,34 +405,68 @@ static void now_and_errors(const struct snap *cur, const struct snap *prev)
     printf("%s\n", any ? "" : " none");
 }
 
-/* The label value of the one sample of family `base` (e.g. kvbatch_auto_reason), or "?". */
-static void label_of(const struct snap *sn, const char *base, char *out, size_t cap)
+/* The batchers of sn (their batcher label, "kvs/0"), into names; how many. */
+static int batchers_of(const struct snap *sn, char names[][32], int max)
 {
-    size_t blen = strlen(base);
-    snprintf(out, cap, "?");
-    for (int i = 0; i < sn->n; i++) {
-        const char *nm = sn->s[i].name, *q;
-        if (strncmp(nm, base, blen) != 0 || nm[blen] != '{' || !(q = strchr(nm, '"'))) continue;
-        size_t len = strcspn(q + 1, "\"");
-        snprintf(out, cap, "%.*s", (int)len, q + 1);
-        return;
-    }
+    static const char pre[] = "kvbatch_max_inflight{batcher=\"";
+    int n = 0;
+    for (int i = 0; i < sn->n && n < max; i++)
+        if (strncmp(sn->s[i].name, pre, sizeof(pre) - 1) == 0 &&
+            sscanf(sn->s[i].name + sizeof(pre) - 1, "%31[^\"]", names[n]) == 1)
+            n++;
+    return n;
 }
 
-/* Policy auto: the setting its controller holds now, why, and how often it moved over the span. */
+/* The auto controller's reason of batcher bname in sn, or "?". */
+static void reason_of(const struct snap *sn, const char *bname, char *out, size_t cap)
+{
+    char pre[80];
+    int n = snprintf(pre, sizeof(pre), "kvbatch_auto_reason{batcher=\"%s\",reason=\"", bname);
+    snprintf(out, cap, "?");
+    for (int i = 0; i < sn->n; i++)
+        if (strncmp(sn->s[i].name, pre, (size_t)n) == 0) {
+            snprintf(out, cap, "%.*s", (int)strcspn(sn->s[i].name + n, "\""), sn->s[i].name + n);
+            return;
+        }
+}
+
+/* A per-batcher gauge: family{batcher="bname"}. */
+static double batcher_get(const struct snap *sn, const char *family, const char *bname)
+{
+    char name[NAME_LEN];
+    snprintf(name, sizeof(name), "%.64s{batcher=\"%.31s\"}", family, bname);
+    return get(sn, name);
+}
+
+/*
+ * Each batcher's setting in effect; under policy auto, its controller's
+ * level, why it last changed it and its last epoch; how often the
+ * controllers moved over the span.
+ */
 static void auto_line(const struct snap *cur, const struct snap *prev)
 {
-    char a[32], b[32], c[32], reason[48];
-    double levels = get(cur, "kvbatch_auto_levels");
-    if (levels <= 0) return;
-    label_of(cur, "kvbatch_auto_reason", reason, sizeof(reason));
-    printf("auto: window %s, max_inflight %.0f (level %.0f of 0..%.0f, 0 = most direct calls); "
-           "last change: %s; %.0f changes; last epoch: op latency mean %s p99 %s\n",
-           fmt_time(get(cur, "kvbatch_window_seconds"), a, sizeof(a)),
-           get(cur, "kvbatch_max_inflight"), get(cur, "kvbatch_auto_level"), levels - 1, reason,
-           delta(cur, prev, "kvbatch_auto_changes_total"),
-           fmt_time(get(cur, "kvbatch_auto_epoch_mean_seconds"), b, sizeof(b)),
-           fmt_time(get(cur, "kvbatch_auto_epoch_p99_seconds"), c, sizeof(c)));
+    char names[64][32];
+    int nb = batchers_of(cur, names, 64);
+    for (int i = 0; i < nb; i++) {
+        char a[32], b[32], c[32], reason[48];
+        double levels = batcher_get(cur, "kvbatch_auto_levels", names[i]);
+        printf("batcher %s: window %s, max_inflight %.0f", names[i],
+               fmt_time(batcher_get(cur, "kvbatch_window_seconds", names[i]), a, sizeof(a)),
+               batcher_get(cur, "kvbatch_max_inflight", names[i]));
+        if (levels > 0) {
+            reason_of(cur, names[i], reason, sizeof(reason));
+            printf(" (auto: level %.0f of 0..%.0f, 0 = most direct calls; last change: %s; "
+                   "last epoch: op latency mean %s p99 %s)",
+                   batcher_get(cur, "kvbatch_auto_level", names[i]), levels - 1, reason,
+                   fmt_time(batcher_get(cur, "kvbatch_auto_epoch_mean_seconds", names[i]), b,
+                            sizeof(b)),
+                   fmt_time(batcher_get(cur, "kvbatch_auto_epoch_p99_seconds", names[i]), c,
+                            sizeof(c)));
+        }
+        printf("\n");
+    }
+    if (get(cur, "kvbatch_auto_changes_total") > 0)
+        printf("auto: %.0f level changes\n", delta(cur, prev, "kvbatch_auto_changes_total"));
 }
 
 /*
@@ -519,20 +587,30 @@ static void json(const struct snap *sn)
     json_num("queue_delay_p99_s", quantile(sn, NULL, "kvbatch_queue_delay_seconds", 0.99), 1);
     json_num("op_latency_p50_s", quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.5), 1);
     json_num("op_latency_p99_s", quantile(sn, NULL, "kvbatch_op_latency_seconds", 0.99), 1);
-    json_num("window_s", get(sn, "kvbatch_window_seconds"), 1);
-    json_num("max_inflight", get(sn, "kvbatch_max_inflight"), 1);
-    if (get(sn, "kvbatch_auto_levels") > 0) {
-        char reason[48];
-        label_of(sn, "kvbatch_auto_reason", reason, sizeof(reason));
-        printf("\"auto\":{");
-        json_num("level", get(sn, "kvbatch_auto_level"), 1);
-        json_num("levels", get(sn, "kvbatch_auto_levels"), 1);
-        json_num("changes", get(sn, "kvbatch_auto_changes_total"), 1);
-        printf("\"reason\":\"%s\",", reason);
-        json_num("epoch_mean_s", get(sn, "kvbatch_auto_epoch_mean_seconds"), 1);
-        json_num("epoch_p99_s", get(sn, "kvbatch_auto_epoch_p99_seconds"), 0);
-        printf("},");
+    char names[64][32];
+    int nb = batchers_of(sn, names, 64);
+    printf("\"batchers\":[");
+    for (int i = 0; i < nb; i++) {
+        printf("%s{\"batcher\":\"%s\",", i ? "," : "", names[i]);
+        json_num("window_s", batcher_get(sn, "kvbatch_window_seconds", names[i]), 1);
+        json_num("max_inflight", batcher_get(sn, "kvbatch_max_inflight", names[i]),
+                 batcher_get(sn, "kvbatch_auto_levels", names[i]) > 0);
+        if (batcher_get(sn, "kvbatch_auto_levels", names[i]) > 0) {
+            char reason[48];
+            reason_of(sn, names[i], reason, sizeof(reason));
+            printf("\"auto\":{");
+            json_num("level", batcher_get(sn, "kvbatch_auto_level", names[i]), 1);
+            json_num("levels", batcher_get(sn, "kvbatch_auto_levels", names[i]), 1);
+            printf("\"reason\":\"%s\",", reason);
+            json_num("epoch_mean_s", batcher_get(sn, "kvbatch_auto_epoch_mean_seconds", names[i]),
+                     1);
+            json_num("epoch_p99_s", batcher_get(sn, "kvbatch_auto_epoch_p99_seconds", names[i]), 0);
+            printf("}");
+        }
+        printf("}");
     }
+    printf("],");
+    json_num("auto_changes", get(sn, "kvbatch_auto_changes_total"), 1);
     json_num("queued_ops", get(sn, "kvbatch_queued_ops"), 1);
     json_num("inflight_batches", get(sn, "kvbatch_inflight_batches"), 1);
     json_num("writeback_errors", get(sn, "kvbatch_writeback_errors_total"), 0);

@@ -88,23 +88,6 @@ static char *read_file(const char *path)
     return buf;
 }
 
-/* Sum of every sample of a Prometheus metric (all label sets), -1 if absent. */
-static double metric_sum(const char *text, const char *name)
-{
-    double sum = -1;
-    size_t nlen = strlen(name);
-    for (const char *line = text; line && *line;
-         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-        if (strncmp(line, name, nlen) != 0 || (line[nlen] != ' ' && line[nlen] != '{')) continue;
-        const char *sp = strchr(line, ' ');
-        const char *brace_end = line[nlen] == '{' ? strchr(line, '}') : NULL;
-        if (brace_end) sp = strchr(brace_end, ' ');
-        if (!sp) continue;
-        sum = (sum < 0 ? 0 : sum) + strtod(sp + 1, NULL);
-    }
-    return sum;
-}
-
 static const char *kvbench(void)
 {
     static char path[1024];
@@ -298,8 +281,8 @@ static void kvbench_single_path_is_batched_by_shim(void **state)
     assert_non_null(strstr(out, " shim "));
     char *text = read_file(stats);
     assert_non_null(text);
-    double ops = metric_sum(text, "kvbatch_ops_total");
-    double batches = metric_sum(text, "kvbatch_batches_total");
+    double ops = kvt_metric_sum(text, "kvbatch_ops_total");
+    double batches = kvt_metric_sum(text, "kvbatch_batches_total");
     fprintf(stderr, "shim stats: %.0f ops in %.0f batches\n", ops, batches);
     assert_true(ops >= 4000);
     assert_true(batches > 0 && batches < ops);
@@ -332,8 +315,8 @@ static void kvbench_mooncake_with_and_without_shim(void **state)
     assert_non_null(strstr(out, "mc-get         shim"));
     char *text = read_file(stats);
     assert_non_null(text);
-    double puts = metric_sum(text, "kvbatch_ops_total{backend=\"mooncake\",op=\"put\"}");
-    double batches = metric_sum(text, "kvbatch_batches_total{backend=\"mooncake\",op=\"put\"}");
+    double puts = kvt_metric_sum(text, "kvbatch_ops_total{backend=\"mooncake\",op=\"put\"}");
+    double batches = kvt_metric_sum(text, "kvbatch_batches_total{backend=\"mooncake\",op=\"put\"}");
     fprintf(stderr, "kvbench mooncake under the shim: %.0f puts in %.0f batches\n", puts, batches);
     assert_true(puts >= 4000); /* and the prefill's */
     assert_true(batches > 0 && batches < puts);
@@ -409,8 +392,8 @@ static void python_engine_same_results_with_shim(void **state)
     assert_non_null(strstr(out, checksum)); /* same bytes loaded, with and without the shim */
     char *text = read_file(stats);
     assert_non_null(text);
-    double ops = metric_sum(text, "kvbatch_ops_total");
-    double batches = metric_sum(text, "kvbatch_batches_total");
+    double ops = kvt_metric_sum(text, "kvbatch_ops_total");
+    double batches = kvt_metric_sum(text, "kvbatch_batches_total");
     fprintf(stderr, "engine under shim: %.0f ops in %.0f batches\n", ops, batches);
     /* 8 requests x 16 layers x 4 blocks x 2 rounds, put and get */
     assert_true(ops >= 2 * 8 * 16 * 4 * 2);

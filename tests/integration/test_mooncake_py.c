@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "kvpreload.h"
 #include "kvtest.h"
 
 static struct kvt_server srv;
@@ -81,19 +82,6 @@ static char *slurp(const char *path)
     buf[n] = '\0';
     fclose(f);
     return buf;
-}
-
-/* The sum of a metric's samples in a Prometheus text file ("name{...} value" lines). */
-static double metric_sum(const char *text, const char *name)
-{
-    double sum = 0;
-    size_t len = strlen(name);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (strncmp(p, name, len) != 0 || (p[len] != '{' && p[len] != ' ')) continue;
-        const char *sp = strchr(p, ' ');
-        if (sp) sum += strtod(sp + 1, NULL);
-    }
-    return sum;
 }
 
 static int group_setup(void **state)
@@ -179,7 +167,7 @@ static void lmcache_shape_same_with_shim_and_batched(void **state)
     /* 224 chunks saved through asyncio.to_thread: the shim saw them side by side. */
     const char *put_ops = "kvbatch_ops_total{backend=\"kvs\",op=\"put\"}",
                *put_batches = "kvbatch_batches_total{backend=\"kvs\",op=\"put\"}";
-    double ops = metric_sum(stats, put_ops), batches = metric_sum(stats, put_batches);
+    double ops = kvt_metric_sum(stats, put_ops), batches = kvt_metric_sum(stats, put_batches);
     fprintf(stderr, "shim: %.0f put_from in %.0f batches\n", ops, batches);
     assert_true(ops >= 224);
     assert_true(batches > 0 && ops / batches > 1.0);

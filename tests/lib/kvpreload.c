@@ -104,10 +104,59 @@ char *kvt_slurp(const char *path)
     return buf;
 }
 
+/*
+ * The sample at line (up to its value) with its pid="N" label taken out,
+ * into out: name{pid="1",backend="kvs"} -> name{backend="kvs"},
+ * name{pid="1"} -> name. Returns the value's text, or NULL past the end.
+ */
+static const char *sample_without_pid(const char *line, char *out, size_t cap)
+{
+    size_t eol = strcspn(line, "\n");
+    const char *brace = memchr(line, '{', eol);
+    const char *close = brace ? memchr(brace, '}', eol - (size_t)(brace - line)) : NULL;
+    const char *from = close ? close : line;
+    const char *sp = memchr(from, ' ', eol - (size_t)(from - line));
+    if (!sp || (size_t)(sp - line) >= cap) return NULL;
+    size_t n = (size_t)(sp - line);
+    memcpy(out, line, n);
+    out[n] = '\0';
+    char *pid = strstr(out, "pid=\"");
+    char *end = pid ? strchr(pid + 5, '"') : NULL;
+    if (end) {
+        end++;
+        if (*end == ',')
+            end++;
+        else if (pid[-1] == ',')
+            pid--;
+        memmove(pid, end, strlen(end) + 1);
+        size_t l = strlen(out);
+        if (l >= 2 && strcmp(out + l - 2, "{}") == 0) out[l - 2] = '\0';
+    }
+    return sp + 1;
+}
+
 double kvt_metric(const char *text, const char *name)
 {
-    size_t len = strlen(name);
-    for (const char *p = text; (p = strstr(p, name)); p += len)
-        if ((p == text || p[-1] == '\n') && p[len] == ' ') return strtod(p + len + 1, NULL);
+    char sample[1024];
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (*p == '#') continue;
+        const char *v = sample_without_pid(p, sample, sizeof(sample));
+        if (v && strcmp(sample, name) == 0) return strtod(v, NULL);
+    }
     return -1;
+}
+
+double kvt_metric_sum(const char *text, const char *name)
+{
+    char sample[1024];
+    double sum = -1;
+    size_t len = strlen(name);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (*p == '#') continue;
+        const char *v = sample_without_pid(p, sample, sizeof(sample));
+        if (!v || strncmp(sample, name, len) != 0 || (sample[len] && sample[len] != '{')) continue;
+        if (strchr(name, '{') && sample[len]) continue;
+        sum = (sum < 0 ? 0 : sum) + strtod(v, NULL);
+    }
+    return sum;
 }

@@ -32,7 +32,18 @@ int kvt_run(const char *prog, const char *const args[], const char *const env[],
 /* The contents of path, NUL-terminated (malloc'ed; up to 1 MiB). */
 char *kvt_slurp(const char *path);
 
-/* The value of the sample line "name value" in a stats file's text, or -1. */
+/*
+ * The value of the sample "name value" in a stats file's text, its pid
+ * label left out of the comparison (name is e.g.
+ * kvbatch_ops_total{backend="kvs",op="put"}), or -1.
+ */
 double kvt_metric(const char *text, const char *name);
+
+/*
+ * The sum of the samples of name (pid label left out): every sample of the
+ * family when name has no labels, else the samples with exactly these
+ * labels; -1 when there is none.
+ */
+double kvt_metric_sum(const char *text, const char *name);
 
 #endif

@@ -148,11 +148,11 @@ static void test_auto_starts_without_a_window(void **state)
     (void)state;
     struct kvb_params p = fake_params(KVB_BATCH_AUTO, 50000, 64, 1 << 20, 4);
     fake_env_up(&e, FAKE_SYNC, p);
-    assert_int_equal(atomic_load(&e.st.tune_levels), 4);
-    assert_int_equal(atomic_load(&e.st.tune_level), 0);
-    assert_int_equal(atomic_load(&e.st.window_ns), 0);
-    assert_int_equal(atomic_load(&e.st.max_inflight), 4);
-    assert_int_equal(atomic_load(&e.st.tune_reason), KVB_CTL_START);
+    assert_int_equal(atomic_load(&e.st.batcher[0].levels), 4);
+    assert_int_equal(atomic_load(&e.st.batcher[0].level), 0);
+    assert_int_equal(atomic_load(&e.st.batcher[0].window_ns), 0);
+    assert_int_equal(atomic_load(&e.st.batcher[0].max_inflight), 4);
+    assert_int_equal(atomic_load(&e.st.batcher[0].reason), KVB_CTL_START);
     for (int i = 0; i < 100; i++)
         assert_int_equal(kvb_put(e.b, "k", "v", 1), 0);
     assert_int_equal(atomic_load(&e.f.one_calls), 100);
@@ -160,10 +160,48 @@ static void test_auto_starts_without_a_window(void **state)
     fake_env_down(&e);
     /* Adaptive shows its fixed setting and no controller. */
     fake_env_up(&e, FAKE_SYNC, fake_params(KVB_BATCH_ADAPTIVE, 20000, 64, 1 << 20, 2));
-    assert_int_equal(atomic_load(&e.st.tune_levels), 0);
-    assert_int_equal(atomic_load(&e.st.window_ns), 20000);
-    assert_int_equal(atomic_load(&e.st.max_inflight), 2);
+    assert_int_equal(atomic_load(&e.st.batcher[0].levels), 0);
+    assert_int_equal(atomic_load(&e.st.batcher[0].window_ns), 20000);
+    assert_int_equal(atomic_load(&e.st.batcher[0].max_inflight), 2);
     fake_env_down(&e);
+}
+
+/*
+ * Two batchers counting into one struct kvb_stats (two clients of a
+ * process) each show their own setting, in their own slot; a destroyed
+ * batcher's slot is free again for the next one.
+ */
+static void test_each_batcher_shows_its_own_setting(void **state)
+{
+    struct fake_env e;
+    struct fake f2;
+    (void)state;
+    fake_env_up(&e, FAKE_SYNC, fake_params(KVB_BATCH_ADAPTIVE, 20000, 64, 1 << 20, 2));
+    fake_init(&f2, FAKE_SYNC);
+    struct kvb_backend be2 = fake_backend(&f2);
+    struct kvb_params p2 = fake_params(KVB_BATCH_AUTO, 50000, 64, 1 << 20, 4);
+    struct kvb_batcher *b2 = kvb_batcher_create(&p2, &be2, &e.st);
+    assert_non_null(b2);
+    assert_int_equal(atomic_load(&e.st.batchers), 2);
+    assert_int_equal(atomic_load(&e.st.batcher[0].used), 1);
+    assert_int_equal(atomic_load(&e.st.batcher[0].window_ns), 20000);
+    assert_int_equal(atomic_load(&e.st.batcher[0].max_inflight), 2);
+    assert_int_equal(atomic_load(&e.st.batcher[0].levels), 0);
+    assert_int_equal(atomic_load(&e.st.batcher[1].used), 1);
+    assert_int_equal(atomic_load(&e.st.batcher[1].window_ns), 0); /* auto starts at level 0 */
+    assert_int_equal(atomic_load(&e.st.batcher[1].max_inflight), 4);
+    assert_int_equal(atomic_load(&e.st.batcher[1].levels), 4);
+    fake_env_down(&e);
+    assert_int_equal(atomic_load(&e.st.batcher[0].used), 0);
+    assert_int_equal(atomic_load(&e.st.batchers), 1);
+    struct kvb_batcher *b3 = kvb_batcher_create(&p2, &be2, &e.st);
+    assert_non_null(b3);
+    assert_int_equal(atomic_load(&e.st.batcher[0].used), 1); /* the lowest free slot */
+    assert_int_equal(atomic_load(&e.st.batcher[0].levels), 4);
+    assert_int_equal(kvb_batcher_destroy(b3, FAKE_LONG_WINDOW), 0);
+    assert_int_equal(kvb_batcher_destroy(b2, FAKE_LONG_WINDOW), 0);
+    assert_int_equal(atomic_load(&e.st.batchers), 0);
+    fake_fini(&f2);
 }
 
 struct looper {
@@ -208,11 +246,11 @@ static void test_auto_takes_the_controllers_choice(void **state)
     assert_true(atomic_load(&e.st.tune_changes) >= 1);
     struct kvb_ctl ladder;
     kvb_ctl_init(&ladder, 50000, 4, 0, 0);
-    int64_t lvl = atomic_load(&e.st.tune_level);
+    int64_t lvl = atomic_load(&e.st.batcher[0].level);
     assert_true(lvl >= 0 && lvl < (int64_t)ladder.nlevels);
-    assert_int_equal(atomic_load(&e.st.window_ns), ladder.level[lvl].window_ns);
-    assert_int_equal(atomic_load(&e.st.max_inflight), ladder.level[lvl].inflight);
-    assert_int_not_equal(atomic_load(&e.st.tune_reason), KVB_CTL_START);
+    assert_int_equal(atomic_load(&e.st.batcher[0].window_ns), ladder.level[lvl].window_ns);
+    assert_int_equal(atomic_load(&e.st.batcher[0].max_inflight), ladder.level[lvl].inflight);
+    assert_int_not_equal(atomic_load(&e.st.batcher[0].reason), KVB_CTL_START);
     fake_env_down(&e);
 }
 
@@ -223,6 +261,7 @@ int main(void)
         cmocka_unit_test(test_op_waits_for_expected_company_unless_window_is_zero),
         cmocka_unit_test(test_auto_starts_without_a_window),
         cmocka_unit_test(test_auto_takes_the_controllers_choice),
+        cmocka_unit_test(test_each_batcher_shows_its_own_setting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

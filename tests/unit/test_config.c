@@ -75,6 +75,8 @@ static void test_all_variables(void **state)
                                       "/tmp/s-%p.prom",
                                       "KVBATCH_STATS_INTERVAL_MS",
                                       "250",
+                                      "KVBATCH_STATS_AT_EXIT",
+                                      "remove",
                                       "KVBATCH_EXIT_TIMEOUT_MS",
                                       "3s",
                                       "KVBATCH_LOG",
@@ -95,6 +97,7 @@ static void test_all_variables(void **state)
     assert_int_equal(c.writeback_bytes, 1ull << 30);
     assert_string_equal(c.stats_file, "/tmp/s-42.prom");
     assert_int_equal(c.stats_interval_ns, 250000000ull);
+    assert_int_equal(c.stats_at_exit, KVB_STATS_REMOVE);
     assert_int_equal(c.exit_timeout_ns, 3000000000ull);
     assert_int_equal(c.log_level, KVS_LOG_DEBUG);
     kvb_config_describe(&c, text, sizeof(text));
@@ -130,25 +133,16 @@ static void test_policies(void **state)
 static void test_bad_values_keep_their_default(void **state)
 {
     static const char *const cases[][3] = {
-        {"KVBATCH_POLICY", "fast", "auto"},
-        {"KVBATCH_WINDOW_US", "5 ms", NULL},
-        {"KVBATCH_WINDOW_US", "2s", NULL},
-        {"KVBATCH_MAX_OPS", "0", NULL},
-        {"KVBATCH_MAX_OPS", "12x", NULL},
-        {"KVBATCH_MAX_OPS", "100000", NULL},
-        {"KVBATCH_MAX_BYTES", "1K", NULL},
-        {"KVBATCH_MAX_BYTES", "1T", NULL},
-        {"KVBATCH_MAX_INFLIGHT", "0", NULL},
-        {"KVBATCH_MAX_INFLIGHT", "65", NULL},
-        {"KVBATCH_LATENCY_TARGET", "11s", NULL},
-        {"KVBATCH_LATENCY_TARGET", "-1", NULL},
-        {"KVBATCH_PUT_MODE", "async", "sync"},
-        {"KVBATCH_WRITEBACK_BYTES", "1K", NULL},
-        {"KVBATCH_STATS_INTERVAL_MS", "1", NULL},
-        {"KVBATCH_STATS_INTERVAL_MS", "2h", NULL},
-        {"KVBATCH_EXIT_TIMEOUT_MS", "61s", NULL},
-        {"KVBATCH_LOG", "verbose", "warn"},
-        {"KVBATCH_STATS_FILE", "/tmp/%q", "(none)"},
+        {"KVBATCH_POLICY", "fast", "auto"},       {"KVBATCH_WINDOW_US", "5 ms", NULL},
+        {"KVBATCH_WINDOW_US", "2s", NULL},        {"KVBATCH_MAX_OPS", "0", NULL},
+        {"KVBATCH_MAX_OPS", "12x", NULL},         {"KVBATCH_MAX_OPS", "100000", NULL},
+        {"KVBATCH_MAX_BYTES", "1K", NULL},        {"KVBATCH_MAX_BYTES", "1T", NULL},
+        {"KVBATCH_MAX_INFLIGHT", "0", NULL},      {"KVBATCH_MAX_INFLIGHT", "65", NULL},
+        {"KVBATCH_LATENCY_TARGET", "11s", NULL},  {"KVBATCH_LATENCY_TARGET", "-1", NULL},
+        {"KVBATCH_PUT_MODE", "async", "sync"},    {"KVBATCH_WRITEBACK_BYTES", "1K", NULL},
+        {"KVBATCH_STATS_INTERVAL_MS", "1", NULL}, {"KVBATCH_STATS_INTERVAL_MS", "2h", NULL},
+        {"KVBATCH_EXIT_TIMEOUT_MS", "61s", NULL}, {"KVBATCH_STATS_AT_EXIT", "delete", "keep"},
+        {"KVBATCH_LOG", "verbose", "warn"},       {"KVBATCH_STATS_FILE", "/tmp/%q", "(none)"},
     };
     (void)state;
     struct kvb_config defaults;

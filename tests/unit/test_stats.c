@@ -32,10 +32,11 @@ static size_t render_all(struct kvb_stats *st)
 {
     struct kvb_config cfg;
     kvb_config_defaults(&cfg);
-    size_t n = kvb_settings_render(&cfg, 0, 1700000000.0, 1700000001.5, text, sizeof(text));
+    struct kvb_proc_facts p = {4242, 1700000000.0, 1700000001.5, false};
+    size_t n = kvb_settings_render(&cfg, 0, &p, text, sizeof(text));
     assert_true(n < sizeof(text));
     struct kvb_stats_source src = {"kvs", st};
-    size_t m = kvb_stats_render(&src, 1, text + n, sizeof(text) - n);
+    size_t m = kvb_stats_render(&src, 1, 4242, text + n, sizeof(text) - n);
     assert_true(n + m < sizeof(text));
     return n + m;
 }
@@ -54,14 +55,16 @@ static void fill(struct kvb_stats *st)
         kvb_hist_observe(&st->batch_ops, 10);
     kvb_hist_observe(&st->op_latency, 1500);       /* 1.5 us */
     kvb_hist_observe(&st->op_latency, 3000000000); /* 3 s: +Inf bucket */
-    /* policy auto's controller, as the batcher publishes it */
-    atomic_store(&st->window_ns, 12500);
-    atomic_store(&st->max_inflight, 4);
-    atomic_store(&st->tune_level, 1);
-    atomic_store(&st->tune_levels, 6);
-    atomic_store(&st->tune_reason, KVB_CTL_WORSE);
-    atomic_store(&st->tune_mean_ns, 40000);
-    atomic_store(&st->tune_p99_ns, 250000);
+    /* policy auto's controller, as a batcher in slot 0 publishes it */
+    assert_int_equal(kvb_stats_claim_slot(st), 0);
+    struct kvb_batcher_gauges *g = &st->batcher[0];
+    atomic_store(&g->window_ns, 12500);
+    atomic_store(&g->max_inflight, 4);
+    atomic_store(&g->level, 1);
+    atomic_store(&g->levels, 6);
+    atomic_store(&g->reason, KVB_CTL_WORSE);
+    atomic_store(&g->mean_ns, 40000);
+    atomic_store(&g->p99_ns, 250000);
     kvb_count(&st->tune_changes, 3);
 }
 
@@ -71,38 +74,58 @@ static void test_render_values(void **state)
     (void)state;
     fill(&st);
     render_all(&st);
-    assert_non_null(strstr(text, "\nkvbatch_ops_total{backend=\"kvs\",op=\"put\"} 100\n"));
-    assert_non_null(strstr(text, "\nkvbatch_batches_total{backend=\"kvs\",op=\"put\"} 10\n"));
-    assert_non_null(strstr(text, "\nkvbatch_flush_total{backend=\"kvs\",reason=\"idle\"} 7\n"));
-    assert_non_null(strstr(text, "\nkvbatch_flush_total{backend=\"kvs\",reason=\"exit\"} 0\n"));
     assert_non_null(
-        strstr(text, "kvbatch_errors_total{backend=\"kvs\",op=\"get\",status=\"ENOENT\"} 1\n"));
+        strstr(text, "\nkvbatch_ops_total{pid=\"4242\",backend=\"kvs\",op=\"put\"} 100\n"));
     assert_non_null(
-        strstr(text, "kvbatch_errors_total{backend=\"kvs\",op=\"put\",status=\"ECONNRESET\"} 1\n"));
+        strstr(text, "\nkvbatch_batches_total{pid=\"4242\",backend=\"kvs\",op=\"put\"} 10\n"));
     assert_non_null(
-        strstr(text, "kvbatch_errors_total{backend=\"kvs\",op=\"put\",status=\"other\"} 1\n"));
+        strstr(text, "\nkvbatch_flush_total{pid=\"4242\",backend=\"kvs\",reason=\"idle\"} 7\n"));
+    assert_non_null(
+        strstr(text, "\nkvbatch_flush_total{pid=\"4242\",backend=\"kvs\",reason=\"exit\"} 0\n"));
+    assert_non_null(strstr(
+        text,
+        "kvbatch_errors_total{pid=\"4242\",backend=\"kvs\",op=\"get\",status=\"ENOENT\"} 1\n"));
+    assert_non_null(strstr(
+        text,
+        "kvbatch_errors_total{pid=\"4242\",backend=\"kvs\",op=\"put\",status=\"ECONNRESET\"} 1\n"));
+    assert_non_null(strstr(
+        text,
+        "kvbatch_errors_total{pid=\"4242\",backend=\"kvs\",op=\"put\",status=\"other\"} 1\n"));
     /* Cumulative buckets: 10 batches of 10 ops land in le=16 and stay counted above. */
-    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{backend=\"kvs\",le=\"8\"} 0\n"));
-    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{backend=\"kvs\",le=\"16\"} 10\n"));
-    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{backend=\"kvs\",le=\"+Inf\"} 10\n"));
-    assert_non_null(strstr(text, "kvbatch_batch_ops_sum{backend=\"kvs\"} 100\n"));
     assert_non_null(
-        strstr(text, "kvbatch_op_latency_seconds_bucket{backend=\"kvs\",le=\"2e-06\"} 1\n"));
+        strstr(text, "kvbatch_batch_ops_bucket{pid=\"4242\",backend=\"kvs\",le=\"8\"} 0\n"));
     assert_non_null(
-        strstr(text, "kvbatch_op_latency_seconds_bucket{backend=\"kvs\",le=\"1\"} 1\n"));
+        strstr(text, "kvbatch_batch_ops_bucket{pid=\"4242\",backend=\"kvs\",le=\"16\"} 10\n"));
     assert_non_null(
-        strstr(text, "kvbatch_op_latency_seconds_bucket{backend=\"kvs\",le=\"+Inf\"} 2\n"));
-    assert_non_null(strstr(text, "kvbatch_op_latency_seconds_count{backend=\"kvs\"} 2\n"));
-    assert_non_null(strstr(text, "kvbatch_info{policy=\"auto\",put_mode=\"sync\""));
-    assert_non_null(strstr(text, "\nkvbatch_flush_total{backend=\"kvs\",reason=\"direct\"} 0\n"));
-    assert_non_null(strstr(text, "\nkvbatch_window_seconds{backend=\"kvs\"} 1.25e-05\n"));
-    assert_non_null(strstr(text, "\nkvbatch_max_inflight{backend=\"kvs\"} 4\n"));
-    assert_non_null(strstr(text, "\nkvbatch_auto_level{backend=\"kvs\"} 1\n"));
-    assert_non_null(strstr(text, "\nkvbatch_auto_levels{backend=\"kvs\"} 6\n"));
-    assert_non_null(strstr(text, "\nkvbatch_auto_changes_total{backend=\"kvs\"} 3\n"));
-    assert_non_null(strstr(text, "\nkvbatch_auto_reason{backend=\"kvs\",reason=\"worse\"} 1\n"));
-    assert_non_null(strstr(text, "\nkvbatch_auto_epoch_p99_seconds{backend=\"kvs\"} 0.00025\n"));
-    assert_non_null(strstr(text, "kvbatch_setting_window_seconds 5e-05\n"));
+        strstr(text, "kvbatch_batch_ops_bucket{pid=\"4242\",backend=\"kvs\",le=\"+Inf\"} 10\n"));
+    assert_non_null(strstr(text, "kvbatch_batch_ops_sum{pid=\"4242\",backend=\"kvs\"} 100\n"));
+    assert_non_null(strstr(
+        text, "kvbatch_op_latency_seconds_bucket{pid=\"4242\",backend=\"kvs\",le=\"2e-06\"} 1\n"));
+    assert_non_null(strstr(
+        text, "kvbatch_op_latency_seconds_bucket{pid=\"4242\",backend=\"kvs\",le=\"1\"} 1\n"));
+    assert_non_null(strstr(
+        text, "kvbatch_op_latency_seconds_bucket{pid=\"4242\",backend=\"kvs\",le=\"+Inf\"} 2\n"));
+    assert_non_null(
+        strstr(text, "kvbatch_op_latency_seconds_count{pid=\"4242\",backend=\"kvs\"} 2\n"));
+    assert_non_null(strstr(text, "kvbatch_info{pid=\"4242\",policy=\"auto\",put_mode=\"sync\""));
+    assert_non_null(
+        strstr(text, "\nkvbatch_flush_total{pid=\"4242\",backend=\"kvs\",reason=\"direct\"} 0\n"));
+    assert_non_null(strstr(
+        text, "\nkvbatch_window_seconds{pid=\"4242\",backend=\"kvs\",batcher=\"0\"} 1.25e-05\n"));
+    assert_non_null(
+        strstr(text, "\nkvbatch_max_inflight{pid=\"4242\",backend=\"kvs\",batcher=\"0\"} 4\n"));
+    assert_non_null(
+        strstr(text, "\nkvbatch_auto_level{pid=\"4242\",backend=\"kvs\",batcher=\"0\"} 1\n"));
+    assert_non_null(
+        strstr(text, "\nkvbatch_auto_levels{pid=\"4242\",backend=\"kvs\",batcher=\"0\"} 6\n"));
+    assert_non_null(strstr(text, "\nkvbatch_auto_changes_total{pid=\"4242\",backend=\"kvs\"} 3\n"));
+    assert_non_null(strstr(
+        text,
+        "\nkvbatch_auto_reason{pid=\"4242\",backend=\"kvs\",batcher=\"0\",reason=\"worse\"} 1\n"));
+    assert_non_null(strstr(
+        text,
+        "\nkvbatch_auto_epoch_p99_seconds{pid=\"4242\",backend=\"kvs\",batcher=\"0\"} 0.00025\n"));
+    assert_non_null(strstr(text, "kvbatch_setting_window_seconds{pid=\"4242\"} 5e-05\n"));
     assert_non_null(strstr(text, "# TYPE kvbatch_queue_delay_seconds histogram\n"));
 }
 
@@ -113,7 +136,7 @@ static void test_render_reports_needed_length(void **state)
     (void)state;
     fill(&st);
     struct kvb_stats_source src = {"kvs", &st};
-    size_t need = kvb_stats_render(&src, 1, small, sizeof(small));
+    size_t need = kvb_stats_render(&src, 1, 4242, small, sizeof(small));
     assert_true(need > sizeof(small));
     assert_int_equal(strlen(small), sizeof(small) - 1);
 }
@@ -129,17 +152,24 @@ static void test_render_names_the_backend(void **state)
     kvb_count(&mc.flushes[KVB_FLUSH_GROUP], 3);
     kvb_hist_observe(&mc.batch_ops, 4);
     struct kvb_stats_source src[] = {{"kvs", &kvs}, {"mooncake", &mc}};
-    size_t n = kvb_stats_render(src, 2, text, sizeof(text));
+    size_t n = kvb_stats_render(src, 2, 4242, text, sizeof(text));
     assert_true(n < sizeof(text));
-    assert_non_null(strstr(text, "\nkvbatch_ops_total{backend=\"kvs\",op=\"put\"} 100\n"));
-    assert_non_null(strstr(text, "\nkvbatch_ops_total{backend=\"mooncake\",op=\"get\"} 42\n"));
-    assert_non_null(strstr(text, "kvbatch_flush_total{backend=\"mooncake\",reason=\"group\"} 3\n"));
-    assert_non_null(strstr(text, "kvbatch_batch_ops_bucket{backend=\"mooncake\",le=\"4\"} 1\n"));
-    assert_non_null(strstr(text, "kvbatch_queued_ops{backend=\"mooncake\"} 0\n"));
+    assert_non_null(
+        strstr(text, "\nkvbatch_ops_total{pid=\"4242\",backend=\"kvs\",op=\"put\"} 100\n"));
+    assert_non_null(
+        strstr(text, "\nkvbatch_ops_total{pid=\"4242\",backend=\"mooncake\",op=\"get\"} 42\n"));
+    assert_non_null(strstr(
+        text, "kvbatch_flush_total{pid=\"4242\",backend=\"mooncake\",reason=\"group\"} 3\n"));
+    assert_non_null(
+        strstr(text, "kvbatch_batch_ops_bucket{pid=\"4242\",backend=\"mooncake\",le=\"4\"} 1\n"));
+    assert_non_null(strstr(text, "kvbatch_queued_ops{pid=\"4242\",backend=\"mooncake\"} 0\n"));
     /* Only a backend under policy auto has the controller's samples. */
-    assert_non_null(strstr(text, "\nkvbatch_auto_level{backend=\"kvs\"} 1\n"));
-    assert_null(strstr(text, "kvbatch_auto_level{backend=\"mooncake\"}"));
-    assert_non_null(strstr(text, "\nkvbatch_max_inflight{backend=\"mooncake\"} 0\n"));
+    assert_non_null(
+        strstr(text, "\nkvbatch_auto_level{pid=\"4242\",backend=\"kvs\",batcher=\"0\"} 1\n"));
+    assert_null(strstr(text, "kvbatch_auto_level{pid=\"4242\",backend=\"mooncake\""));
+    /* A backend without a batcher has no setting in effect to show. */
+    assert_null(strstr(text, "kvbatch_max_inflight{pid=\"4242\",backend=\"mooncake\""));
+    assert_non_null(strstr(text, "\nkvbatch_batchers{pid=\"4242\",backend=\"mooncake\"} 0\n"));
     const char *help = "# TYPE kvbatch_ops_total counter\n";
     const char *first = strstr(text, help);
     assert_non_null(first);
@@ -192,9 +222,10 @@ static void test_atomic_write_and_promtool(void **state)
 
 /* A render callback that numbers its calls: the file says which one wrote it. */
 static atomic_int renders;
-static size_t render_count(void *arg, char *buf, size_t cap)
+static size_t render_count(void *arg, bool final, char *buf, size_t cap)
 {
     (void)arg;
+    (void) final;
     return (size_t)snprintf(buf, cap, "render %d\n", atomic_fetch_add(&renders, 1) + 1);
 }
 
@@ -226,8 +257,8 @@ static void test_statsfile_writer(void **state)
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof(path), "%s/w.prom", dir);
     atomic_store(&renders, 0);
-    assert_int_equal(kvb_statsfile_init(&sf, path, 2000000 /* 2 ms */, render_count, NULL, no_log),
-                     0);
+    assert_int_equal(
+        kvb_statsfile_init(&sf, path, 2000000 /* 2 ms */, false, render_count, NULL, no_log), 0);
     kvb_statsfile_start(&sf, 0);
     assert_int_equal(file_render_number(path), 1);
     for (int i = 0; i < 5000 && atomic_load(&renders) < 4; i++)
@@ -246,7 +277,7 @@ static void test_statsfile_writer(void **state)
     static struct kvb_statsfile slow;
     atomic_store(&renders, 0);
     assert_int_equal(
-        kvb_statsfile_init(&slow, path, 60ull * 1000000000, render_count, NULL, no_log), 0);
+        kvb_statsfile_init(&slow, path, 60ull * 1000000000, false, render_count, NULL, no_log), 0);
     kvb_statsfile_start(&slow, 0);
     kvb_statsfile_start(&slow, 0);
     assert_int_equal(atomic_load(&renders), 1);
@@ -280,7 +311,7 @@ static void test_statsfile_missing_dir_warns_once(void **state)
     (void)state;
     warn_lines = debug_lines = 0;
     assert_int_equal(kvb_statsfile_init(&sf, "/tmp/kvb-no-such-dir-39a1/s.prom", 60ull * 1000000000,
-                                        render_count, NULL, count_log),
+                                        false, render_count, NULL, count_log),
                      0);
     kvb_statsfile_start(&sf, 0);
     kvb_statsfile_stop(&sf);
@@ -322,7 +353,8 @@ static int write_a_while(const char *path)
     struct kvb_statsfile *sf = &sfs[used++];
     atomic_store(&renders, 0);
     atomic_store(&warnings, 0);
-    assert_int_equal(kvb_statsfile_init(sf, path, 2000000, render_count, NULL, count_warnings), 0);
+    assert_int_equal(
+        kvb_statsfile_init(sf, path, 2000000, false, render_count, NULL, count_warnings), 0);
     kvb_statsfile_start(sf, 0);
     for (int i = 0; i < 5000 && atomic_load(&renders) < 4; i++)
         usleep(1000);
@@ -390,6 +422,48 @@ static void test_stats_file_planted_links_and_special_files(void **state)
     rmdir(dir);
 }
 
+/* A render callback that writes whether this is the last write. */
+static size_t render_final(void *arg, bool final, char *buf, size_t cap)
+{
+    (void)arg;
+    return (size_t)snprintf(buf, cap, "final %d\n", final ? 1 : 0);
+}
+
+/*
+ * At stop the file is written a last time, saying so (the shim's
+ * kvbatch_exited 1), or, with remove_at_end (KVBATCH_STATS_AT_EXIT=remove),
+ * removed; and the settings show kvbatch_exited and the interval.
+ */
+static void test_statsfile_last_write_or_removal(void **state)
+{
+    static struct kvb_statsfile sf;
+    char dir[] = "/tmp/kvb-final-XXXXXX", path[128], buf[64];
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/s.prom", dir);
+    assert_int_equal(
+        kvb_statsfile_init(&sf, path, 60ull * 1000000000, false, render_final, NULL, no_log), 0);
+    kvb_statsfile_start(&sf, 0);
+    assert_string_equal(contents(path, buf, sizeof(buf)), "final 0\n");
+    kvb_statsfile_stop(&sf);
+    assert_string_equal(contents(path, buf, sizeof(buf)), "final 1\n");
+    assert_int_equal(
+        kvb_statsfile_init(&sf, path, 60ull * 1000000000, true, render_final, NULL, no_log), 0);
+    kvb_statsfile_start(&sf, 0);
+    assert_string_equal(contents(path, buf, sizeof(buf)), "final 0\n");
+    kvb_statsfile_stop(&sf);
+    assert_int_equal(access(path, F_OK), -1);
+    rmdir(dir);
+
+    struct kvb_config cfg;
+    kvb_config_defaults(&cfg);
+    struct kvb_proc_facts p = {99, 1700000000.0, 1700000001.5, true};
+    assert_true(kvb_settings_render(&cfg, 0, &p, text, sizeof(text)) < sizeof(text));
+    assert_non_null(strstr(text, "\nkvbatch_exited{pid=\"99\"} 1\n"));
+    assert_non_null(strstr(text, "\nkvbatch_setting_stats_interval_seconds{pid=\"99\"} 1\n"));
+    assert_non_null(strstr(text, "\nkvbatch_write_time_seconds{pid=\"99\"} 1700000001.500\n"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_statsfile_writer),
         cmocka_unit_test(test_statsfile_missing_dir_warns_once),
         cmocka_unit_test(test_stats_file_planted_links_and_special_files),
+        cmocka_unit_test(test_statsfile_last_write_or_removal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -114,14 +114,15 @@ static void test_stats_labels(void **state)
     kvb_count_result(&st, KVB_OP_PUT, -EBADMSG);
     kvb_count_result(&st, KVB_OP_GET, -EPIPE);
     struct kvb_stats_source src = {"kvs", &st};
-    assert_true(kvb_stats_render(&src, 1, text, sizeof(text)) < sizeof(text));
-    assert_non_null(
-        strstr(text, "kvbatch_errors_total{backend=\"kvs\",op=\"put\",status=\"EACCES\"} 1\n"));
-    assert_non_null(
-        strstr(text, "kvbatch_errors_total{backend=\"kvs\",op=\"put\",status=\"EBADMSG\"} 1\n"));
-    assert_non_null(
-        strstr(text, "kvbatch_errors_total{backend=\"kvs\",op=\"get\",status=\"other\"} 1\n"));
-    assert_null(strstr(text, "kvbatch_errors_total{backend=\"kvs\",op=\"put\",status=\"other\"}"));
+    assert_true(kvb_stats_render(&src, 1, 7, text, sizeof(text)) < sizeof(text));
+    assert_non_null(strstr(
+        text, "kvbatch_errors_total{pid=\"7\",backend=\"kvs\",op=\"put\",status=\"EACCES\"} 1\n"));
+    assert_non_null(strstr(
+        text, "kvbatch_errors_total{pid=\"7\",backend=\"kvs\",op=\"put\",status=\"EBADMSG\"} 1\n"));
+    assert_non_null(strstr(
+        text, "kvbatch_errors_total{pid=\"7\",backend=\"kvs\",op=\"get\",status=\"other\"} 1\n"));
+    assert_null(strstr(
+        text, "kvbatch_errors_total{pid=\"7\",backend=\"kvs\",op=\"put\",status=\"other\"}"));
 }
 
 int main(void)
