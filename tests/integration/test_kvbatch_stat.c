@@ -3,8 +3,10 @@
  * here (the shim's Prometheus text, values chosen so every rate is known):
  * the summary's rates since start, "since the last look" across two runs,
  * -s, a new shim instance, --json, -w, two backends summed or one picked,
- * and its errors for a missing file, a bad argument and what is not a stats
- * file (/dev/zero, a fifo, 1.2 MB).
+ * a directory of several processes' files (summed, per process, the state
+ * of each writer), and its errors for a missing file, a bad argument and
+ * what is not a stats file (/dev/zero, a fifo, 1.2 MB, /etc/passwd, other
+ * Prometheus text).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvtest.h"
@@ -230,10 +233,6 @@ static void test_bad_inputs(void **state)
     assert_non_null(strstr(out, "kvbatch-stat: no FILE given"));
     assert_non_null(strstr(out, "usage:"));
     free(out);
-    snprintf(args, sizeof(args), "%s %s", stats_path, stats_path);
-    assert_int_equal(stat_run(args, &out), 2);
-    assert_non_null(strstr(out, "kvbatch-stat: unexpected argument"));
-    free(out);
     assert_int_equal(stat_run("-x", &out), 2);
     assert_non_null(strstr(out, "kvbatch-stat: unknown option '-x'"));
     free(out);
@@ -270,6 +269,148 @@ static void test_not_a_stats_file(void **state)
     unlink(path);
 }
 
+/* Writes a stats file of process pid as the shim does: pid and backend labels, HELP lines. */
+static void write_proc(const char *path, long pid, double start, double wrote, double puts,
+                       double batches, double put_bytes, int exited)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "# HELP kvbatch_info The shim's mode.\n# TYPE kvbatch_info gauge\n"
+            "kvbatch_info{pid=\"%ld\",policy=\"auto\",put_mode=\"sync\",passthrough=\"0\"} 1\n"
+            "kvbatch_setting_stats_interval_seconds{pid=\"%ld\"} 1\n"
+            "kvbatch_start_time_seconds{pid=\"%ld\"} %.3f\n"
+            "kvbatch_write_time_seconds{pid=\"%ld\"} %.3f\n"
+            "kvbatch_exited{pid=\"%ld\"} %d\n"
+            "# HELP kvbatch_ops_total Calls.\n# TYPE kvbatch_ops_total counter\n"
+            "kvbatch_ops_total{pid=\"%ld\",backend=\"kvs\",op=\"put\"} %.0f\n"
+            "kvbatch_batches_total{pid=\"%ld\",backend=\"kvs\",op=\"put\"} %.0f\n"
+            "kvbatch_bytes_total{pid=\"%ld\",backend=\"kvs\",op=\"put\"} %.0f\n"
+            "kvbatch_flush_total{pid=\"%ld\",backend=\"kvs\",reason=\"idle\"} %.0f\n"
+            "kvbatch_queued_ops{pid=\"%ld\",backend=\"kvs\"} 1\n"
+            "kvbatch_window_seconds{pid=\"%ld\",backend=\"kvs\",batcher=\"0\"} 5e-05\n"
+            "kvbatch_max_inflight{pid=\"%ld\",backend=\"kvs\",batcher=\"0\"} 4\n"
+            "kvbatch_auto_levels{pid=\"%ld\",backend=\"kvs\",batcher=\"0\"} 4\n"
+            "kvbatch_auto_level{pid=\"%ld\",backend=\"kvs\",batcher=\"0\"} 1\n"
+            "kvbatch_auto_reason{pid=\"%ld\",backend=\"kvs\",batcher=\"0\",reason=\"better\"} 1\n"
+            "kvbatch_max_inflight{pid=\"%ld\",backend=\"kvs\",batcher=\"1\"} 2\n"
+            "kvbatch_window_seconds{pid=\"%ld\",backend=\"kvs\",batcher=\"1\"} 0\n",
+            pid, pid, pid, start, pid, wrote, pid, exited, pid, puts, pid, batches, pid, put_bytes,
+            pid, batches, pid, pid, pid, pid, pid, pid, pid, pid);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A pid that no process has: a child that has exited and been reaped. */
+static long dead_pid(void)
+{
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0) _exit(0);
+    assert_int_equal(waitpid(p, NULL, 0), p);
+    return (long)p;
+}
+
+/*
+ * A directory of several processes' files (one is not a stats file): each
+ * file's counters summed, each file's rate over its own span summed, each
+ * batcher's setting under its process, -p's rows with the writer's state,
+ * and a note for the writer that exited and the one gone without a last write.
+ */
+static void test_directory_of_processes(void **state)
+{
+    char sub[128], path[192], args[256], *out;
+    double ops, rate, batches;
+    (void)state;
+    double now = (double)time(NULL);
+    snprintf(sub, sizeof(sub), "%s/multi", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    /* This process (running): 1000 puts in 10 s. An exited one: 3000 in 30 s. A dead one. */
+    long me = (long)getpid(), gone = dead_pid();
+    snprintf(path, sizeof(path), "%s/kvb-%ld.prom", sub, me);
+    write_proc(path, me, now - 10, now, 1000, 100, 4096000, 0);
+    snprintf(path, sizeof(path), "%s/kvb-1.prom", sub);
+    write_proc(path, 1, now - 40, now - 10, 3000, 100, 16681978000.0, 1);
+    snprintf(path, sizeof(path), "%s/kvb-%ld.prom", sub, gone);
+    write_proc(path, gone, now - 20, now - 15, 500, 50, 0, 0);
+    snprintf(path, sizeof(path), "%s/apt.prom", sub); /* node_exporter's directory has others */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("apt_upgrades_pending{origin=\"Debian\"} 3\n", f);
+    fclose(f);
+
+    snprintf(args, sizeof(args), "-s -p %s", sub);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "3 files (1 running, 1 exited, 1 gone, 0 stale), summed"));
+    assert_non_null(strstr(out, "1 *.prom file(s) skipped: not kvbatch stats files"));
+    op_row(out, "put", &ops, &rate, &batches);
+    assert_true(ops == 4500 && batches == 250);
+    assert_true(rate == 100 + 100 + 100); /* 1000/10 s + 3000/30 s + 500/5 s */
+    char want[256];
+    snprintf(want, sizeof(want),
+             "pid %ld batcher kvs/0: window 50.0us, max_inflight 4 (auto: level 1 of 0..3", me);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof(want), "pid %ld batcher kvs/1: window 0.0us, max_inflight 2\n", me);
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "now: 3 ops queued"));
+    snprintf(want, sizeof(want), "\n%-8ld %-8s", me, "running");
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "\n1        exited  "));
+    assert_non_null(strstr(out, "note: pid 1 exited 10s ago"));
+    snprintf(want, sizeof(want), "note: pid %ld is gone without its exit write", gone);
+    assert_non_null(strstr(out, want));
+    free(out);
+
+    /* --json: every process, integers as integers (a byte count past 2^32 too). */
+    snprintf(args, sizeof(args), "--json %s", sub);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "\"files\":3,"));
+    assert_non_null(strstr(out, "\"bytes\":16686074000,")); /* the sum */
+    assert_non_null(strstr(out, "\"bytes\":16681978000,"));
+    assert_non_null(strstr(out, "\"pid\":1,"));
+    assert_non_null(strstr(out, "\"state\":\"gone\""));
+    assert_non_null(strstr(out, "{\"batcher\":\"kvs/1\",\"window_s\":0,\"max_inflight\":2}"));
+    assert_null(strstr(out, "e+"));
+    free(out);
+
+    /* An empty directory is said to be one. */
+    snprintf(path, sizeof(path), "%s/empty", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    assert_int_equal(stat_run(path, &out), 1);
+    assert_non_null(strstr(out, "no kvbatch stats file in"));
+    free(out);
+    rmdir(path);
+
+    /* -w on the file of a writer that exited: its rows are 0, and a note says why. */
+    snprintf(args, sizeof(args), "-w 0.05 -n 1 %s/kvb-1.prom", sub);
+    assert_int_equal(stat_run(args, &out), 0);
+    assert_non_null(strstr(out, "nowait%"));
+    assert_non_null(strstr(out, "note: pid 1 exited"));
+    free(out);
+    snprintf(args, sizeof(args), "rm -r %s", sub);
+    assert_int_equal(system(args), 0);
+}
+
+/* A file that is not the shim's (a passwd file, any other Prometheus text) is refused. */
+static void test_not_kvbatch_text(void **state)
+{
+    char path[160], *out;
+    (void)state;
+    assert_int_equal(stat_run("/etc/passwd", &out), 1);
+    assert_non_null(strstr(out,
+                           "kvbatch-stat: /etc/passwd is not a kvbatch stats file (line 1 is not a "
+                           "Prometheus sample)"));
+    free(out);
+    snprintf(path, sizeof(path), "%s/other.prom", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("# HELP up Up.\nup 1\n", f);
+    fclose(f);
+    assert_int_equal(stat_run(path, &out), 1);
+    assert_non_null(strstr(out, "is not a kvbatch stats file (no kvbatch_start_time_seconds"));
+    free(out);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -278,6 +419,8 @@ int main(void)
         cmocka_unit_test(test_json_and_interval),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_not_a_stats_file),
+        cmocka_unit_test(test_directory_of_processes),
+        cmocka_unit_test(test_not_kvbatch_text),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
