@@ -269,6 +269,7 @@ install: all
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvstore.so
 	install -m 755 $(LIBKVBATCH) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(filter $(BUILD)/bin/%,$(TARGETS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 scripts/kvbatch-tune $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' kvstore.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc
 
 # Removes what install put there (mk/*.mk add their own pieces).
@@ -277,6 +278,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/kvstore.h $(DESTDIR)$(PREFIX)/lib/$(SONAME) \
 	    $(DESTDIR)$(PREFIX)/lib/libkvstore.so $(DESTDIR)$(PREFIX)/lib/$(notdir $(LIBKVBATCH)) \
 	    $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(filter $(BUILD)/bin/%,$(TARGETS)))) \
+	    $(DESTDIR)$(PREFIX)/bin/kvbatch-tune \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc
 
 .PHONY: clean

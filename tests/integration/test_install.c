@@ -3,7 +3,8 @@
  * interpreter finds them, with a run path that finds the installed
  * libkvstore.so.1: from a temporary PREFIX, `import kvstore` and
  * `import mooncake.store` work in a clean environment (no PYTHONPATH into
- * the tree, no LD_LIBRARY_PATH) and load the installed library; make
+ * the tree, no LD_LIBRARY_PATH) and load the installed library;
+ * kvbatch-tune is installed and finds the installed shim; make
  * uninstall removes every file again. (The Python modules are not built
  * under SAN=: skipped there.)
  */
@@ -61,6 +62,12 @@ static void test_install_import_uninstall(void **state)
              "assert kvstore.__version__ == \"%s\", kvstore.__version__\n"
              "' >&2",
              dir, dir, dir, dir, kvs_version());
+    assert_int_equal(sh(cmd), 0);
+    /* kvbatch-tune is installed and finds the installed shim: a run that fails is measured. */
+    snprintf(cmd, sizeof(cmd),
+             "cd / && env -i %s/usr/bin/kvbatch-tune --p99-us 100 --windows 0 --max-ops 64 "
+             "--policies adaptive -- /bin/false 2>&1 | grep -q 'every run failed (exit 1)'",
+             dir);
     assert_int_equal(sh(cmd), 0);
     snprintf(cmd, sizeof(cmd),
              "timeout 120 make -s --no-print-directory uninstall PREFIX=%s/usr >%s/log 2>&1", dir,

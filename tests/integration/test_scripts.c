@@ -1,7 +1,8 @@
 /*
  * test_scripts.c - the measurement scripts meet bad input with one clear line
  * and exit status 2, before they start anything; layerwise-ab.sh rejects a
- * shape kvbench refuses, and on a tiny shape prints its table. Run from the
+ * shape kvbench refuses, and on a tiny shape prints its table; kvbatch-tune
+ * over a workload of known figures. Run from the
  * source tree's root (as `make test` does); $KVS_TEST_BUILD names the build.
  */
 #include <setjmp.h>
@@ -116,6 +117,69 @@ static void test_layerwise_ab_tiny_shape(void **state)
     assert_non_null(strstr(out, "| 1.00 | 1.00 |"));
 }
 
+/* Runs `ENV scripts/kvbatch-tune ARGS -- tests/preload/tune_workload.py`; exit status, output. */
+static int tune(const char *env, const char *args, char *out, size_t cap)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "env %s scripts/kvbatch-tune %s -- tests/preload/tune_workload.py",
+             env, args);
+    return run(cmd, out, cap);
+}
+
+/* The N of "best within p99 <= 1000 us: N ops/s". */
+static double best_rate(const char *out)
+{
+    const char *p = strstr(out, "best within p99 <= 1000 us: ");
+    assert_non_null(p);
+    return strtod(p + strlen("best within p99 <= 1000 us: "), NULL);
+}
+
+/*
+ * kvbatch-tune over a workload whose every figure is known
+ * (tests/preload/tune_workload.py: a warm-up at a tenth of its rate, then
+ * a steady rate per window): it measures the steady state (the whole run
+ * would say 2333 ops/s, not 3000), shows each setting's spread, uses the
+ * shim's default in-flight limit (4), refuses to pick among settings whose
+ * spreads overlap (exit 3), and says that every run failed rather than
+ * blaming the bound.
+ */
+static void test_kvbatch_tune(void **state)
+{
+    char out[16384];
+    (void)state;
+    if (SANITIZED) skip(); /* the workload runs with the shim preloaded, without the runtime */
+    int rc =
+        tune("FAKE_RATES=0:1000,50:3000",
+             "--p99-us 1000 --policies adaptive --windows 0,50 --max-ops 64", out, sizeof(out));
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    double best = best_rate(out);
+    if (best < 2850 || best > 3150) fail_msg("steady rate %.0f, not 3000:\n%s", best, out);
+    assert_non_null(strstr(out, "spread"));
+    assert_non_null(strstr(out, "\nKVBATCH_POLICY=adaptive KVBATCH_WINDOW_US=50 KVBATCH_MAX_OPS=64 "
+                                "KVBATCH_MAX_INFLIGHT=4\n"));
+    assert_non_null(strstr(out, "inflight  4:"));
+    assert_null(strstr(out, "inflight  1:"));
+
+    rc = tune("FAKE_RATES=0:2000,50:2000",
+              "--p99-us 1000 --policies adaptive --windows 0,50 --max-ops 64", out, sizeof(out));
+    if (rc != 3 || !strstr(out, "no clear best within p99 <= 1000 us: 2 settings"))
+        fail_msg("a tie: exit %d:\n%s", rc, out);
+    assert_null(strstr(out, "\nKVBATCH_POLICY=adaptive KVBATCH_WINDOW_US=0 KVBATCH_MAX_OPS=64 "
+                            "KVBATCH_MAX_INFLIGHT=4\n"));
+
+    rc = tune("FAKE_FAIL=1", "--p99-us 1000 --policies adaptive --windows 0,50 --max-ops 64", out,
+              sizeof(out));
+    if (rc != 1 || !strstr(out, "every run failed (exit 1)")) fail_msg("exit %d:\n%s", rc, out);
+    assert_null(strstr(out, "no setting kept"));
+
+    rc = tune("FAKE_RATES=0:1000", "--p99-us 10 --policies adaptive --windows 0 --max-ops 64", out,
+              sizeof(out));
+    if (rc != 1 || !strstr(out, "no setting kept op p99 within 10 us (the lowest: 99.0 us)"))
+        fail_msg("exit %d:\n%s", rc, out);
+    expect_refused("scripts/kvbatch-tune --p99-us 100 --warmup 1 -- true",
+                   "--warmup: expected a fraction in [0, 1)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -125,6 +189,7 @@ int main(void)
         cmocka_unit_test(test_bench_compare_bad_arguments),
         cmocka_unit_test(test_bench_ab_bad_arguments),
         cmocka_unit_test(test_layerwise_ab_tiny_shape),
+        cmocka_unit_test(test_kvbatch_tune),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
