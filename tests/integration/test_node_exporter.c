@@ -128,7 +128,8 @@ static void series_of(const char *line, char *out, size_t cap)
     while (*p && *p != '}' && n < 64) {
         const char *q = strchr(p, '"');
         q = q ? strchr(q + 1, '"') : NULL;
-        assert_non_null(q);
+        if (!q) fail_msg("not a label list: %.*s", (int)eol, line);
+        if (!q) break;
         if (strncmp(p, "le=\"", 4) == 0) /* a bound as a number: 1048576 = 1.048576e+06 */
             snprintf(labels[n++], sizeof(labels[0]), "le=\"%.9g\"", strtod(p + 4, NULL));
         else
