@@ -691,7 +691,7 @@ static int read_all(const struct options *o, struct files *fs, bool keep_prev)
                 fprintf(stderr, "kvbatch-stat: cannot read %s: %s\n", arg, strerror(errno));
                 return 1;
             }
-            char *names[MAX_FILES];
+            char *names[MAX_FILES] = {0};
             int n = 0;
             for (struct dirent *e; (e = readdir(d)) && n < MAX_FILES;) {
                 size_t l = strlen(e->d_name);
