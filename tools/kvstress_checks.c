@@ -18,12 +18,22 @@
 #include "status.h"
 #include "values.h"
 
-/* Value of the metric line starting with name (labels included) in text, or -1. */
+/*
+ * Value of the sample name (labels included, without the pid label every
+ * sample of this process's stats file starts with) in text, or -1.
+ */
 static double metric(const char *text, const char *name)
 {
-    size_t n = strlen(name);
+    char full[512];
+    const char *brace = strchr(name, '{');
+    if (brace)
+        snprintf(full, sizeof(full), "%.*s{pid=\"%d\",%s", (int)(brace - name), name, (int)getpid(),
+                 brace + 1);
+    else
+        snprintf(full, sizeof(full), "%s{pid=\"%d\"}", name, (int)getpid());
+    size_t n = strlen(full);
     for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-        if (!strncmp(p, name, n) && p[n] == ' ') return strtod(p + n + 1, NULL);
+        if (!strncmp(p, full, n) && p[n] == ' ') return strtod(p + n + 1, NULL);
     return -1;
 }
 
