@@ -436,7 +436,7 @@ static size_t render_final(void *arg, bool final, char *buf, size_t cap)
  */
 static void test_statsfile_last_write_or_removal(void **state)
 {
-    static struct kvb_statsfile sf;
+    static struct kvb_statsfile sf, rm; /* two: a stopped writer thread may still be leaving */
     char dir[] = "/tmp/kvb-final-XXXXXX", path[128], buf[64];
     (void)state;
     assert_non_null(mkdtemp(dir));
@@ -448,10 +448,10 @@ static void test_statsfile_last_write_or_removal(void **state)
     kvb_statsfile_stop(&sf);
     assert_string_equal(contents(path, buf, sizeof(buf)), "final 1\n");
     assert_int_equal(
-        kvb_statsfile_init(&sf, path, 60ull * 1000000000, true, render_final, NULL, no_log), 0);
-    kvb_statsfile_start(&sf, 0);
+        kvb_statsfile_init(&rm, path, 60ull * 1000000000, true, render_final, NULL, no_log), 0);
+    kvb_statsfile_start(&rm, 0);
     assert_string_equal(contents(path, buf, sizeof(buf)), "final 0\n");
-    kvb_statsfile_stop(&sf);
+    kvb_statsfile_stop(&rm);
     assert_int_equal(access(path, F_OK), -1);
     rmdir(dir);
 
