@@ -155,7 +155,7 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 	$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
 # UNIT_LDFLAGS_test_X: extra link flags of one unit test (test_ops fails malloc at will).
-UNIT_LDFLAGS_test_ops := -Wl,--wrap=malloc
+UNIT_LDFLAGS_test_ops := -Wl,--wrap=malloc -Wl,--wrap=calloc
 
 $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_TOOLS) $(AR_COMMON)
 	@mkdir -p $(dir $@)

@@ -1,6 +1,12 @@
 /*
- * store.c - the key index (uthash), LRU per slab class, eviction, page
- * reclamation and pinning. See store.h for the rules.
+ * store.c - the key index, LRU per slab class, eviction, page reclamation
+ * and pinning. See store.h for the rules.
+ *
+ * The index is an open-addressing table of item pointers (linear probing,
+ * deletion by backward shift, so no tombstones; doubled at 3/4 full): 8
+ * bytes a slot, 11-21 bytes a key, where a chained hash's per-item handle
+ * cost 56 bytes in every item. Each item keeps its key's 32-bit hash, so
+ * a probe compares keys only on a matching hash and growing rehashes none.
  *
  * An item is in exactly one of two places: linked (in the index and in its
  * class's LRU, newest at the head) or in limbo (reserved and not yet
@@ -13,28 +19,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The index must not exit() the server when malloc fails: note it, fail the put. */
-static __thread int index_oom;
-#define HASH_NONFATAL_OOM 1
-#define uthash_nonfatal_oom(obj)                                                                   \
-    do {                                                                                           \
-        (void)(obj);                                                                               \
-        index_oom = 1;                                                                             \
-    } while (0)
-#include <uthash.h>
-
+/*
+ * 64 bytes and the key (a 7-byte key: an 80-byte heap chunk). What the
+ * fields cost is in docs/server.md "Memory layout".
+ */
 struct kvsd_item {
-    UT_hash_handle hh;
     struct kvsd_item *prev, *next;       /* LRU (linked) or limbo list */
     struct kvsd_item *pg_prev, *pg_next; /* items whose slot starts on the same page */
     uint64_t off;
     uint64_t atime; /* store clock at the last commit or pinned read */
     uint32_t len;
     uint32_t pins;
+    uint32_t hash; /* of the key (key_hash): where the index looks for it */
     uint16_t klen;
     uint8_t linked;
-    int32_t lru; /* index into store->lrus */
+    uint8_t lru; /* index into store->lrus (at most KVSD_POOL_MAX_CLASSES + 1 of them) */
     uint8_t key[];
+};
+
+_Static_assert(KVSD_POOL_MAX_CLASSES + 1 <= UINT8_MAX, "lru index must fit a byte");
+
+/* The key index: slots[hash & (cap - 1)] onwards, NULL where free. */
+struct index {
+    struct kvsd_item **slots;
+    uint32_t cap; /* 0 (nothing allocated yet) or a power of two */
+    uint32_t count;
 };
 
 struct lru {
@@ -45,7 +54,7 @@ struct lru {
 
 struct kvsd_store {
     struct kvsd_pool *pool;
-    struct kvsd_item *index;
+    struct index index;
     struct kvsd_item *limbo;
     struct lru *lrus; /* one per slab class the pool can have, then one for large runs */
     int nlrus;
@@ -89,6 +98,94 @@ fail:
     return rc;
 }
 
+/* ---- the index ---- */
+
+/* FNV-1a over the key, then a finaliser (murmur3's) so that the low bits linear probing uses mix.
+ */
+static uint32_t key_hash(const uint8_t *key, uint16_t klen)
+{
+    uint32_t h = 2166136261u;
+    for (uint16_t i = 0; i < klen; i++)
+        h = (h ^ key[i]) * 16777619u;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+/* The slot holding key, or the free slot where it would go. cap must be non-zero. */
+static uint32_t index_probe(const struct index *x, const uint8_t *key, uint16_t klen, uint32_t h)
+{
+    uint32_t mask = x->cap - 1;
+    uint32_t i = h & mask;
+    for (const struct kvsd_item *it; (it = x->slots[i]) != NULL; i = (i + 1) & mask)
+        if (it->hash == h && it->klen == klen && memcmp(it->key, key, klen) == 0) return i;
+    return i;
+}
+
+static struct kvsd_item *index_find(const struct index *x, const uint8_t *key, uint16_t klen)
+{
+    if (x->count == 0) return NULL;
+    return x->slots[index_probe(x, key, klen, key_hash(key, klen))];
+}
+
+/*
+ * Room for one more key below 3/4 load: the table doubles (its first one:
+ * 16 slots). 0, or -ENOMEM with the table as it was.
+ */
+static int index_reserve(struct index *x)
+{
+    if ((uint64_t)(x->count + 1) * 4 <= (uint64_t)x->cap * 3) return 0;
+    if (x->cap >= (1u << 31)) return -ENOMEM;
+    uint32_t cap = x->cap ? x->cap * 2 : 16;
+    struct kvsd_item **slots = calloc(cap, sizeof(struct kvsd_item *));
+    if (!slots) return -ENOMEM;
+    for (uint32_t i = 0; i < x->cap; i++) {
+        struct kvsd_item *it = x->slots[i];
+        if (!it) continue;
+        uint32_t j = it->hash & (cap - 1);
+        while (slots[j])
+            j = (j + 1) & (cap - 1);
+        slots[j] = it;
+    }
+    free(x->slots);
+    x->slots = slots;
+    x->cap = cap;
+    return 0;
+}
+
+/* Takes slot i's item out, moving later items of its probe run back so that no probe breaks. */
+static void index_delete_at(struct index *x, uint32_t i)
+{
+    uint32_t mask = x->cap - 1;
+    uint32_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        struct kvsd_item *it = x->slots[j];
+        if (!it) break;
+        uint32_t home = it->hash & mask;
+        /* it stays if its home lies cyclically in (i, j]: a probe for it never passes i. */
+        int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (stays) continue;
+        x->slots[i] = it;
+        i = j;
+    }
+    x->slots[i] = NULL;
+    x->count--;
+}
+
+/* Takes a linked item out of the index. */
+static void index_delete(struct index *x, const struct kvsd_item *it)
+{
+    uint32_t mask = x->cap - 1;
+    uint32_t i = it->hash & mask;
+    while (x->slots[i] != it)
+        i = (i + 1) & mask;
+    index_delete_at(x, i);
+}
+
 static void page_link(struct kvsd_store *s, struct kvsd_item *it)
 {
     struct kvsd_item **head = &s->page_items[kvsd_pool_page_of(it->off)];
@@ -117,12 +214,10 @@ static void free_item(struct kvsd_store *s, struct kvsd_item *it)
 void kvsd_store_destroy(struct kvsd_store *s)
 {
     if (!s) return;
-    struct kvsd_item *it, *tmp;
-    HASH_ITER(hh, s->index, it, tmp)
-    {
-        HASH_DELETE(hh, s->index, it);
-        free_item(s, it);
-    }
+    struct kvsd_item *it;
+    for (uint32_t i = 0; i < s->index.cap; i++)
+        if (s->index.slots[i]) free_item(s, s->index.slots[i]);
+    free(s->index.slots);
     while (s->limbo) {
         it = s->limbo;
         s->limbo = it->next;
@@ -187,7 +282,7 @@ static void limbo_unlink(struct kvsd_store *s, struct kvsd_item *it)
 /* Takes a linked item out of the index; frees it, or leaves it in limbo for its pin holders. */
 static void unlink_item(struct kvsd_store *s, struct kvsd_item *it)
 {
-    HASH_DELETE(hh, s->index, it);
+    index_delete(&s->index, it);
     lru_unlink(&s->lrus[it->lru], it);
     it->linked = 0;
     s->value_bytes -= it->len;
@@ -353,14 +448,14 @@ int kvsd_store_reserve(struct kvsd_store *s, const uint8_t *key, uint16_t klen, 
         free(it);
         return rc;
     }
-    memset(&it->hh, 0, sizeof(it->hh));
     it->len = len;
+    it->hash = key_hash(key, klen);
     it->pins = 0;
     it->klen = klen;
     it->linked = 0;
     it->atime = 0;
     int cls = kvsd_pool_class_of(s->pool, len);
-    it->lru = cls == KVSD_POOL_LARGE ? s->nlrus - 1 : cls;
+    it->lru = (uint8_t)(cls == KVSD_POOL_LARGE ? s->nlrus - 1 : cls);
     memcpy(it->key, key, klen);
     pin(s, it);
     limbo_push(s, it);
@@ -371,18 +466,19 @@ int kvsd_store_reserve(struct kvsd_store *s, const uint8_t *key, uint16_t klen, 
 
 int kvsd_store_commit(struct kvsd_store *s, struct kvsd_item *it)
 {
-    struct kvsd_item *old = NULL;
-    HASH_FIND(hh, s->index, it->key, it->klen, old);
-    limbo_unlink(s, it);
-    /* Add before deleting the old item: if the index cannot grow, the old value stays. */
-    index_oom = 0;
-    HASH_ADD_KEYPTR(hh, s->index, it->key, it->klen, it);
-    if (index_oom) {
+    struct index *x = &s->index;
+    struct kvsd_item *old = index_find(x, it->key, it->klen);
+    /* A new key needs room first: if the index cannot grow, nothing changes. */
+    if (!old && index_reserve(x) < 0) {
+        limbo_unlink(s, it);
         drop_pin(s, it);
         free_item(s, it);
         return -ENOMEM;
     }
-    if (old) unlink_item(s, old);
+    limbo_unlink(s, it);
+    if (old) unlink_item(s, old); /* frees its slot: it goes to the same place or before */
+    x->slots[index_probe(x, it->key, it->klen, it->hash)] = it;
+    x->count++;
     it->linked = 1;
     it->atime = ++s->clock;
     s->value_bytes += it->len;
@@ -404,8 +500,7 @@ void kvsd_store_abort(struct kvsd_store *s, struct kvsd_item *it)
 struct kvsd_item *kvsd_store_lookup(struct kvsd_store *s, const uint8_t *key, uint16_t klen,
                                     int want_pin)
 {
-    struct kvsd_item *it = NULL;
-    HASH_FIND(hh, s->index, key, klen, it);
+    struct kvsd_item *it = index_find(&s->index, key, klen);
     if (it && want_pin) {
         pin(s, it);
         struct lru *l = &s->lrus[it->lru];
@@ -432,8 +527,7 @@ void kvsd_store_unpin(struct kvsd_store *s, struct kvsd_item *it)
 
 int kvsd_store_remove(struct kvsd_store *s, const uint8_t *key, uint16_t klen)
 {
-    struct kvsd_item *it = NULL;
-    HASH_FIND(hh, s->index, key, klen, it);
+    struct kvsd_item *it = index_find(&s->index, key, klen);
     if (!it) return -ENOENT;
     unlink_item(s, it);
     return 0;
@@ -479,7 +573,7 @@ void kvsd_store_stats(const struct kvsd_store *s, struct kvsd_store_stats *st)
 {
     struct kvsd_pool_stats ps;
     kvsd_pool_stats(s->pool, &ps);
-    st->items = HASH_COUNT(s->index);
+    st->items = s->index.count;
     st->evictions = s->evictions;
     st->reclaims = s->reclaims;
     st->pinned = s->pinned;

@@ -3,9 +3,9 @@
  * in-process store: bad keys, values too big, no space, no heap memory, GET
  * outcomes, and the counters each outcome moves (and only those).
  *
- * Linked with -Wl,--wrap=malloc (Makefile: UNIT_LDFLAGS_test_ops): the
- * server archive's malloc calls come here, and fail_mallocs makes the next
- * ones return NULL.
+ * Linked with -Wl,--wrap=malloc,--wrap=calloc (Makefile:
+ * UNIT_LDFLAGS_test_ops): the server archive's malloc and calloc calls come
+ * here, and fail_mallocs makes the next ones return NULL.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -34,6 +34,18 @@ void *__wrap_malloc(size_t n)
         return NULL;
     }
     return __real_malloc(n);
+}
+
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    if (fail_mallocs > 0) {
+        fail_mallocs--;
+        return NULL;
+    }
+    return __real_calloc(n, size);
 }
 
 #define K(s) ((const uint8_t *)(s)), (uint16_t)(sizeof(s) - 1)
