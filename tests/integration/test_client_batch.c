@@ -458,26 +458,35 @@ static void test_submit_from_callback(void **state)
 /*
  * kvs_flush waits for the ops in flight when it is called, not for a moment
  * with nothing in flight: a callback chain that always has the next batch
- * submitted before the previous one retires must not starve it.
+ * submitted before the previous one retires must not starve it. The chain
+ * runs until the test stops it after kvs_flush returned; it ends by itself
+ * only after RELAY_SECONDS (a flush that waited for it all along). Counting
+ * rounds instead bounded the flush by the chain's speed: under load, 3000
+ * round trips went by before the flushing thread ran again.
  */
-enum { RELAY_MAX = 3000 };
+enum { RELAY_SECONDS = 30 };
+enum { RELAY_RUNNING, RELAY_STOPPED, RELAY_TIMED_OUT, RELAY_REFUSED };
 struct relay {
     kvs_client *c;
     const char *keys[4];
     const void *vals[4];
     size_t lens[4];
     int st[4];
-    atomic_int rounds, stop, done;
+    unsigned long long deadline_ns;
+    atomic_int rounds, stop, ended; /* ended: RELAY_RUNNING, or why it ended */
 };
 
 static void relay_next(void *arg, ssize_t nok)
 {
     struct relay *r = arg;
     (void)nok;
-    int n = atomic_fetch_add(&r->rounds, 1) + 1;
-    if (atomic_load(&r->stop) || n >= RELAY_MAX ||
-        kvs_batch_put_async(r->c, 4, r->keys, r->vals, r->lens, r->st, relay_next, r, NULL) != 0)
-        atomic_store(&r->done, 1);
+    atomic_fetch_add(&r->rounds, 1);
+    if (atomic_load(&r->stop))
+        atomic_store(&r->ended, RELAY_STOPPED);
+    else if (kvs_now_ns() > r->deadline_ns)
+        atomic_store(&r->ended, RELAY_TIMED_OUT);
+    else if (kvs_batch_put_async(r->c, 4, r->keys, r->vals, r->lens, r->st, relay_next, r, NULL))
+        atomic_store(&r->ended, RELAY_REFUSED);
 }
 
 static void test_flush_not_starved_by_new_ops(void **state)
@@ -486,6 +495,7 @@ static void test_flush_not_starved_by_new_ops(void **state)
     static struct relay r;
     memset(&r, 0, sizeof(r));
     r.c = f->c;
+    r.deadline_ns = kvs_now_ns() + RELAY_SECONDS * 1000000000ull;
     const char *names[4] = {"relay-0", "relay-1", "relay-2", "relay-3"};
     for (int i = 0; i < 4; i++) {
         r.keys[i] = names[i];
@@ -494,15 +504,15 @@ static void test_flush_not_starved_by_new_ops(void **state)
     }
     assert_int_equal(
         kvs_batch_put_async(f->c, 4, r.keys, r.vals, r.lens, r.st, relay_next, &r, NULL), 0);
-    while (atomic_load(&r.rounds) < 20 && !atomic_load(&r.done))
+    while (atomic_load(&r.rounds) < 20 && atomic_load(&r.ended) == RELAY_RUNNING)
         usleep(1000);
     assert_int_equal(kvs_flush(f->c), 0);
-    int at_flush = atomic_load(&r.rounds);
+    int at_flush = atomic_load(&r.ended);
     atomic_store(&r.stop, 1);
-    for (int i = 0; i < 10000 && !atomic_load(&r.done); i++)
+    while (atomic_load(&r.ended) == RELAY_RUNNING) /* bounded: RELAY_SECONDS */
         usleep(1000);
-    assert_true(atomic_load(&r.done));
-    assert_true(at_flush < RELAY_MAX); /* returned while the chain still ran */
+    assert_int_equal(at_flush, RELAY_RUNNING); /* returned while the chain still ran */
+    assert_int_equal(atomic_load(&r.ended), RELAY_STOPPED);
     assert_int_equal(kvs_flush(f->c), 0);
 }
 
