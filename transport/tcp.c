@@ -64,6 +64,7 @@ static int install(struct tcp_conn *c, int fd, const struct kvs_limits *lim)
     c->shm_new = NULL;
     c->gen++;
     c->up = true;
+    c->dropping = false;
     c->last_err = 0;
     c->backoff_ms = 0;
     pthread_cond_broadcast(&c->cv);
@@ -169,6 +170,7 @@ static void tcp_disconnect(struct kvs_conn *conn)
     struct tcp_conn *c = tcp_of(conn);
     pthread_mutex_lock(&c->mu);
     uint64_t gen = c->gen;
+    c->dropping = c->up;
     pthread_mutex_unlock(&c->mu);
     tcp_conn_kill(c, gen, -ECONNRESET);
 }

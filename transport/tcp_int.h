@@ -119,6 +119,7 @@ struct tcp_conn {
 
     bool up;
     bool stop;
+    bool dropping; /* the next kill is the client's own disconnect, not a loss (tcp_disconnect) */
     int fd;        /* the current connection's socket, -1 once the reader closed it */
     int reader_fd; /* the socket the reader is using (may be an older one), or -1 */
     uint64_t gen;  /* bumped at every new connection */

@@ -62,10 +62,12 @@ void tcp_conn_kill(struct tcp_conn *c, uint64_t gen, int status)
     shutdown(c->fd, SHUT_RDWR); /* wakes the reader and any blocked sender */
     struct tcp_frame *list = c->pending;
     c->pending = NULL;
-    bool closing = c->stop;
+    /* Closing the client or dropping the connection on purpose is no loss: debug, not counted. */
+    bool closing = c->stop || c->dropping;
+    c->dropping = false;
     pthread_mutex_unlock(&c->mu);
 
-    atomic_fetch_add(&c->n_conn_lost, 1);
+    if (!closing) atomic_fetch_add(&c->n_conn_lost, 1);
     kvs_log(closing ? KVS_LOG_DEBUG : KVS_LOG_WARN, "tcp %s: connection %s (%s)", c->ep.name,
             closing ? "closed" : "lost", strerror(-status));
     struct tcp_frame *f, *tmp;
