@@ -154,12 +154,15 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
-# UNIT_LDFLAGS_test_X: extra link flags of one unit test (test_ops fails malloc at will).
+# UNIT_LDFLAGS_test_X: extra link flags of one unit test (test_ops fails malloc at will);
+# UNIT_OBJS_test_X: extra objects (test_tcp_drop starts a kvstored with tests/lib).
 UNIT_LDFLAGS_test_ops := -Wl,--wrap=malloc -Wl,--wrap=calloc
+UNIT_OBJS_test_tcp_drop := $(call obj,tests/lib/kvtest.c tools/values.c)
+$(BUILD)/tests/unit/test_tcp_drop: $(UNIT_OBJS_test_tcp_drop)
 
 $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_TOOLS) $(AR_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_TOOLS) $(AR_COMMON) \
+	$(CC) -o $@ $< $(UNIT_OBJS_$(notdir $@)) -Wl,--start-group $(AR_SERVER) $(AR_CLIENT) $(AR_BATCH) $(AR_SHIM) $(AR_WIRE) $(AR_TOOLS) $(AR_COMMON) \
 	    -Wl,--end-group $(LDFLAGS) $(UNIT_LDFLAGS_$(notdir $@)) $(CMOCKA_LIBS) $(VERBS_LIBS) \
 	    $(SODIUM_LIBS) -ldl -lm
 
