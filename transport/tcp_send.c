@@ -156,7 +156,10 @@ void tcp_send_req(struct tcp_conn *c, struct kvs_req *req, const struct kvs_limi
     if (have_send) pthread_mutex_unlock(&c->send_mu);
 
     if (how < 0) {               /* nothing of it is known to the connection */
-        tcp_shm_unref(job->shm); /* its room goes with the region: the connection is gone */
+        /* Nothing of it was sent: its room in the region goes back at once. */
+        for (uint32_t i = 0; job->shm && i < job->nframes; i++)
+            tcp_shm_answered(job->shm, job->frames[i].id);
+        tcp_shm_unref(job->shm);
         free(job);
         tcp_fail_req(req, how);
     } else if (how == JOB_SEND_NOW && sent != JOB_QUEUED) {
