@@ -137,6 +137,13 @@ static void test_16_threads_batch_and_stats_pass_promtool(void **state)
     double frames = kvt_metric(text, name);
     fprintf(stderr, "16 threads: %.0f frames sent for %.0f ops\n", frames, ops + gets);
     assert_true(frames > 0 && frames < (ops + gets) / 2);
+    /* Over the local socket (auto, the default), the batches' values went through shared memory. */
+    const char *t = getenv("KVSTORE_TRANSPORT");
+    if (!t || !*t || strcmp(t, "auto") == 0) {
+        snprintf(name, sizeof(name),
+                 "kvbatch_transport_total{server=\"%s\",counter=\"shm_connects\"}", server.addr);
+        assert_true(kvt_metric(text, name) >= 1);
+    }
     free(text);
     if (access("/usr/bin/promtool", X_OK) != 0) {
         fprintf(stderr, "SKIP promtool check: /usr/bin/promtool is not installed\n");
