@@ -215,7 +215,8 @@ FUZZ_SECONDS ?= 60
 # tracing was 40 % of fuzz_auth's CPU (docs/fuzzing.md). The code reads the wire and
 # the pool only through memcpy; make test SAN=asan replays every stored input with
 # gcc's full UBSan, and test_fuzz_<target> DIR replays a campaign's corpus with it.
-FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize=alignment $(ALL_INCLUDES) -D_GNU_SOURCE -pthread
+FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize=alignment $(ALL_INCLUDES) -D_GNU_SOURCE -pthread \
+    -DKVS_VERSION_STRING='"$(VERSION)"'
 
 # What each target links: FUZZ_DEPS_<name> (a new target adds its own line).
 FUZZ_DEPS_fuzz_wire   := $(WIRE_SRCS) $(COMMON_SRCS)
