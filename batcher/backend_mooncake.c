@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "stats.h" /* enum kvb_opkind */
 
 /* A replicate config and copy mode, as kvb_mc_group copied them. */
@@ -288,10 +289,7 @@ static size_t call_run(struct kvb_mc_backend *mc, const struct mc_job *j, struct
 
 static uint64_t key_hash(const char *s)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
+    return kvs_fnv1a(s, strlen(s));
 }
 
 /*

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
+
 /*
  * 64 bytes and the key (a 7-byte key: an 80-byte heap chunk). What the
  * fields cost is in docs/server.md "Memory layout".
@@ -100,19 +102,10 @@ fail:
 
 /* ---- the index ---- */
 
-/* FNV-1a over the key, then a finaliser (murmur3's) so that the low bits linear probing uses mix.
- */
+/* FNV-1a over the key, then a finaliser so that the low bits linear probing uses mix. */
 static uint32_t key_hash(const uint8_t *key, uint16_t klen)
 {
-    uint32_t h = 2166136261u;
-    for (uint16_t i = 0; i < klen; i++)
-        h = (h ^ key[i]) * 16777619u;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    return h;
+    return (uint32_t)kvs_mix64(kvs_fnv1a(key, klen));
 }
 
 /* The slot holding key, or the free slot where it would go. cap must be non-zero. */

@@ -36,6 +36,7 @@
 
 #include "clock.h"
 #include "file.h"
+#include "hash.h"
 #include "opts.h"
 
 #define MAX_FILE  (1 << 20) /* bytes: what is read of a stats file, at most */
@@ -821,9 +822,7 @@ static int last_look_path(const char *path, const char *backend, char *out, size
     char real[PATH_MAX + 64];
     if (!realpath(path, real)) return -errno;
     if (backend) snprintf(real + strlen(real), sizeof(real) - strlen(real), "\n%s", backend);
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = real; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    uint64_t h = kvs_fnv1a(real, strlen(real));
     const char *dir = getenv("XDG_RUNTIME_DIR");
     if (!dir || !dir[0]) dir = "/tmp";
     int n = snprintf(out, cap, "%s/kvbatch-stat-%u-%016llx.last", dir, (unsigned)getuid(),

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "hash.h"
 #include "parse.h"
 #include "values.h"
 
@@ -81,10 +82,8 @@ static uint64_t rnd(struct worker *w)
 
 size_t value_len(const char *key, unsigned version)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = key; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h = (h ^ version) * 1099511628211ull;
+    uint64_t h = kvs_fnv1a(key, strlen(key));
+    h = (h ^ version) * KVS_FNV1A_PRIME;
     return opt.min_len + (size_t)(h % (opt.max_len - opt.min_len + 1));
 }
 

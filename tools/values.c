@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "hash.h"
+
 #define HEADER 12 /* version (4 bytes) + tag (8 bytes) */
 
 /* What every byte of one value derives from. */
@@ -16,22 +18,13 @@ struct pattern {
     uint64_t seed;
 };
 
-/* FNV-1a, enough to catch torn or foreign bytes. */
-static uint64_t fnv(const void *p, size_t n, uint64_t h)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 static struct pattern pattern_of(const char *key, unsigned version, size_t len)
 {
     struct pattern p;
-    p.seed = fnv(key, strlen(key), 1469598103934665603ull);
-    p.seed = fnv(&version, sizeof(version), p.seed);
+    p.seed = kvs_fnv1a(key, strlen(key)); /* FNV-1a: enough to catch torn or foreign bytes */
+    p.seed = kvs_fnv1a_more(p.seed, &version, sizeof(version));
     uint64_t lenv = len;
-    uint64_t tag = fnv(&lenv, sizeof(lenv), p.seed);
+    uint64_t tag = kvs_fnv1a_more(p.seed, &lenv, sizeof(lenv));
     memcpy(p.header, &version, 4);
     memcpy(p.header + 4, &tag, 8);
     return p;
