@@ -1,7 +1,7 @@
 # kvbatch - build, test, demo.
 #
 #   make                 libkvstore.so, libkvbatch.so, kvstored, kvbench, kvbatch-stat; and
-#                        from mk/: kvstress, libkvstore_mooncake.so, the Python module
+#                        from mk/: kvstress, kvs-cli, libkvstore_mooncake.so, the Python modules
 #   make test            unit + integration + preload tests (installs missing packages)
 #   make test SAN=asan   the same under AddressSanitizer + UBSan (build-asan/)
 #   make test SAN=tsan   the threaded tests under ThreadSanitizer (build-tsan/)
@@ -264,26 +264,45 @@ format-check:
 	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
 
 # ---- install ----
+# What make install puts under $(DESTDIR)$(PREFIX), and make uninstall removes again: the
+# headers, libraries and programs, kvstore.pc (with the shim's path: pkg-config
+# --variable=shim kvstore), the man pages (docs/man/NAME.SECTION) and the docs
+# (README.md, docs/*.md) in share/doc/kvbatch; mk/*.mk add their own pieces (kvstress,
+# kvs-cli, the Mooncake drop-in, the Python modules).
+# tests/integration/test_install.c checks the installed file list both ways.
+MANDIR   ?= $(PREFIX)/share/man
+DOCDIR   ?= $(PREFIX)/share/doc/kvbatch
+MAN_PAGES := $(wildcard docs/man/*.[0-9])
+MAN_SECTIONS := $(sort $(subst .,,$(suffix $(MAN_PAGES))))
+DOC_FILES := README.md $(wildcard docs/*.md)
+# Programs that are not built here (scripts), installed beside the binaries.
+INSTALL_SCRIPTS := scripts/kvbatch-tune
+
 .PHONY: install
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
-	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(DOCDIR) \
+	    $(addprefix $(DESTDIR)$(MANDIR)/man,$(MAN_SECTIONS))
 	install -m 644 include/kvstore.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(BUILD)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvstore.so
 	install -m 755 $(LIBKVBATCH) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(filter $(BUILD)/bin/%,$(TARGETS)) $(DESTDIR)$(PREFIX)/bin/
-	install -m 755 scripts/kvbatch-tune $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(filter $(BUILD)/bin/%,$(TARGETS)) $(INSTALL_SCRIPTS) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' kvstore.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc
+	$(foreach m,$(MAN_PAGES),sed -e "s|/usr/share/doc/kvbatch|$(DOCDIR)|g" $(m) \
+	    > $(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m)) &&) true
+	install -m 644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
 
 # Removes what install put there (mk/*.mk add their own pieces).
 .PHONY: uninstall
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/include/kvstore.h $(DESTDIR)$(PREFIX)/lib/$(SONAME) \
 	    $(DESTDIR)$(PREFIX)/lib/libkvstore.so $(DESTDIR)$(PREFIX)/lib/$(notdir $(LIBKVBATCH)) \
-	    $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(filter $(BUILD)/bin/%,$(TARGETS)))) \
-	    $(DESTDIR)$(PREFIX)/bin/kvbatch-tune \
-	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc
+	    $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(filter $(BUILD)/bin/%,$(TARGETS)) $(INSTALL_SCRIPTS))) \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore.pc \
+	    $(foreach m,$(MAN_PAGES),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
+	    $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOC_FILES)))
+	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 .PHONY: clean
 clean:

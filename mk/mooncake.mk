@@ -42,7 +42,7 @@ install-mooncake: $(LIBMOONCAKE)
 	install -m 644 include/mooncake/store_c.h $(DESTDIR)$(PREFIX)/include/mooncake/
 	install -m 755 $(BUILD)/lib/$(MC_SONAME) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(MC_SONAME) $(DESTDIR)$(PREFIX)/lib/libkvstore_mooncake.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' mooncake/kvstore_mooncake.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' mooncake/kvstore_mooncake.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvstore_mooncake.pc
 
 .PHONY: uninstall-mooncake

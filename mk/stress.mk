@@ -18,3 +18,12 @@ $(KVSTRESS): $(call obj,$(KVSTRESS_SRCS)) $(AR_COMMON) $(LIBKVSTORE)
 .PHONY: stress
 stress: all
 	@BUILD=$(BUILD) scripts/stress.sh
+
+.PHONY: install-kvstress uninstall-kvstress
+install: install-kvstress
+install-kvstress: $(KVSTRESS)
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(KVSTRESS) $(DESTDIR)$(PREFIX)/bin/
+uninstall: uninstall-kvstress
+uninstall-kvstress:
+	rm -f $(DESTDIR)$(PREFIX)/bin/$(notdir $(KVSTRESS))

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "wire.h"
@@ -56,10 +57,30 @@ static void line(void *text, const char *name, uint64_t value)
     appendf(text, "%s %llu\n", name, (unsigned long long)value);
 }
 
-/* The server's own counters (struct kvsd_server_counters), after the uptime. */
+/* This process's resident set (VmRSS), in bytes; 0 if /proc cannot tell. */
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (!f) return 0;
+    char buf[128];
+    const char *ok = fgets(buf, sizeof(buf), f);
+    fclose(f);
+    if (!ok) return 0;
+    char *end; /* "size resident shared ..." in pages */
+    strtoull(buf, &end, 10);
+    unsigned long long resident = strtoull(end, &end, 10);
+    long page = sysconf(_SC_PAGESIZE);
+    return *end == ' ' && page > 0 ? resident * (uint64_t)page : 0;
+}
+
+/* Who is answering (version, pid, RSS), then the server's own counters
+   (struct kvsd_server_counters), after the uptime. */
 static void counter_lines(struct text *t, const struct kvsd_server *srv)
 {
     const struct kvsd_server_counters *k = &srv->counters;
+    appendf(t, "version %s\n", KVS_VERSION_STRING);
+    line(t, "pid", (uint64_t)getpid());
+    line(t, "rss_bytes", rss_bytes());
     line(t, "uptime_seconds", (kvs_now_ns() - srv->started_ns) / 1000000000ull);
     line(t, "connections_current", k->conns_current);
     line(t, "connections_total", k->conns_total);
