@@ -40,7 +40,7 @@ static const char USAGE[] =
     "  stats                  every server's STATS counters, one 'name value' line each\n"
     "  info [SECTION...]      the counters grouped and readable, 'name:value' lines under\n"
     "                         '# Section' (server, clients, memory, operations, errors,\n"
-    "                         classes, rdma, client, other)\n";
+    "                         classes, rdma, shm, client, other)\n";
 static const char FOOTER[] = "exit status: 0 done, 1 a key not found or absent, 2 bad usage,\n"
                              "3 the call failed (the reason on stderr)\n";
 
@@ -366,6 +366,15 @@ static void info_operations(struct block *b)
         else if (r)
             fprintf(info_out, "op_%s:requests=%s\n", ops[i], r);
     }
+    /* opcodes newer than this list (the shared-memory ones: their own section) */
+    for (int i = 0; i < b->n; i++) {
+        const char *nm = b->lines[i].name;
+        if (b->lines[i].shown || strncmp(nm, "requests_shm_", 13) == 0) continue;
+        if (strncmp(nm, "requests_", 9) == 0 || strncmp(nm, "keys_", 5) == 0) {
+            b->lines[i].shown = 1;
+            fprintf(info_out, "%s:%s\n", nm, b->lines[i].value);
+        }
+    }
     unsigned long long hits = num(b, "get_hits"), misses = num(b, "get_misses");
     fprintf(info_out, "get_hits:%llu\nget_misses:%llu\n", hits, misses);
     if (hits + misses)
@@ -467,7 +476,7 @@ nomem:
 }
 
 static const char *SECTIONS[] = {"server",  "clients", "memory", "operations", "errors",
-                                 "classes", "rdma",    "client", "other"};
+                                 "classes", "rdma",    "shm",    "client",     "other"};
 
 static int cmd_info(kvs_client *c, int argc, const char **argv)
 {
@@ -478,7 +487,7 @@ static int cmd_info(kvs_client *c, int argc, const char **argv)
         if (!known) {
             fprintf(stderr,
                     "kvs-cli info: unknown section '%s' (accepted: all, server, clients, memory, "
-                    "operations, errors, classes, rdma, client, other)\n",
+                    "operations, errors, classes, rdma, shm, client, other)\n",
                     argv[i]);
             return KVOPT_EXIT_USAGE;
         }
@@ -507,7 +516,10 @@ static int cmd_info(kvs_client *c, int argc, const char **argv)
     /* Sections without a function of their own: the lines of their prefix. */
     static const struct {
         const char *section, *title, *prefix;
-    } rest[] = {{"rdma", "RDMA", "rdma_"}, {"client", "Client", "client_"}};
+    } rest[] = {{"rdma", "RDMA", "rdma_"},
+                {"shm", "Shm", "requests_shm_"},
+                {"shm", "", "shm_"},
+                {"client", "Client", "client_"}};
     for (int i = 0; i < nb; i++) {
         struct block *b = &bs[i];
         if (i) putchar('\n');
@@ -532,7 +544,8 @@ static int cmd_info(kvs_client *c, int argc, const char **argv)
             for (int k = 0; k < b->n; k++)
                 any |= strncmp(b->lines[k].name, rest[s].prefix, strlen(rest[s].prefix)) == 0;
             info_out = any && wanted(rest[s].section, argc, argv) ? stdout : sink;
-            fprintf(info_out, "%s# %s\n", first ? "" : "\n", rest[s].title);
+            if (rest[s].title[0]) /* "": more lines of the section before it */
+                fprintf(info_out, "%s# %s\n", first ? "" : "\n", rest[s].title);
             if (info_out == stdout) first = 0;
             info_prefixed(b, rest[s].prefix);
         }
