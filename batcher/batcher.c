@@ -1389,3 +1389,110 @@ ssize_t kvb_wait(struct kvb_op *op)
     free(op);
     return r;
 }
+
+/* ---- small batch calls, merged ---- */
+
+/*
+ * Appends the n ops of one batch call (bytes: their value bytes) to the
+ * forming batch of their kind, all into the same batch: a forming batch
+ * they would overflow, or one of another group, is sealed first (n <
+ * max_ops and bytes < max_bytes, so a new batch holds them). Then the size
+ * and adaptive rules, as append applies them to one op. Lock held.
+ * -ENOMEM if no batch could be made (nothing was added).
+ */
+static int append_call(struct kvb_batcher *b, struct kvb_op *ops, size_t n, uint64_t bytes,
+                       uint64_t now)
+{
+    int k = ops[0].kind;
+    struct batch *bt = b->open[k];
+    if (bt && bt->group != ops[0].group)
+        seal(b, k, KVB_FLUSH_GROUP);
+    else if (bt && bt->n + n > b->p.max_ops)
+        seal(b, k, KVB_FLUSH_MAX_OPS);
+    else if (bt && bt->bytes + bytes > b->p.max_bytes)
+        seal(b, k, KVB_FLUSH_MAX_BYTES);
+    bool created = !b->open[k];
+    if (created && !(b->open[k] = batch_get(b, k, ops[0].group, now))) return -ENOMEM;
+    bt = b->open[k];
+    for (size_t i = 0; i < n; i++)
+        batch_add(b, bt, &ops[i], op_bytes(&ops[i]));
+    if (bt->n >= b->p.max_ops)
+        seal(b, k, KVB_FLUSH_MAX_OPS);
+    else if (bt->bytes >= b->p.max_bytes)
+        seal(b, k, KVB_FLUSH_MAX_BYTES);
+    else
+        seal_if_due(b);
+    if (created && b->open[k] == bt && slot_free(b)) arm_opener_timer(b, bt, &ops[0]);
+    return 0;
+}
+
+/* True if a batch call of n keys is one kvb_batch_call merges; its value bytes in *bytes. */
+static bool call_mergeable(const struct kvb_batcher *b, int kind, size_t n,
+                           const char *const keys[], void *const ptrs[], const size_t lens[],
+                           const void *results, uint64_t *bytes)
+{
+    bool sized = kind != KVB_OP_EXISTS;
+    if (n == 0 || n >= b->p.max_ops || !keys || !results || (sized && (!ptrs || !lens)))
+        return false;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        const void *p = sized ? ptrs[i] : NULL;
+        size_t len = sized ? lens[i] : 0;
+        if (!kvb_args_batchable(keys[i], p, len)) return false;
+        if (kind == KVB_OP_GET && !p) return false; /* a size probe: the library's own call */
+        if (len >= b->p.max_bytes - sum) return false;
+        sum += len;
+    }
+    *bytes = sum;
+    return true;
+}
+
+int kvb_batch_call(struct kvb_batcher *b, int kind, unsigned group, size_t n,
+                   const char *const keys[], void *const ptrs[], const size_t lens[], int ist[],
+                   ssize_t sres[], size_t *nok)
+{
+    uint64_t bytes = 0;
+    const void *results = kind == KVB_OP_GET ? (const void *)sres : (const void *)ist;
+    if (!call_mergeable(b, kind, n, keys, ptrs, lens, results, &bytes)) return 0;
+    struct kvb_op *ops = malloc(n * sizeof(*ops));
+    if (!ops) return 0;
+    uint64_t now = kvs_now_ns();
+    for (size_t i = 0; i < n; i++) {
+        op_init(&ops[i], b, kind, keys[i]);
+        ops[i].group = group;
+        if (kind == KVB_OP_PUT) ops[i].val = ptrs[i];
+        if (kind == KVB_OP_GET) ops[i].buf = ptrs[i];
+        ops[i].len = kind == KVB_OP_EXISTS ? 0 : lens[i];
+        ops[i].t_enq = now;
+    }
+    struct batch *send[KVB_SEND_BATCH];
+    size_t nsend = 0;
+    pthread_mutex_lock(&b->lock);
+    /* After this process's pending puts of the keys (a batch is not served from their copies). */
+    uint64_t upto = b->pending ? newest_put_of(b, n, keys) : 0;
+    if (upto) complete_upto(b, upto, KVB_FLUSH_EXPLICIT, UINT64_MAX);
+    int rc = append_call(b, ops, n, bytes, now);
+    if (rc == 0) nsend = take_ready_or_nudge(b, send);
+    pthread_mutex_unlock(&b->lock);
+    if (rc < 0) {
+        free(ops);
+        return 0;
+    }
+    submit_all(send, nsend);
+    if (ops[0].flags & OPF_TIMER) window_wait(b, &ops[0]);
+    bool leader = false;
+    size_t ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        op_wait(&ops[i]); /* one batch: all complete together */
+        leader = leader || ops[i].leader;
+        if (kind == KVB_OP_GET)
+            sres[i] = ops[i].result;
+        else
+            ist[i] = (int)ops[i].result;
+        ok += ops[i].result >= 0;
+    }
+    free(ops);
+    if (leader) send_ready(b);
+    *nok = ok;
+    return 1;
+}

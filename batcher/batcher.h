@@ -96,6 +96,25 @@ int kvb_get_async(struct kvb_batcher *b, const char *key, void *buf, size_t cap,
 ssize_t kvb_wait(struct kvb_op *op);
 
 /*
+ * A small synchronous batch call (kvs_batch_put / _get / _exists, or
+ * Mooncake's batch calls) merged into the forming batch of its kind, as its
+ * keys' single-key calls would be: kind KVB_OP_PUT (ptrs the values, group
+ * as kvb_put_group), KVB_OP_GET (ptrs the buffers) or KVB_OP_EXISTS (ptrs
+ * and lens unused). All n keys go in one batch, in call order (a forming
+ * batch they would overflow, or of another group, is sealed first), after
+ * this process's pending puts of them; the call waits for that batch. Each
+ * key's result is what the backend's batch call gives it (ist for put and
+ * exists, sres for get), *nok the number >= 0, and the call returns 1.
+ * Returns 0, with nothing done, for a call it does not merge - n 0, n >=
+ * max_ops, value bytes >= max_bytes, a NULL array, a key kvb_args_batchable
+ * refuses, a get with a NULL buffer, out of memory: the caller makes the
+ * real call. Not from a backend's completion (it waits).
+ */
+int kvb_batch_call(struct kvb_batcher *b, int kind, unsigned group, size_t n,
+                   const char *const keys[], void *const ptrs[], const size_t lens[], int ist[],
+                   ssize_t sres[], size_t *nok);
+
+/*
  * For a call on keys that the batcher does not carry (kvs_remove, the batch
  * calls, Mooncake's calls): returns once every put of one of keys that was
  * pending in b when it was called (write-behind or async, queued or in

@@ -279,11 +279,36 @@ EXPORT ssize_t kvs_remove_matching(kvs_client *c, const char *pattern)
     return shim.real.kvs_remove_matching(c, pattern);
 }
 
+/*
+ * A small synchronous batch call joins the forming batch of c's batcher
+ * (kvb_batch_call: each key's result as the call's own, its return the
+ * number that succeeded): true when it did, *nok set. Not in a backend call
+ * or a done callback (it waits for the batch), and never for a call the
+ * batcher does not merge (large, or with a key it does not carry).
+ */
+static bool merged_call(kvs_client *c, int kind, size_t n, const char *const keys[],
+                        void *const ptrs[], const size_t lens[], int ist[], ssize_t sres[],
+                        int *nok)
+{
+    if (kvb_in_backend_call() || in_done_callback) return false;
+    struct kvb_batcher *b = kvb_shim_batcher_for(c);
+    size_t ok = 0;
+    if (!b || !keys) return false;
+    /* A put changes its keys: after the async gets of them too, as the ordered call would be. */
+    if (kind == KVB_OP_PUT) kvb_order_after_ops(b, n, keys);
+    if (!kvb_batch_call(b, kind, 0, n, keys, ptrs, lens, ist, sres, &ok)) return false;
+    *nok = (int)ok;
+    return true;
+}
+
 EXPORT int kvs_batch_put(kvs_client *c, size_t n, const char *const keys[],
                          const void *const vals[], const size_t lens[], int status[])
 {
+    int nok;
     kvb_shim_init();
     if (!shim.real.kvs_batch_put) return -ENOSYS;
+    if (merged_call(c, KVB_OP_PUT, n, keys, (void *const *)vals, lens, status, NULL, &nok))
+        return nok;
     if (keys) order_after_puts(c, n, keys, true);
     return shim.real.kvs_batch_put(c, n, keys, vals, lens, status);
 }
@@ -291,16 +316,20 @@ EXPORT int kvs_batch_put(kvs_client *c, size_t n, const char *const keys[],
 EXPORT int kvs_batch_get(kvs_client *c, size_t n, const char *const keys[], void *const bufs[],
                          const size_t caps[], ssize_t results[])
 {
+    int nok;
     kvb_shim_init();
     if (!shim.real.kvs_batch_get) return -ENOSYS;
+    if (merged_call(c, KVB_OP_GET, n, keys, bufs, caps, NULL, results, &nok)) return nok;
     if (keys) order_after_puts(c, n, keys, false);
     return shim.real.kvs_batch_get(c, n, keys, bufs, caps, results);
 }
 
 EXPORT int kvs_batch_exists(kvs_client *c, size_t n, const char *const keys[], int results[])
 {
+    int nok;
     kvb_shim_init();
     if (!shim.real.kvs_batch_exists) return -ENOSYS;
+    if (merged_call(c, KVB_OP_EXISTS, n, keys, NULL, NULL, results, NULL, &nok)) return nok;
     if (keys) order_after_puts(c, n, keys, false);
     return shim.real.kvs_batch_exists(c, n, keys, results);
 }

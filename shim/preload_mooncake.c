@@ -353,6 +353,31 @@ static void order_keys(mooncake_store_t store, size_t n, const char *const *keys
         kvb_order_after_puts(b, n, keys);
 }
 
+/*
+ * A small batch call joins the forming batch of store's batcher
+ * (kvb_batch_call): true when it did, its per-key results filled as the
+ * library's batch call fills them. Puts go in the group of their config
+ * (not copy mode: the caller's buffers, as the real call uses them); a put
+ * of 0 bytes is the library's to answer.
+ */
+static bool mc_merged(mooncake_store_t store, int kind, const mooncake_replicate_config_t *config,
+                      size_t n, const char *const keys[], void *const ptrs[], const size_t sizes[],
+                      int ist[], ssize_t sres[])
+{
+    struct kvb_mc_backend *be;
+    struct kvb_batcher *b = batcher_for(store, &be);
+    if (!b || !keys || (kind != KVB_OP_EXISTS && !sizes)) return false;
+    int g = 0;
+    if (kind == KVB_OP_PUT) {
+        for (size_t i = 0; i < n; i++)
+            if (sizes[i] == 0) return false;
+        if ((g = kvb_mc_group(be, config, false)) < 0) return false;
+        order_keys(store, n, keys, true); /* a change: as the ordered call would be */
+    }
+    size_t nok;
+    return kvb_batch_call(b, kind, (unsigned)g, n, keys, ptrs, sizes, ist, sres, &nok) == 1;
+}
+
 /* ---- the interposed calls ---- */
 
 /* put and put_from: a put of group (config, copy mode) in store's batcher, or the real call. */
@@ -460,6 +485,9 @@ EXPORT int mooncake_store_batch_put_from(mooncake_store_t store, const char **ke
     if (!HAVE(mc.real.be.batch_put_from, "mooncake_store_batch_put_from")) return MC_FAILED;
     if (kvb_in_backend_call())
         return mc.real.be.batch_put_from(store, keys, buffers, sizes, count, config, results_out);
+    if (mc_merged(store, KVB_OP_PUT, config, count, (const char *const *)keys, buffers, sizes,
+                  results_out, NULL))
+        return 0;
     order_keys(store, count, (const char *const *)keys, true);
     return REAL(mc.real.be.batch_put_from(store, keys, buffers, sizes, count, config, results_out));
 }
@@ -470,6 +498,10 @@ EXPORT int mooncake_store_batch_get_into(mooncake_store_t store, const char **ke
     if (!HAVE(mc.real.be.batch_get_into, "mooncake_store_batch_get_into")) return MC_FAILED;
     if (kvb_in_backend_call())
         return mc.real.be.batch_get_into(store, keys, buffers, sizes, count, results_out);
+    if (sizeof(int64_t) == sizeof(ssize_t) &&
+        mc_merged(store, KVB_OP_GET, NULL, count, (const char *const *)keys, buffers, sizes, NULL,
+                  (ssize_t *)(void *)results_out))
+        return 0;
     order_keys(store, count, (const char *const *)keys, false);
     return REAL(mc.real.be.batch_get_into(store, keys, buffers, sizes, count, results_out));
 }
@@ -479,6 +511,9 @@ EXPORT int mooncake_store_batch_is_exist(mooncake_store_t store, const char **ke
 {
     if (!HAVE(mc.real.be.batch_is_exist, "mooncake_store_batch_is_exist")) return MC_FAILED;
     if (kvb_in_backend_call()) return mc.real.be.batch_is_exist(store, keys, count, results_out);
+    if (mc_merged(store, KVB_OP_EXISTS, NULL, count, (const char *const *)keys, NULL, NULL,
+                  results_out, NULL))
+        return 0;
     order_keys(store, count, (const char *const *)keys, false);
     return REAL(mc.real.be.batch_is_exist(store, keys, count, results_out));
 }

@@ -154,6 +154,39 @@ static void test_16_threads_batch_and_stats_pass_promtool(void **state)
 }
 
 /*
+ * Small kvs_batch_* calls of 8 threads join the forming batches (fixed + 1
+ * ms window: merging does not depend on the machine's speed): every key's
+ * status as without the shim (the workload checks them: present, missing,
+ * too small, a bad key), and the stats count the merged calls' keys in far
+ * fewer batches than calls. A call with a bad key passes through, uncounted.
+ */
+static void test_small_batch_calls_merged_across_threads(void **state)
+{
+    static const char *const args[] = {"batches", "8", "100", NULL};
+    char stats_env[PATH_MAX + 32];
+    (void)state;
+    const char *const plain_env[] = {NULL};
+    assert_int_equal(run(plain_env, tmp("bp.out"), tmp("bp.err"), args), 0);
+    snprintf(stats_env, sizeof(stats_env), "KVBATCH_STATS_FILE=%s", tmp("batches.prom"));
+    const char *const env[] = {preload(), stats_env, "KVBATCH_POLICY=fixed",
+                               "KVBATCH_WINDOW_US=1ms", NULL};
+    assert_int_equal(run(env, tmp("bs.out"), tmp("bs.err"), args), 0);
+    char *text = kvt_slurp(tmp("batches.prom"));
+    double puts = kvt_metric(text, "kvbatch_ops_total{backend=\"kvs\",op=\"put\"}");
+    double pbat = kvt_metric(text, "kvbatch_batches_total{backend=\"kvs\",op=\"put\"}");
+    double gets = kvt_metric(text, "kvbatch_ops_total{backend=\"kvs\",op=\"get\"}");
+    double gbat = kvt_metric(text, "kvbatch_batches_total{backend=\"kvs\",op=\"get\"}");
+    double exists = kvt_metric(text, "kvbatch_ops_total{backend=\"kvs\",op=\"exists\"}");
+    fprintf(stderr, "8 threads of 3-key calls: %.0f puts in %.0f batches, %.0f gets in %.0f\n",
+            puts, pbat, gets, gbat);
+    assert_true(puts == 8 * 75 * 3); /* the 25 rounds with a bad key passed through */
+    assert_true(gets == 8 * 100 * 3 && exists == 8 * 100 * 3);
+    assert_true(pbat > 0 && puts >= 2 * 3 * pbat); /* at least two calls a batch */
+    assert_true(gbat > 0 && gets >= 2 * 3 * gbat);
+    free(text);
+}
+
+/*
  * Every call is counted once, with its error, whether it went through a batch
  * or straight to libkvstore (policy off, a call refused at once), async or
  * not: the "counted" workload's fixed mix against the stats file, per policy.
@@ -486,6 +519,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_results_with_and_without_shim),
         cmocka_unit_test(test_16_threads_batch_and_stats_pass_promtool),
+        cmocka_unit_test(test_small_batch_calls_merged_across_threads),
         cmocka_unit_test(test_stats_count_every_call_once),
         cmocka_unit_test(test_bad_variable_reports_once_and_keeps_its_default),
         cmocka_unit_test(test_writeback_data_survives_exit),

@@ -181,6 +181,48 @@ static void sixteen_threads(const char *prog, const char *mode, const char *name
     assert_int_equal(system(cmd), 0);
 }
 
+/*
+ * SGLang's shape: 8 threads of small Mooncake batch calls join the forming
+ * batches (fixed + 1 ms window), with the same results as without the shim,
+ * in fewer batches than calls - over the drop-in and over a library that is
+ * not libkvstore.
+ */
+static void small_batch_calls(const char *prog, const char *name)
+{
+    static const char *const args[] = {"batches", "8", "60", NULL};
+    char stats_env[PATH_MAX + 32], file[64];
+    snprintf(file, sizeof(file), "%s.prom", name);
+    snprintf(stats_env, sizeof(stats_env), "KVBATCH_STATS_FILE=%s", tmp(file));
+    const char *const plain_env[] = {NULL};
+    assert_int_equal(run(prog, plain_env, tmp("bplain.out"), tmp("bplain.err"), args), 0);
+    const char *const env[] = {preload(), stats_env, "KVBATCH_POLICY=fixed",
+                               "KVBATCH_WINDOW_US=1ms", NULL};
+    assert_int_equal(run(prog, env, tmp("bshim.out"), tmp("bshim.err"), args), 0);
+    char *plain = kvt_slurp(tmp("bplain.out")), *shim = kvt_slurp(tmp("bshim.out"));
+    assert_string_equal(plain, shim);
+    char *text = kvt_slurp(tmp(file));
+    double puts = kvt_metric(text, "kvbatch_ops_total{backend=\"mooncake\",op=\"put\"}");
+    double pbat = kvt_metric(text, "kvbatch_batches_total{backend=\"mooncake\",op=\"put\"}");
+    double gets = kvt_metric(text, "kvbatch_ops_total{backend=\"mooncake\",op=\"get\"}");
+    double gbat = kvt_metric(text, "kvbatch_batches_total{backend=\"mooncake\",op=\"get\"}");
+    double ex = kvt_metric(text, "kvbatch_ops_total{backend=\"mooncake\",op=\"exists\"}");
+    fprintf(stderr, "%s: %.0f puts in %.0f batches, %.0f gets in %.0f batches, %.0f exists\n", prog,
+            puts, pbat, gets, gbat, ex);
+    assert_true(puts == 8 * 60 * 2 && gets == 8 * 60 * 3 && ex == 8 * 60 * 5);
+    assert_true(pbat > 0 && puts >= 2 * 2 * pbat); /* two calls a batch at least */
+    assert_true(gbat > 0 && gets >= 2 * 3 * gbat);
+    free(text);
+    free(plain);
+    free(shim);
+}
+
+static void test_small_batch_calls_merged(void **state)
+{
+    (void)state;
+    small_batch_calls("mc_workload", "bdropin");
+    small_batch_calls("mc_workload_double", "bdouble");
+}
+
 static void test_16_threads_over_the_drop_in(void **state)
 {
     (void)state;
@@ -393,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_same_results_over_the_drop_in),
         cmocka_unit_test(test_same_results_over_another_library),
         cmocka_unit_test(test_16_threads_over_the_drop_in),
+        cmocka_unit_test(test_small_batch_calls_merged),
         cmocka_unit_test(test_16_threads_over_another_library),
         cmocka_unit_test(test_writeback_order_of_passed_through_calls),
         cmocka_unit_test(test_fork),

@@ -4,6 +4,9 @@
  *
  *   kvb_workload SERVERS semantics          every call's result, one per line
  *   kvb_workload SERVERS threads N OPS      N threads put+get their own 4K values
+ *   kvb_workload SERVERS batches N OPS      N threads, OPS rounds each of a kvs_batch_put of
+ *                                           3 keys (every 4th round the second one ""),
+ *                                           kvs_batch_get and kvs_batch_exists, checked
  *   kvb_workload SERVERS write PREFIX N     puts N values and exits (no flush)
  *   kvb_workload SERVERS read PREFIX N      checks those N values
  *   kvb_workload SERVERS fork               parent and forked child both use the client
@@ -275,6 +278,59 @@ static int forking(void)
     return bad;
 }
 
+/* One thread's rounds of small batch calls on keys of its own; counts what is not as expected. */
+static void *batch_worker_main(void *arg)
+{
+    struct worker *w = arg;
+    for (int i = 0; i < w->ops; i++) {
+        char k0[64], k1[64], kx[64], v0[1000], v1[3000], b0[1000], b1[3000], b2[8];
+        int bad = i % 4 == 3; /* a key no call may carry: the call passes through */
+        snprintf(k0, sizeof(k0), "bat-%d-%d-a", w->id, i % 32);
+        snprintf(kx, sizeof(kx), "bat-%d-%d-x", w->id, i % 32);
+        snprintf(k1, sizeof(k1), "bat-%d-%d-b", w->id, i % 32);
+        kvval_fill(v0, sizeof(v0), k0, (unsigned)i);
+        kvval_fill(v1, sizeof(v1), k1, (unsigned)i);
+        const char *keys[3] = {k0, bad ? "" : kx, k1};
+        const void *vals[3] = {v0, "x", v1};
+        size_t lens[3] = {sizeof(v0), 1, sizeof(v1)};
+        int st[3] = {1, 1, 1};
+        if (kvs_batch_put(client, 3, keys, vals, lens, st) != 3 - bad || st[0] != 0 ||
+            st[1] != (bad ? -EINVAL : 0) || st[2] != 0)
+            w->failures++;
+        void *bufs[3] = {b0, b2, b1};
+        size_t caps[3] = {sizeof(b0), sizeof(b2), sizeof(b1) - 1};
+        const char *gkeys[3] = {k0, "bat-never-put", k1};
+        ssize_t res[3];
+        unsigned v = 0;
+        if (kvs_batch_get(client, 3, gkeys, bufs, caps, res) != 1 || res[0] != sizeof(v0) ||
+            !kvval_check(b0, sizeof(b0), k0, &v) || v != (unsigned)i || res[1] != -ENOENT ||
+            res[2] != -ERANGE)
+            w->failures++;
+        int ex[3];
+        if (kvs_batch_exists(client, 3, gkeys, ex) != 3 || ex[0] != 1 || ex[1] != 0 || ex[2] != 1)
+            w->failures++;
+    }
+    return NULL;
+}
+
+static int batches(int n, int ops)
+{
+    pthread_t t[64];
+    struct worker w[64];
+    int failures = 0;
+    if (n < 1 || n > 64) return 2;
+    for (int i = 0; i < n; i++) {
+        w[i] = (struct worker){i, ops, 0};
+        if (pthread_create(&t[i], NULL, batch_worker_main, &w[i])) return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        failures += w[i].failures;
+    }
+    printf("batches: %d failures\n", failures);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     int rc = 2;
@@ -296,6 +352,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[2], "semantics") == 0)
         rc = semantics();
+    else if (strcmp(argv[2], "batches") == 0 && argc == 5)
+        rc = batches(atoi(argv[3]), atoi(argv[4]));
     else if (strcmp(argv[2], "threads") == 0 && argc == 5)
         rc = threads(atoi(argv[3]), atoi(argv[4]));
     else if (strcmp(argv[2], "write") == 0 && argc == 5)

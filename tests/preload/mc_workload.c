@@ -12,6 +12,9 @@
  *                                      returns 0 for before the store answers)
  *   mc_workload MASTER threads N OPS   N threads put_from / get_into / is_exist / remove
  *                                      their own keys, and count every result
+ *   mc_workload MASTER batches N OPS   N threads of SGLang's shape: batch_is_exist, then
+ *                                      batch_put_from of 2 keys, batch_get_into of 3 (one
+ *                                      missing), and count every result
  *   mc_workload MASTER fork            parent and a forked child both use the store
  *   mc_workload MASTER order N ROUNDS  N threads: a put, then at once a call the shim passes
  *                                      through on the same key (remove, batch put / get /
@@ -330,6 +333,66 @@ static int fork_failed(const char *who, const char *what, long long r, struct ti
     return 1;
 }
 
+/* One thread's rounds of small batch calls (SGLang HiCache's backup and prefetch threads). */
+static void *batch_worker_main(void *arg)
+{
+    struct worker *w = arg;
+    for (int i = 0; i < w->ops; i++) {
+        char k0[64], k1[64], miss[64], v0[1024], v1[512], b0[1024], b1[512], b2[64];
+        snprintf(k0, sizeof(k0), "mb.%d.%d_0_k", w->id, i);
+        snprintf(k1, sizeof(k1), "mb.%d.%d_0_v", w->id, i);
+        snprintf(miss, sizeof(miss), "mb.%d.%d.missing", w->id, i);
+        value_of(w->id, i, v0, sizeof(v0));
+        value_of(w->id, i + 1, v1, sizeof(v1));
+        const char *keys[3] = {k0, k1, miss};
+        int ex[2] = {9, 9}, st[2] = {9, 9};
+        w->counts[0] +=
+            mooncake_store_batch_is_exist(store, keys, 2, ex) == 0 && ex[0] == 0 && ex[1] == 0;
+        void *vals[2] = {v0, v1};
+        size_t lens[2] = {sizeof(v0), sizeof(v1)};
+        w->counts[1] += mooncake_store_batch_put_from(store, keys, vals, lens, 2, NULL, st) == 0 &&
+                        st[0] == 0 && st[1] == 0;
+        void *bufs[3] = {b0, b1, b2};
+        size_t caps[3] = {sizeof(b0), sizeof(b1), sizeof(b2)};
+        int64_t res[3] = {9, 9, 9};
+        w->counts[2] += mooncake_store_batch_get_into(store, keys, bufs, caps, 3, res) == 0 &&
+                        res[0] == (int64_t)sizeof(v0) && memcmp(b0, v0, sizeof(v0)) == 0 &&
+                        res[1] == (int64_t)sizeof(v1) && memcmp(b1, v1, sizeof(v1)) == 0;
+        w->counts[3] += res[2] < 0;
+        w->counts[4] +=
+            mooncake_store_batch_is_exist(store, keys, 3, ex) == 0 && ex[0] == 1 && ex[1] == 1;
+    }
+    return NULL;
+}
+
+static int batches(int n, int ops)
+{
+    static const char *const what[] = {"batch_is_exist none", "batch_put_from ok",
+                                       "batch_get_into ok", "batch_get_into missing",
+                                       "batch_is_exist both"};
+    pthread_t t[64];
+    struct worker w[64];
+    long total[5] = {0};
+    if (n < 1 || n > 64) return 1;
+    for (int i = 0; i < n; i++) {
+        memset(&w[i], 0, sizeof(w[i]));
+        w[i].id = i;
+        w[i].ops = ops;
+        if (pthread_create(&t[i], NULL, batch_worker_main, &w[i]) != 0) return 1;
+    }
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        for (int k = 0; k < 5; k++)
+            total[k] += w[i].counts[k];
+    }
+    for (int k = 0; k < 5; k++) {
+        printf("%-24s %ld\n", what[k], total[k]);
+        bad += total[k] != (long)n * ops;
+    }
+    return bad != 0;
+}
+
 /* The parent puts, a forked child reads it and puts its own, the parent reads that. */
 static int fork_check(void)
 {
@@ -411,6 +474,8 @@ int main(int argc, char **argv)
         rc = semantics(argc > 3 && strcmp(argv[3], "writeback") == 0);
     else if (strcmp(argv[2], "threads") == 0 && argc == 5)
         rc = threads(atoi(argv[3]), atoi(argv[4]));
+    else if (strcmp(argv[2], "batches") == 0 && argc == 5)
+        rc = batches(atoi(argv[3]), atoi(argv[4]));
     else if (strcmp(argv[2], "fork") == 0)
         rc = fork_check();
     else if (strcmp(argv[2], "order") == 0 && argc == 5)
