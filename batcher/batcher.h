@@ -1,6 +1,7 @@
 /*
- * batcher.h - the time/size-window batcher: turns single-key calls from many
- * threads into calls of the library's asynchronous batch API.
+ * batcher.h - the time/size-window batcher: turns single-key calls (and
+ * small batch calls, kvb_batch_call) from many threads into calls of the
+ * library's asynchronous batch API.
  *
  * It reaches the library below only through a backend vtable (backend.h:
  * the shim plugs in libkvstore's batch calls, backend_kvs.c; unit tests plug
