@@ -586,7 +586,8 @@ static int iov_empty(const struct iovec *iov, size_t n)
 /*
  * The segments go to libkvstore as they are (kvs_batch_putv: each segment
  * sent where it lies). Mooncake refuses an empty value (INVALID_PARAMS):
- * such keys are answered here and not sent.
+ * such keys are answered here and not sent. One key of one segment is the
+ * single-key call, which the shim batches.
  */
 int kvsmc_batch_put_parts(mooncake_store_t store, size_t count, const char *const keys[],
                           const struct iovec *const iovs[], const size_t niov[],
@@ -599,6 +600,10 @@ int kvsmc_batch_put_parts(mooncake_store_t store, size_t count, const char *cons
     if (rc < 0) {
         for (size_t i = 0; i < count; i++)
             results_out[i] = rc;
+        return 0;
+    }
+    if (count == 1 && niov[0] == 1) {
+        results_out[0] = put_one(store, keys[0], iovs[0][0].iov_base, iovs[0][0].iov_len, config);
         return 0;
     }
     /* Per key: its place among the keys sent, and the arrays of those. */
@@ -631,7 +636,10 @@ out:
     return rc;
 }
 
-/* The segments are filled by libkvstore in order (kvs_batch_getv), nothing staged. */
+/*
+ * The segments are filled by libkvstore in order (kvs_batch_getv), nothing
+ * staged. One key of one segment is the single-key call, which the shim batches.
+ */
 int kvsmc_batch_get_parts(mooncake_store_t store, size_t count, const char *const keys[],
                           const struct iovec *const iovs[], const size_t niov[],
                           int64_t results_out[])
@@ -642,6 +650,11 @@ int kvsmc_batch_get_parts(mooncake_store_t store, size_t count, const char *cons
     if (!c) {
         for (size_t i = 0; i < count; i++)
             results_out[i] = KVSMC_INVALID_PARAMS;
+        return 0;
+    }
+    if (count == 1 && niov[0] == 1) {
+        results_out[0] =
+            mooncake_store_get_into(store, keys[0], iovs[0][0].iov_base, iovs[0][0].iov_len);
         return 0;
     }
     ssize_t *res = malloc((count + 1) * sizeof(*res));

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "kvstore.h"
+#include "pyargs.h"
 
 PyMODINIT_FUNC PyInit_kvstore(void);
 
@@ -158,20 +159,10 @@ static PyObject *raise_too_small(const char *key, long needed, Py_ssize_t have)
 /* A key argument: str (UTF-8) or bytes, non-empty, without NUL. Borrowed pointer. */
 static const char *key_of(PyObject *obj)
 {
-    const char *key = NULL;
     Py_ssize_t len = 0;
-    if (PyUnicode_Check(obj)) {
-        key = PyUnicode_AsUTF8AndSize(obj, &len);
-        if (!key) return NULL;
-    } else if (PyBytes_Check(obj)) {
-        key = PyBytes_AS_STRING(obj);
-        len = PyBytes_GET_SIZE(obj);
-    } else {
-        PyErr_Format(PyExc_TypeError, "key must be str or bytes, not %.100s",
-                     Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
-    if (len == 0 || (size_t)len != strlen(key)) {
+    const char *key = kvpy_key_chars(obj, &len);
+    if (!key) return NULL;
+    if (len == 0 || !kvpy_key_is_cstring(key, len)) {
         PyErr_SetString(PyExc_ValueError, "key must be non-empty and contain no NUL");
         return NULL;
     }
@@ -432,18 +423,8 @@ out:
 
 static PyObject *int_list(const struct batch *b, int use_results, int as_bool)
 {
-    PyObject *list = PyList_New(b->n);
-    if (!list) return NULL;
-    for (Py_ssize_t i = 0; i < b->n; i++) {
-        long v = use_results ? (long)b->results[i] : (long)b->status[i];
-        PyObject *o = as_bool && v >= 0 ? PyBool_FromLong(v) : PyLong_FromLong(v);
-        if (!o) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, o);
-    }
-    return list;
+    if (use_results) return kvpy_int_list(b->results, sizeof(*b->results), b->n, as_bool);
+    return kvpy_int_list(b->status, sizeof(*b->status), b->n, as_bool);
 }
 
 /* batch_put(keys, values) -> [0 or negative code per key] */

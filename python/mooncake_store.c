@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "kvsmc.h"
+#include "pyargs.h"
 #include "store_c.h"
 
 PyMODINIT_FUNC PyInit_store(void);
@@ -147,19 +148,10 @@ static int config_of(PyObject *obj, mooncake_replicate_config_t *out, int *raise
  */
 static const char *key_of(PyObject *obj)
 {
-    const char *key;
-    Py_ssize_t len;
-    if (PyUnicode_Check(obj)) {
-        key = PyUnicode_AsUTF8AndSize(obj, &len);
-        if (!key) return NULL;
-    } else if (PyBytes_Check(obj)) {
-        key = PyBytes_AS_STRING(obj);
-        len = PyBytes_GET_SIZE(obj);
-    } else {
-        PyErr_Format(PyExc_TypeError, "key must be str, not %.100s", Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
-    return (size_t)len == strlen(key) ? key : "";
+    Py_ssize_t len = 0;
+    const char *key = kvpy_key_chars(obj, &len);
+    if (!key) return NULL;
+    return kvpy_key_is_cstring(key, len) ? key : "";
 }
 
 /* A pointer or size argument: a non-negative int. -1 with TypeError/OverflowError. */
@@ -340,16 +332,8 @@ static PyObject *repeat_list(Py_ssize_t n, long code)
 /* The per-key results as a list of ints. */
 static PyObject *result_list(const struct batch *b, int wide)
 {
-    PyObject *list = PyList_New(b->n);
-    for (Py_ssize_t i = 0; list && i < b->n; i++) {
-        PyObject *o = wide ? PyLong_FromLongLong(b->res64[i]) : PyLong_FromLong(b->res[i]);
-        if (!o) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, i, o);
-    }
-    return list;
+    if (wide) return kvpy_int_list(b->res64, sizeof(*b->res64), b->n, 0);
+    return kvpy_int_list(b->res, sizeof(*b->res), b->n, 0);
 }
 
 /* ---- MooncakeDistributedStore ---- */
@@ -670,22 +654,29 @@ static PyObject *put_batch_common(StoreObject *self, struct batch *b,
     return result_list(b, 0);
 }
 
-/* batch_put_from(keys, buffer_ptrs, sizes, config=ReplicateConfig()) -> [0 or code per key] */
-static PyObject *Store_batch_put_from(StoreObject *self, PyObject *args, PyObject *kwds)
+/*
+ * batch_put_from(keys, buffer_ptrs, sizes, config=ReplicateConfig()) and
+ * (multi) batch_put_from_multi_buffers(keys, all_buffer_ptrs, all_sizes,
+ * config) -> [0 or code per key]: the same call, one buffer or a segment
+ * list per key.
+ */
+static PyObject *put_from_call(StoreObject *self, PyObject *args, PyObject *kwds, int multi)
 {
-    static char *kwlist[] = {"keys", "buffer_ptrs", "sizes", "config", NULL};
+    static char *one[] = {"keys", "buffer_ptrs", "sizes", "config", NULL};
+    static char *lists[] = {"keys", "all_buffer_ptrs", "all_sizes", "config", NULL};
     PyObject *keys, *ptrs, *sizes, *cfgobj = NULL, *res = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|O:batch_put_from", kwlist, &keys, &ptrs,
-                                     &sizes, &cfgobj))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, multi ? "OOO|O:batch_put_from_multi_buffers" : "OOO|O:batch_put_from",
+            multi ? lists : one, &keys, &ptrs, &sizes, &cfgobj))
         return NULL;
     mooncake_replicate_config_t cfg;
     int raised, code = config_of(cfgobj, &cfg, &raised);
     if (raised) return NULL;
     struct batch b;
     if (batch_keys(&b, keys) == 0) {
-        int rc = batch_ptrs(&b, ptrs, sizes);
+        int rc = multi ? batch_segments(&b, ptrs, sizes) : batch_ptrs(&b, ptrs, sizes);
         if (rc == 0 && code == 0)
-            res = put_batch_common(self, &b, &cfg, 0);
+            res = put_batch_common(self, &b, &cfg, multi);
         else if (rc >= 0)
             res = repeat_list(b.n, rc ? KVSMC_INVALID_PARAMS : code);
     }
@@ -693,28 +684,15 @@ static PyObject *Store_batch_put_from(StoreObject *self, PyObject *args, PyObjec
     return res;
 }
 
-/* batch_put_from_multi_buffers(keys, all_buffer_ptrs, all_sizes, config) -> [0 or code per key] */
+static PyObject *Store_batch_put_from(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return put_from_call(self, args, kwds, 0);
+}
+
 static PyObject *Store_batch_put_from_multi_buffers(StoreObject *self, PyObject *args,
                                                     PyObject *kwds)
 {
-    static char *kwlist[] = {"keys", "all_buffer_ptrs", "all_sizes", "config", NULL};
-    PyObject *keys, *ptrs, *sizes, *cfgobj = NULL, *res = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|O:batch_put_from_multi_buffers", kwlist,
-                                     &keys, &ptrs, &sizes, &cfgobj))
-        return NULL;
-    mooncake_replicate_config_t cfg;
-    int raised, code = config_of(cfgobj, &cfg, &raised);
-    if (raised) return NULL;
-    struct batch b;
-    if (batch_keys(&b, keys) == 0) {
-        int rc = batch_segments(&b, ptrs, sizes);
-        if (rc == 0 && code == 0)
-            res = put_batch_common(self, &b, &cfg, 1);
-        else if (rc >= 0)
-            res = repeat_list(b.n, rc ? KVSMC_INVALID_PARAMS : code);
-    }
-    batch_free(&b);
-    return res;
+    return put_from_call(self, args, kwds, 1);
 }
 
 /* put_batch(keys, values, config=ReplicateConfig()) -> 0, or the first key's negative code */
@@ -911,21 +889,39 @@ static PyObject *Store_batch_get_buffer(StoreObject *self, PyObject *args, PyObj
     return get_values(self, keys, Py_None);
 }
 
-/* batch_get_into(keys, buffer_ptrs, sizes) -> [length or code per key] */
-static PyObject *Store_batch_get_into(StoreObject *self, PyObject *args, PyObject *kwds)
+/* A batch get (multi: scattered into b->iovs) without the GIL; 0 or a code for the whole call. */
+static int get_batch_nogil(mooncake_store_t s, struct batch *b, int multi)
 {
-    static char *kwlist[] = {"keys", "buffer_ptrs", "sizes", NULL};
+    if (multi)
+        return kvsmc_batch_get_parts(s, (size_t)b->n, b->keys, (const struct iovec *const *)b->iovs,
+                                     b->niov, b->res64);
+    return mooncake_store_batch_get_into(s, b->keys, b->ptrs, b->sizes, (size_t)b->n, b->res64);
+}
+
+/*
+ * batch_get_into(keys, buffer_ptrs, sizes) and (multi)
+ * batch_get_into_multi_buffers(keys, all_buffer_ptrs, all_sizes,
+ * prefer_alloc_in_same_node=False) -> [length or code per key]: the same
+ * call, one buffer or a segment list per key (each value scattered over its
+ * key's buffers, in order).
+ */
+static PyObject *get_into_call(StoreObject *self, PyObject *args, PyObject *kwds, int multi)
+{
+    static char *one[] = {"keys", "buffer_ptrs", "sizes", NULL};
+    static char *lists[] = {"keys", "all_buffer_ptrs", "all_sizes", "prefer_alloc_in_same_node",
+                            NULL};
     PyObject *keys, *ptrs, *sizes, *res = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:batch_get_into", kwlist, &keys, &ptrs,
-                                     &sizes))
+    int same_node = 0; /* accepted, no effect */
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, multi ? "OOO|p:batch_get_into_multi_buffers" : "OOO:batch_get_into",
+            multi ? lists : one, &keys, &ptrs, &sizes, &same_node))
         return NULL;
     struct batch b;
     if (batch_keys(&b, keys) == 0) {
-        int rc = batch_ptrs(&b, ptrs, sizes);
+        int rc = multi ? batch_segments(&b, ptrs, sizes) : batch_ptrs(&b, ptrs, sizes);
         if (rc == 0) {
             mooncake_store_t s = enter(self);
-            Py_BEGIN_ALLOW_THREADS rc =
-                mooncake_store_batch_get_into(s, b.keys, b.ptrs, b.sizes, (size_t)b.n, b.res64);
+            Py_BEGIN_ALLOW_THREADS rc = get_batch_nogil(s, &b, multi);
             Py_END_ALLOW_THREADS leave(self);
             res = rc < 0 ? repeat_list(b.n, rc) : result_list(&b, 1);
         } else if (rc > 0) {
@@ -936,36 +932,15 @@ static PyObject *Store_batch_get_into(StoreObject *self, PyObject *args, PyObjec
     return res;
 }
 
-/*
- * batch_get_into_multi_buffers(keys, all_buffer_ptrs, all_sizes,
- * prefer_alloc_in_same_node=False) -> [length or code per key]: each value
- * scattered over its key's buffers, in order.
- */
+static PyObject *Store_batch_get_into(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return get_into_call(self, args, kwds, 0);
+}
+
 static PyObject *Store_batch_get_into_multi_buffers(StoreObject *self, PyObject *args,
                                                     PyObject *kwds)
 {
-    static char *kwlist[] = {"keys", "all_buffer_ptrs", "all_sizes", "prefer_alloc_in_same_node",
-                             NULL};
-    PyObject *keys, *ptrs, *sizes, *res = NULL;
-    int same_node = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|p:batch_get_into_multi_buffers", kwlist,
-                                     &keys, &ptrs, &sizes, &same_node))
-        return NULL;
-    struct batch b;
-    if (batch_keys(&b, keys) == 0) {
-        int rc = batch_segments(&b, ptrs, sizes);
-        if (rc == 0) {
-            mooncake_store_t s = enter(self);
-            Py_BEGIN_ALLOW_THREADS rc = kvsmc_batch_get_parts(
-                s, (size_t)b.n, b.keys, (const struct iovec *const *)b.iovs, b.niov, b.res64);
-            Py_END_ALLOW_THREADS leave(self);
-            res = rc < 0 ? repeat_list(b.n, rc) : result_list(&b, 1);
-        } else if (rc > 0) {
-            res = repeat_list(b.n, KVSMC_INVALID_PARAMS);
-        }
-    }
-    batch_free(&b);
-    return res;
+    return get_into_call(self, args, kwds, 1);
 }
 
 /* ---- existence, size, removal ---- */
