@@ -219,6 +219,7 @@ static void test_after_pending_writeback_put(void **state)
     assert_int_equal(atomic_load(&g.done), 0); /* and waits for it */
     assert_int_equal(pending(&e.f, 0).kind, KVB_OP_PUT);
     assert_true(fake_complete(&e.f, 0));
+    wait_queued(&e, 1); /* the get, in its batch now */
     assert_int_equal(kvb_flush(e.b, KVB_FLUSH_EXPLICIT, 0), -ETIMEDOUT);
     fake_wait_submitted(&e, 2);
     assert_true(fake_complete(&e.f, 0));
