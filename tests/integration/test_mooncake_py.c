@@ -182,10 +182,28 @@ static void sglang_shape_same_with_shim(void **state)
     free(same_with_and_without_shim("sglang"));
 }
 
+/* vLLM's shape: multi_buffers saves and loads, the same with and without the shim. */
+static void vllm_shape_same_with_shim(void **state)
+{
+    (void)state;
+    KVT_SKIP_ON_RDMA("the connectors set up over tcp");
+    if (!module_or_skip()) skip();
+    char *stats = same_with_and_without_shim("vllm");
+    if (stats) {
+        char path[128];
+        snprintf(path, sizeof(path), "%s/vllm-plain.txt", tmpdir);
+        char *plain = slurp(path);
+        assert_non_null(strstr(plain, "loaded_correct True 248"));
+        free(plain);
+    }
+    free(stats);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(python_unit_tests),
+        cmocka_unit_test(vllm_shape_same_with_shim),
         cmocka_unit_test(python_unit_tests_under_the_shim),
         cmocka_unit_test(lmcache_shape_same_with_shim_and_batched),
         cmocka_unit_test(sglang_shape_same_with_shim),

@@ -12,8 +12,12 @@ line for line with one without.
            batch_is_exist then batch_put_from for the missing pages (keys
            "{hash}_{rank}_k" / "_v"), twice (the second round finds them all),
            then batch_get_into to prefetch them.
+  vllm     vLLM's MooncakeStoreConnector: one key per block whose value is one
+           segment per layer; a sending thread calls batch_is_exist then
+           batch_put_from_multi_buffers per request, a pool of receiving
+           threads batch_get_into_multi_buffers (one block never saved).
 
-  mooncake_connectors.py lmcache|sglang --servers HOST:PORT --prefix P [--chunks N]
+  mooncake_connectors.py lmcache|sglang|vllm --servers HOST:PORT --prefix P [--chunks N]
 """
 import argparse
 import asyncio
@@ -111,9 +115,61 @@ def sglang(store, prefix, pages, page_size, threads=4, rank=0):
             print("thread", t, *line)
 
 
+def vllm(store, prefix, blocks, layers=8, slice_size=4096, per_request=4, receivers=3):
+    # The paged KV cache: one region per layer, block b of layer l at l's base + b * slice.
+    cache = ctypes.create_string_buffer(layers * blocks * slice_size)
+    base = ctypes.addressof(cache)
+
+    def seg(b, l, at=base):
+        return at + (l * blocks + b) * slice_size
+
+    names = ["blk%04d" % b for b in range(blocks)]
+    for b, n in enumerate(names):
+        for l in range(layers):
+            ctypes.memmove(seg(b, l), pattern("%s.l%d" % (n, l), slice_size), slice_size)
+    sent = [b for b in range(blocks) if b != blocks // 2]  # one block is never saved
+
+    def send():  # the sending thread: a request's blocks per call
+        for first in range(0, len(sent), per_request):
+            req = sent[first:first + per_request]
+            keys = [prefix + names[b] for b in req]
+            exist = store.batch_is_exist(keys)
+            res = store.batch_put_from_multi_buffers(
+                keys, [[seg(b, l) for l in range(layers)] for b in req],
+                [[slice_size] * layers for _ in req])
+            print("send", req, "exist", exist, "put", res)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    sender.join()
+    load = ctypes.create_string_buffer(len(cache))
+    lbase = ctypes.addressof(load)
+    out = {}
+
+    def receive(t):  # receiving threads, each a share of the blocks
+        mine = list(range(t, blocks, receivers))
+        out[t] = store.batch_get_into_multi_buffers(
+            [prefix + names[b] for b in mine],
+            [[seg(b, l, lbase) for l in range(layers)] for b in mine],
+            [[slice_size] * layers for _ in mine])
+
+    workers = [threading.Thread(target=receive, args=(t,)) for t in range(receivers)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for t in sorted(out):
+        print("receive", t, out[t])
+    ok = [ctypes.string_at(seg(b, l, lbase), slice_size) == pattern("%s.l%d" % (names[b], l),
+                                                                   slice_size)
+          for b in sent for l in range(layers)]
+    print("loaded_correct", all(ok), len(ok))
+    print("digest", hashlib.sha256(load.raw).hexdigest())
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("shape", choices=["lmcache", "sglang"])
+    ap.add_argument("shape", choices=["lmcache", "sglang", "vllm"])
     ap.add_argument("--servers", required=True)
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--chunks", type=int, default=256)
@@ -122,6 +178,8 @@ def main():
     store = open_store(a.servers)
     if a.shape == "lmcache":
         lmcache(store, a.prefix, a.chunks, a.size)
+    elif a.shape == "vllm":
+        vllm(store, a.prefix, a.chunks // 8 or 1)
     else:
         sglang(store, a.prefix, a.chunks // 8 or 1, a.size)
     print("close", store.close())
