@@ -17,6 +17,7 @@
 static const char *const policy_names[] = {"adaptive", "fixed", "off", "auto"};
 static const char *const put_mode_names[] = {"sync", "writeback"};
 static const char *const stats_at_exit_names[] = {"keep", "remove"};
+static const char *const batch_calls_names[] = {"pass", "merge"};
 
 const char *kvb_policy_name(enum kvb_policy p)
 {
@@ -69,6 +70,8 @@ static const struct var vars[] = {
      "a duration from 0 (none) to 10s (bare number = microseconds; units ns, us, ms, s)"},
     {"KVBATCH_PUT_MODE", VAR_KEYWORD, FIELD(put_mode), KVB_PUT_SYNC, 0, 1, 0, put_mode_names,
      "sync or writeback"},
+    {"KVBATCH_BATCH_CALLS", VAR_KEYWORD, FIELD(batch_calls), KVB_CALLS_MERGE, 0, 1, 0,
+     batch_calls_names, "merge or pass"},
     {"KVBATCH_WRITEBACK_BYTES", VAR_SIZE, FIELD(writeback_bytes), 64ull << 20, 64ull << 10,
      64ull << 30, 0, NULL, "a size from 64K to 64GiB " SIZE_UNITS},
     {"KVBATCH_STATS_FILE", VAR_PATH, FIELD(stats_file), 0, 0, 0, 0, NULL,

@@ -16,6 +16,8 @@ enum kvb_policy { KVB_POLICY_ADAPTIVE, KVB_POLICY_FIXED, KVB_POLICY_OFF, KVB_POL
 enum kvb_put_mode { KVB_PUT_SYNC, KVB_PUT_WRITEBACK };
 /* What the stats file becomes at exit: written a last time (kvbatch_exited 1), or removed. */
 enum kvb_stats_at_exit { KVB_STATS_KEEP, KVB_STATS_REMOVE };
+/* KVBATCH_BATCH_CALLS: small synchronous batch calls join the forming batches, or pass through. */
+enum kvb_batch_calls { KVB_CALLS_PASS, KVB_CALLS_MERGE };
 
 #define KVB_STATS_PATH_MAX 4096
 
@@ -27,6 +29,7 @@ struct kvb_config {
     uint32_t max_inflight;
     uint64_t latency_target_ns; /* auto: p99 op latency to stay within; 0 = none */
     enum kvb_put_mode put_mode;
+    enum kvb_batch_calls batch_calls;
     uint64_t writeback_bytes;
     char stats_file[KVB_STATS_PATH_MAX]; /* "" = no stats file; %p already expanded */
     uint64_t stats_interval_ns;

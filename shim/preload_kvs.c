@@ -291,6 +291,7 @@ static bool merged_call(kvs_client *c, int kind, size_t n, const char *const key
                         int *nok)
 {
     if (kvb_in_backend_call() || in_done_callback) return false;
+    if (shim.cfg.batch_calls != KVB_CALLS_MERGE) return false;
     struct kvb_batcher *b = kvb_shim_batcher_for(c);
     size_t ok = 0;
     if (!b || !keys) return false;

@@ -365,6 +365,7 @@ static bool mc_merged(mooncake_store_t store, int kind, const mooncake_replicate
                       int ist[], ssize_t sres[])
 {
     struct kvb_mc_backend *be;
+    if (shim.cfg.batch_calls != KVB_CALLS_MERGE) return false;
     struct kvb_batcher *b = batcher_for(store, &be);
     if (!b || !keys || (kind != KVB_OP_EXISTS && !sizes)) return false;
     int g = 0;

@@ -134,7 +134,8 @@ enum { WB_KEYS = 32 }; /* keys of the write-behind crash check */
 static void wb_put_pending(kvs_client *c, const char *const keys[], unsigned char *val,
                            struct wb_result *wr)
 {
-    /* Connection up first (a batch call is never interposed), so only the puts wait. */
+    /* Connection up first (batch calls pass through: KVBATCH_BATCH_CALLS=pass), so only the puts
+     * wait. */
     const char *warm[] = {"wb.warmup"};
     int wres[1];
     kvs_batch_exists(c, 1, warm, wres);

@@ -19,6 +19,7 @@ static const char *const names[] = {
     "KVBATCH_PUT_MODE",        "KVBATCH_WRITEBACK_BYTES",
     "KVBATCH_STATS_FILE",      "KVBATCH_STATS_INTERVAL_MS",
     "KVBATCH_EXIT_TIMEOUT_MS", "KVBATCH_LOG",
+    "KVBATCH_BATCH_CALLS",
 };
 #define NVARS (sizeof(names) / sizeof(names[0]))
 static const char *values[NVARS];

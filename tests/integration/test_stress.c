@@ -225,6 +225,7 @@ static void test_writeback_crash_flush_fails(void **state)
                                "KVBATCH_PUT_MODE=writeback",
                                "KVBATCH_POLICY=fixed",
                                "KVBATCH_WINDOW_US=300ms",
+                               "KVBATCH_BATCH_CALLS=pass", /* its checks are batch calls */
                                NULL};
     const char *const args[] = {"--threads",         "2",       "--seconds", "1",
                                 "--writeback-check", "--quiet", NULL};

@@ -69,6 +69,8 @@ static void test_all_variables(void **state)
                                       "500",
                                       "KVBATCH_PUT_MODE",
                                       "writeback",
+                                      "KVBATCH_BATCH_CALLS",
+                                      "pass",
                                       "KVBATCH_WRITEBACK_BYTES",
                                       "1G",
                                       "KVBATCH_STATS_FILE",
@@ -94,6 +96,7 @@ static void test_all_variables(void **state)
     assert_int_equal(c.max_inflight, 8);
     assert_int_equal(c.latency_target_ns, 500000);
     assert_int_equal(c.put_mode, KVB_PUT_WRITEBACK);
+    assert_int_equal(c.batch_calls, KVB_CALLS_PASS);
     assert_int_equal(c.writeback_bytes, 1ull << 30);
     assert_string_equal(c.stats_file, "/tmp/s-42.prom");
     assert_int_equal(c.stats_interval_ns, 250000000ull);
@@ -105,6 +108,7 @@ static void test_all_variables(void **state)
     assert_non_null(strstr(text, "KVBATCH_WINDOW_US=2000us\n"));
     assert_non_null(strstr(text, "KVBATCH_LATENCY_TARGET=500us\n"));
     assert_non_null(strstr(text, "KVBATCH_STATS_FILE=/tmp/s-42.prom\n"));
+    assert_non_null(strstr(text, "KVBATCH_BATCH_CALLS=pass\n"));
 }
 
 /* Every policy by name, any case; auto is the default. */
