@@ -1468,8 +1468,11 @@ int kvb_batch_call(struct kvb_batcher *b, int kind, unsigned group, size_t n,
     struct batch *send[KVB_SEND_BATCH];
     size_t nsend = 0;
     pthread_mutex_lock(&b->lock);
-    /* After this process's pending puts of the keys (a batch is not served from their copies). */
-    uint64_t upto = b->pending ? newest_put_of(b, n, keys) : 0;
+    /*
+     * After this process's pending puts of the keys (a batch is not served
+     * from their copies) and, for puts, its pending async gets of them.
+     */
+    uint64_t upto = b->pending ? newest_pending_of(b, n, keys, kind == KVB_OP_PUT) : 0;
     if (upto) complete_upto(b, upto, KVB_FLUSH_EXPLICIT, UINT64_MAX);
     int rc = append_call(b, ops, n, bytes, now);
     if (rc == 0) nsend = take_ready_or_nudge(b, send);

@@ -103,7 +103,8 @@ ssize_t kvb_wait(struct kvb_op *op);
  * as kvb_put_group), KVB_OP_GET (ptrs the buffers) or KVB_OP_EXISTS (ptrs
  * and lens unused). All n keys go in one batch, in call order (a forming
  * batch they would overflow, or of another group, is sealed first), after
- * this process's pending puts of them; the call waits for that batch. Each
+ * this process's pending puts of them (and, for puts, as kvb_order_after_ops,
+ * its pending async gets); the call waits for that batch. Each
  * key's result is what the backend's batch call gives it (ist for put and
  * exists, sres for get), *nok the number >= 0, and the call returns 1.
  * Returns 0, with nothing done, for a call it does not merge - n 0, n >=

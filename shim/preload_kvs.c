@@ -294,10 +294,7 @@ static bool merged_call(kvs_client *c, int kind, size_t n, const char *const key
     if (shim.cfg.batch_calls != KVB_CALLS_MERGE) return false;
     struct kvb_batcher *b = kvb_shim_batcher_for(c);
     size_t ok = 0;
-    if (!b || !keys) return false;
-    /* A put changes its keys: after the async gets of them too, as the ordered call would be. */
-    if (kind == KVB_OP_PUT) kvb_order_after_ops(b, n, keys);
-    if (!kvb_batch_call(b, kind, 0, n, keys, ptrs, lens, ist, sres, &ok)) return false;
+    if (!b || !kvb_batch_call(b, kind, 0, n, keys, ptrs, lens, ist, sres, &ok)) return false;
     *nok = (int)ok;
     return true;
 }

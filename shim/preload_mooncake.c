@@ -373,7 +373,6 @@ static bool mc_merged(mooncake_store_t store, int kind, const mooncake_replicate
         for (size_t i = 0; i < n; i++)
             if (sizes[i] == 0) return false;
         if ((g = kvb_mc_group(be, config, false)) < 0) return false;
-        order_keys(store, n, keys, true); /* a change: as the ordered call would be */
     }
     size_t nok;
     return kvb_batch_call(b, kind, (unsigned)g, n, keys, ptrs, sizes, ist, sres, &nok) == 1;
