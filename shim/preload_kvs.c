@@ -17,6 +17,8 @@
 
 #include "shim.h"
 
+static void order_after_puts(kvs_client *c, size_t n, const char *const keys[], bool changes);
+
 /* Counts a call that went straight to the real function, with its result r. */
 static void count_direct(enum kvb_opkind k, ssize_t r, size_t put_len)
 {
@@ -156,12 +158,13 @@ EXPORT int kvs_get_async(kvs_client *c, const char *key, void *buf, size_t cap, 
     if (!shim.real.kvs_get_async) return -ENOSYS;
     if (kvb_in_backend_call()) return shim.real.kvs_get_async(c, key, buf, cap, op);
     struct kvb_batcher *b = kvb_shim_batcher_for(c);
-    /* A size probe (NULL, 0) has no batch form: the real call answers it. */
+    /* A size probe (NULL, 0) has no batch form: the real call answers it, after key's puts. */
     if (b && op && buf && kvb_args_batchable(key, buf, cap)) {
         struct kvb_op *kop = NULL;
         int rc = kvb_get_async(b, key, buf, cap, &kop);
         return shim_async(rc, kop, op);
     }
+    if (b && key) order_after_puts(c, 1, &key, false);
     struct direct_op *d = direct_new(op);
     return direct_async(KVB_OP_GET, 0, op, d,
                         shim.real.kvs_get_async(c, key, buf, cap, d ? &d->op : op));

@@ -211,6 +211,16 @@ static int case_async_put_batch_put(const char *key, unsigned *final)
     return bad || !holds(key, 2);
 }
 
+/* kvs_put, then kvs_get_async(key, NULL, 0) - the size probe, which the shim passes through. */
+static int case_async_probe(const char *key, unsigned *final)
+{
+    kvs_op *op = NULL;
+    *final = 1;
+    if (put_version(key, 1) != 0) return 1;
+    if (kvs_get_async(client, key, NULL, 0, &op) != 0) return 1;
+    return kvs_wait(op) != VLEN;
+}
+
 /* Stores version of key at once: kvs_batch_put is passed through, after the key's pending puts. */
 static int store_now(const char *key, unsigned version)
 {
@@ -405,6 +415,7 @@ static const struct order_case cases[] = {
     {"remove_matching", case_remove_matching},
     {"async_put_batch_put", case_async_put_batch_put},
     {"callback_chain", case_callback_chain},
+    {"async_probe", case_async_probe},
     {"async_get_remove", case_async_get_remove},
     {"async_get_remove_matching", case_async_get_remove_matching},
     {"async_get_put", case_async_get_put},
