@@ -70,6 +70,7 @@ struct sample {
 struct snap {
     struct sample *s;
     int n, cap;
+    int hint;                /* add_sample: where the next name is looked for first */
     long pid;                /* the pid label: the process that wrote it (0: none) */
     char info[NAME_LEN];     /* kvbatch_info labels */
     char backends[NAME_LEN]; /* the backends whose samples were read, "kvs mooncake" */
@@ -112,14 +113,24 @@ static void snap_free(struct snap *sn)
     memset(sn, 0, sizeof(*sn));
 }
 
-/* Adds value to the sample called name (a new one if need be); false without memory. */
+/*
+ * Adds value to the sample called name (a new one if need be); false without
+ * memory. Files list their samples in one order, so the one after the last
+ * found is tried first (summing many files stays linear).
+ */
 static bool add_sample(struct snap *sn, const char *name, double value)
 {
+    if (sn->hint < sn->n && strcmp(sn->s[sn->hint].name, name) == 0) {
+        sn->s[sn->hint++].value += value;
+        return true;
+    }
     for (int i = 0; i < sn->n; i++)
         if (strcmp(sn->s[i].name, name) == 0) {
             sn->s[i].value += value;
+            sn->hint = i + 1;
             return true;
         }
+    sn->hint = sn->n + 1;
     if (sn->n == sn->cap) {
         int cap = sn->cap ? 2 * sn->cap : 256;
         struct sample *s = realloc(sn->s, (size_t)cap * sizeof(*s));
@@ -249,7 +260,7 @@ static int load(const char *path, const char *backend, struct snap *sn)
     ssize_t len = kvs_file_read(path, text, sizeof(text));
     if (len < 0) return (int)len;
     text[len] = '\0';
-    sn->n = 0;
+    sn->n = sn->hint = 0;
     sn->pid = 0;
     sn->info[0] = sn->backends[0] = '\0';
     bool started = false;
