@@ -6,6 +6,7 @@
  *   kvbatch-stat -w SECONDS FILE..  one line per interval, like vmstat (-n COUNT lines)
  *   kvbatch-stat --json FILE|DIR..  totals and rates since start, as JSON
  *   kvbatch-stat -p ...             also one row per process (file)
+ *   kvbatch-stat --prune DIR...     removes the files of writers that exited or died
  *
  * It reads only the Prometheus text the shim writes (KVBATCH_STATS_FILE),
  * one file per process (KVBATCH_STATS_FILE=DIR/kvb-%p.prom): a DIR stands
@@ -53,6 +54,7 @@ struct options {
     int as_json;
     int since_start;
     int per_process;
+    int prune;
     const char *backend; /* --backend: only this backend's samples; NULL: all, summed */
 };
 
@@ -1035,17 +1037,20 @@ static int parse_options(int argc, char **argv, struct options *o)
          "one JSON object (totals, rates since start, percentiles, each process)"},
         {"per-process", 'p', KVOPT_FLAG, KVOPT_TO(o->per_process), NULL,
          "also one row per file (process): pid, state, ops/s; with -w a line per process"},
+        {"prune", 0, KVOPT_FLAG, KVOPT_TO(o->prune), NULL,
+         "remove the files of writers that exited, or are gone and silent for 3 intervals"},
         {"backend", 'b', KVOPT_STRING, KVOPT_TO(o->backend), "NAME",
          "only the batcher counters of backend NAME (kvs, mooncake)", .lo = 1, .hi = 60,
          .dflt = "all, summed"},
         {0}};
     const struct kvopt_cmd cmd = {
         .name = "kvbatch-stat",
-        .usage = "usage: kvbatch-stat [-s] [-w SECONDS [-n COUNT]] [--json] [-p] [-b NAME] "
-                 "FILE|DIR...\n"
-                 "  FILE is a shim's stats file (KVBATCH_STATS_FILE), DIR stands for the stats\n"
-                 "  files *.prom in it; several are summed. Alone, the rates are since your\n"
-                 "  last look at each file, or since its shim started\n",
+        .usage =
+            "usage: kvbatch-stat [-s] [-w SECONDS [-n COUNT]] [--json] [-p] [--prune] [-b NAME] "
+            "FILE|DIR...\n"
+            "  FILE is a shim's stats file (KVBATCH_STATS_FILE), DIR stands for the stats\n"
+            "  files *.prom in it; several are summed. Alone, the rates are since your\n"
+            "  last look at each file, or since its shim started\n",
         .opts = opts,
         .args = o->paths,
         .max_args = MAX_ARGS,
@@ -1058,6 +1063,32 @@ static int parse_options(int argc, char **argv, struct options *o)
         return -EINVAL;
     }
     return 0;
+}
+
+/*
+ * --prune: removes the files whose writer exited (its last write says so),
+ * or is gone and has not written for 3 intervals (a pid alone could be
+ * another pid namespace's); says each on stdout. 0, or 1 if one could not be
+ * removed.
+ */
+static int prune(struct file **f, int n)
+{
+    double now = (double)time(NULL);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        enum state st = state_of(&f[i]->cur, now);
+        double interval = get(&f[i]->cur, "kvbatch_setting_stats_interval_seconds");
+        bool silent =
+            interval > 0 && now - get(&f[i]->cur, "kvbatch_write_time_seconds") > 3 * interval + 1;
+        if (st != EXITED && !(st == GONE && silent)) continue;
+        if (unlink(f[i]->path) < 0) {
+            fprintf(stderr, "kvbatch-stat: cannot remove %s: %s\n", f[i]->path, strerror(errno));
+            rc = 1;
+        } else {
+            printf("removed %s (pid %ld %s)\n", f[i]->path, f[i]->cur.pid, state_names[st]);
+        }
+    }
+    return rc;
 }
 
 /* One look: the JSON totals, or the summary since the last look (or since start). */
@@ -1162,6 +1193,7 @@ int main(int argc, char **argv)
                 o.npaths > 1 ? " ..." : "");
         return 1;
     }
+    if (o.prune) return prune(seen, n);
     if (o.every > 0) return watch(&o, &fs);
     look_once(&o, seen, n);
     return 0;

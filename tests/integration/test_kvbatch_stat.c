@@ -386,6 +386,22 @@ static void test_directory_of_processes(void **state)
     assert_non_null(strstr(out, "nowait%"));
     assert_non_null(strstr(out, "note: pid 1 exited"));
     free(out);
+
+    /* --prune: the exited writer's file and the dead one's go; the running one and apt.prom stay.
+     */
+    snprintf(args, sizeof(args), "--prune %s", sub);
+    assert_int_equal(stat_run(args, &out), 0);
+    snprintf(want, sizeof(want), "removed %s/kvb-1.prom (pid 1 exited)", sub);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof(want), "removed %s/kvb-%ld.prom (pid %ld gone)", sub, gone, gone);
+    assert_non_null(strstr(out, want));
+    free(out);
+    snprintf(path, sizeof(path), "%s/kvb-%ld.prom", sub, me);
+    assert_int_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof(path), "%s/apt.prom", sub);
+    assert_int_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof(path), "%s/kvb-1.prom", sub);
+    assert_int_equal(access(path, F_OK), -1);
     snprintf(args, sizeof(args), "rm -r %s", sub);
     assert_int_equal(system(args), 0);
 }
