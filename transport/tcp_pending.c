@@ -67,9 +67,10 @@ void tcp_conn_kill(struct tcp_conn *c, uint64_t gen, int status)
     c->dropping = false;
     pthread_mutex_unlock(&c->mu);
 
-    if (!closing) atomic_fetch_add(&c->n_conn_lost, 1);
+    /* Said before it is counted: whoever sees the count can also read the line. */
     kvs_log(closing ? KVS_LOG_DEBUG : KVS_LOG_WARN, "tcp %s: connection %s (%s)", c->ep.name,
             closing ? "closed" : "lost", strerror(-status));
+    if (!closing) atomic_fetch_add(&c->n_conn_lost, 1);
     struct tcp_frame *f, *tmp;
     HASH_ITER(hh, list, f, tmp)
     {
