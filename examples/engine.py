@@ -12,7 +12,8 @@ threads and requests:
         PYTHONPATH=build/python python3 examples/engine.py --servers 127.0.0.1:7070
 
 It checks every loaded slice against what was saved and prints one summary
-line, then "checksum <hex>" (the same with and without the shim) and "OK";
+line, then "checksum <hex>" (the same with and without the shim for the same
+--prefix; the default prefix holds the pid, so runs without one differ) and "OK";
 exit status 1 on any error or mismatch.
 """
 import argparse
