@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/signalfd.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -49,6 +50,26 @@ static const char footer_text[] =
     "us, ms or s; a bare number is in the option's unit.\n"
     "Prints \"listening on HOST:PORT\" (then \"local socket PATH\") once ready; SIGTERM or\n"
     "SIGINT stop it cleanly.\n";
+
+/*
+ * The pool is mapped once and touched as it fills: a --memory beyond this
+ * machine's RAM + swap would start fine and be killed by the OOM killer
+ * later, under load. Refused at start-up instead (a bad option: exit 2).
+ */
+static int check_memory(uint64_t pool)
+{
+    struct sysinfo si;
+    if (sysinfo(&si) != 0) return 0; /* cannot tell: the kernel will */
+    uint64_t unit = si.mem_unit ? si.mem_unit : 1;
+    uint64_t ram = (uint64_t)si.totalram * unit, swap = (uint64_t)si.totalswap * unit;
+    if (pool <= ram + swap) return 0;
+    fprintf(stderr,
+            "kvstored: --memory %.1f GiB is more than this machine has (RAM %.1f GiB + swap %.1f "
+            "GiB): the pool would be killed when it fills; give at most %.1f GiB\n",
+            (double)pool / (1 << 30), (double)ram / (1 << 30), (double)swap / (1 << 30),
+            (double)(ram + swap) / (1 << 30));
+    return -EINVAL;
+}
 
 /* Parses argv into opt: 0, KVOPT_HELP (help or version printed) or -EINVAL (said why). */
 static int parse_options(int argc, char **argv, struct options *opt)
@@ -119,7 +140,7 @@ static int parse_options(int argc, char **argv, struct options *opt)
                 (unsigned long long)opt->max_object, (unsigned long long)pool);
         return -EINVAL;
     }
-    return 0;
+    return check_memory(pool);
 }
 
 /*

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/sysinfo.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -673,6 +674,11 @@ static void test_bad_options_exit_2(void **state)
     assert_int_equal(run_kvstored("--listen 127.0.0.1"), 2);
     assert_int_equal(run_kvstored("--listen 127.0.0.1:99999"), 2);
     assert_int_equal(run_kvstored("--memory 4M --max-object 8M"), 2);
+    /* more than this machine's RAM + swap (16 TiB, the largest --memory): refused at start */
+    struct sysinfo si;
+    assert_int_equal(sysinfo(&si), 0);
+    if ((double)(si.totalram + si.totalswap) * si.mem_unit < 16.0 * (1ull << 40))
+        assert_int_equal(run_kvstored("--memory 16T"), 2);
     assert_int_equal(run_kvstored("--max-frame 5G"), 2);
     assert_int_equal(run_kvstored("--max-conns 0"), 2);
     assert_int_equal(run_kvstored("--stall-timeout -1"), 2);
