@@ -57,7 +57,13 @@ static int run(const char *prog, const char *const env[], const char *out, const
     for (int i = 0; args[i] && argc < 15; i++)
         argv[argc++] = args[i];
     argv[argc] = NULL;
-    return kvt_run(path, argv, env, out, err);
+    int rc = kvt_run(path, argv, env, out, err);
+    if (rc != 0) { /* what the program said is the failure's only trace: show it */
+        char *said = kvt_slurp(err);
+        fprintf(stderr, "%s exited %d; its stderr:\n%s\n", prog, rc, said ? said : "(none)");
+        free(said);
+    }
+    return rc;
 }
 
 static int setup(void **state)

@@ -345,7 +345,7 @@ static void *batch_worker_main(void *arg)
         value_of(w->id, i, v0, sizeof(v0));
         value_of(w->id, i + 1, v1, sizeof(v1));
         const char *keys[3] = {k0, k1, miss};
-        int ex[2] = {9, 9}, st[2] = {9, 9};
+        int ex[3] = {9, 9, 9}, st[2] = {9, 9};
         w->counts[0] +=
             mooncake_store_batch_is_exist(store, keys, 2, ex) == 0 && ex[0] == 0 && ex[1] == 0;
         void *vals[2] = {v0, v1};
@@ -359,8 +359,8 @@ static void *batch_worker_main(void *arg)
                         res[0] == (int64_t)sizeof(v0) && memcmp(b0, v0, sizeof(v0)) == 0 &&
                         res[1] == (int64_t)sizeof(v1) && memcmp(b1, v1, sizeof(v1)) == 0;
         w->counts[3] += res[2] < 0;
-        w->counts[4] +=
-            mooncake_store_batch_is_exist(store, keys, 3, ex) == 0 && ex[0] == 1 && ex[1] == 1;
+        w->counts[4] += mooncake_store_batch_is_exist(store, keys, 3, ex) == 0 && ex[0] == 1 &&
+                        ex[1] == 1 && ex[2] == 0;
     }
     return NULL;
 }
