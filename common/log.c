@@ -1,6 +1,6 @@
 /*
- * log.c - diagnostics on stderr: kvs_log (libkvstore's) and the line writer
- * every logger uses.
+ * log.c - diagnostics on stderr: kvs_log (libkvstore's), kvs_log_server
+ * (kvstored's, with time and pid) and the line writer every logger uses.
  *
  * KVSTORE_LOG=error|warn|info|debug picks the least severe level printed
  * (default warn). The variable is read once; a bad value is reported once and
@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
 
 static enum kvs_log_level log_threshold = KVS_LOG_WARN;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -58,6 +61,21 @@ void kvs_log(enum kvs_log_level level, const char *fmt, ...)
     if (!kvs_log_enabled(level)) return;
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "libkvstore[%s]: ", kvs_log_level_names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    kvs_log_vline(prefix, fmt, ap);
+    va_end(ap);
+}
+
+void kvs_log_server(const char *name, const char *fmt, ...)
+{
+    double now = kvs_wall_s();
+    time_t secs = (time_t)now;
+    struct tm tm;
+    char stamp[32] = "", prefix[64];
+    if (gmtime_r(&secs, &tm)) strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(prefix, sizeof(prefix), "%.16s[%d] %s.%03dZ ", name, (int)getpid(), stamp,
+             (int)((now - (double)secs) * 1000.0) % 1000);
     va_list ap;
     va_start(ap, fmt);
     kvs_log_vline(prefix, fmt, ap);

@@ -29,4 +29,11 @@ void kvs_log(enum kvs_log_level level, const char *fmt, ...) __attribute__((form
 void kvs_log_vline(const char *prefix, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 
+/*
+ * A server's log line, as kvs_log_vline writes it:
+ * "<name>[<pid>] 2026-12-02T00:33:45.123Z <text>" (UTC, milliseconds), so
+ * that lines from several servers and hosts sort and merge by time.
+ */
+void kvs_log_server(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif /* KVS_LOG_H */

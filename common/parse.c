@@ -5,6 +5,8 @@
 #include "parse.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -212,4 +214,15 @@ int kvs_parse_endpoint(const char *s, size_t len, unsigned flags, struct kvs_end
     snprintf(e.name, sizeof(e.name), "%.*s:%u", (int)(colon - s), s, port);
     *ep = e;
     return 0;
+}
+
+int kvs_format_sockaddr(const struct sockaddr *sa, unsigned salen, char *buf, size_t cap)
+{
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) ||
+        getnameinfo(sa, (socklen_t)salen, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return -EINVAL;
+    int n = snprintf(buf, cap, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+    return n > 0 && (size_t)n < cap ? 0 : -EINVAL;
 }

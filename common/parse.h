@@ -71,6 +71,14 @@ struct kvs_endpoint {
  */
 int kvs_parse_endpoint(const char *s, size_t len, unsigned flags, struct kvs_endpoint *ep);
 
+struct sockaddr;
+/*
+ * The other way: an IPv4 or IPv6 socket address as this grammar writes it,
+ * "HOST:PORT" or "[V6ADDR]:PORT", numeric, into buf. 0, or -EINVAL (another
+ * family, or buf too small).
+ */
+int kvs_format_sockaddr(const struct sockaddr *sa, unsigned salen, char *buf, size_t cap);
+
 /*
  * The address in kvstored's ready line ("listening on HOST:PORT",
  * "rdma listening on HOST:PORT"): finds marker in text and parses what

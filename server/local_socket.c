@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "local.h" /* common/: the shared rules */
+#include "log.h"
 
 /* 1 when a server answers on the socket at un (then it is not ours to replace). */
 static int answers(const struct sockaddr_un *un)
@@ -63,6 +64,6 @@ int kvsd_local_peer_ok(int fd, int verbose)
     unsigned uid = 0;
     int ok = kvs_local_peer_trusted(fd, &uid);
     if (ok != 1 && verbose)
-        fprintf(stderr, "kvstored: local peer uid %u refused (not ours, not root)\n", uid);
+        kvs_log_server("kvstored", "local peer uid %u refused (not ours, not root)", uid);
     return ok == 1;
 }

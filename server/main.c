@@ -17,6 +17,7 @@
 #include "net.h"
 #include "clock.h"
 #include "local.h"
+#include "log.h"
 #include "opts.h"
 #include "parse.h"
 #include "proto.h"
@@ -256,9 +257,9 @@ static int announce(struct kvsd_net *net, const struct kvsd_server *srv, const s
     if (upath[0]) printf("local socket %s\n", upath);
     fflush(stdout);
     if (opt->verbose)
-        fprintf(stderr, "kvstored: memory %zu bytes, max object %llu, max frame %llu\n",
-                kvsd_pool_size(kvsd_store_pool(srv->store)), (unsigned long long)opt->max_object,
-                (unsigned long long)opt->max_frame);
+        kvs_log_server("kvstored", "memory %zu bytes, max object %llu, max frame %llu",
+                       kvsd_pool_size(kvsd_store_pool(srv->store)),
+                       (unsigned long long)opt->max_object, (unsigned long long)opt->max_frame);
     return 0;
 }
 
@@ -325,7 +326,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvstored: event loop: %s\n", strerror(-rc));
         goto out_net;
     }
-    if (opt.verbose) fprintf(stderr, "kvstored: stopping\n");
+    if (opt.verbose) kvs_log_server("kvstored", "stopping");
     status = 0;
 
 out_net:

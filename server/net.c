@@ -8,6 +8,8 @@
 
 #include "clock.h"
 #include "local_socket.h"
+#include "log.h"
+#include "parse.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +45,7 @@ struct conn {
     size_t drained;
     struct kvsd_proto_conn *proto;
     struct conn *prev, *next;
+    char peer[64]; /* who is at the other end, for the log: peer_name */
 };
 
 struct kvsd_net {
@@ -163,20 +166,38 @@ int kvsd_net_local_addr(const struct kvsd_net *n, char *buf, size_t len)
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     if (getsockname(n->lfd, (struct sockaddr *)&ss, &sl) < 0) return -errno;
-    char host[NI_MAXHOST], port[NI_MAXSERV];
-    int gai = getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
-                          NI_NUMERICHOST | NI_NUMERICSERV);
-    if (gai != 0) return -EINVAL;
-    if (ss.ss_family == AF_INET6)
-        snprintf(buf, len, "[%s]:%s", host, port);
-    else
-        snprintf(buf, len, "%s:%s", host, port);
-    return 0;
+    return kvs_format_sockaddr((struct sockaddr *)&ss, sl, buf, len);
+}
+
+/* kvstored's log line, with --verbose: time, pid and text (common/log.c). */
+#define NET_LOG(n, ...)                                                                            \
+    do {                                                                                           \
+        if ((n)->verbose) kvs_log_server("kvstored", __VA_ARGS__);                                 \
+    } while (0)
+
+/*
+ * Who is at the other end of fd: "127.0.0.1:54321", "[::1]:54321", or for
+ * the local socket "local pid 123 uid 1000" (SO_PEERCRED).
+ */
+static void peer_name(int fd, int local, char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown peer");
+    if (local) {
+        struct ucred cr;
+        socklen_t cl = sizeof(cr);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+            snprintf(buf, len, "local pid %d uid %u", (int)cr.pid, (unsigned)cr.uid);
+        return;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+        kvs_format_sockaddr((struct sockaddr *)&ss, sl, buf, len);
 }
 
 static void conn_close(struct kvsd_net *n, struct conn *c)
 {
-    if (n->verbose) fprintf(stderr, "kvstored: connection %d closed\n", c->fd);
+    NET_LOG(n, "connection %d from %s closed", c->fd, c->peer);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -226,6 +247,7 @@ static void conn_add(struct kvsd_net *n, int fd, int local)
         goto refuse;
     c->fd = fd;
     c->local = local;
+    if (n->verbose) peer_name(fd, local, c->peer, sizeof(c->peer));
     if (local) kvsd_proto_allow_shm(c->proto);
     c->events = EPOLLIN;
     c->last_progress_ms = kvs_now_ms();
@@ -237,8 +259,7 @@ static void conn_add(struct kvsd_net *n, int fd, int local)
     n->srv->counters.conns_current++;
     n->srv->counters.conns_total++;
     if (local) n->srv->counters.conns_local++;
-    if (n->verbose)
-        fprintf(stderr, "kvstored: %sconnection %d accepted\n", local ? "local " : "", fd);
+    NET_LOG(n, "connection %d from %s accepted", fd, c->peer);
     return;
 refuse:
     if (c) kvsd_proto_conn_free(c->proto);
@@ -254,8 +275,7 @@ static void accept_all(struct kvsd_net *n, int lfd)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if ((errno == EMFILE || errno == ENFILE) && refuse_without_fds(n, lfd)) continue;
-            if (errno != EAGAIN && n->verbose)
-                fprintf(stderr, "kvstored: accept: %s\n", strerror(errno));
+            if (errno != EAGAIN) NET_LOG(n, "accept: %s", strerror(errno));
             return;
         }
         conn_add(n, fd, lfd == n->ufd);
@@ -370,8 +390,8 @@ static void conn_event(struct kvsd_net *n, struct conn *c, uint32_t events)
 
     int closing = kvsd_proto_closing(c->proto);
     size_t pending = kvsd_proto_out_pending(c->proto);
-    if (closing && n->verbose && !c->draining)
-        fprintf(stderr, "kvstored: connection %d: malformed input, closing\n", c->fd);
+    if (closing && !c->draining)
+        NET_LOG(n, "connection %d from %s: malformed input, closing", c->fd, c->peer);
     if ((c->eof || closing) && pending == 0) {
         if (c->eof) goto close;
         /* Closing with unread input would reset the connection and could lose the ERROR reply. */
@@ -399,8 +419,7 @@ static int put_expired(struct kvsd_net *n, struct conn *c, uint64_t now)
 {
     if (!n->put_timeout_ms || kvsd_proto_put_age_ms(c->proto, now) < n->put_timeout_ms) return 0;
     kvsd_proto_expire_put(c->proto);
-    if (n->verbose)
-        fprintf(stderr, "kvstored: connection %d: PUT value too slow, closing\n", c->fd);
+    NET_LOG(n, "connection %d from %s: PUT value too slow, closing", c->fd, c->peer);
     return 1;
 }
 
@@ -410,7 +429,7 @@ static int stalled(struct kvsd_net *n, struct conn *c, uint64_t now)
     if (!n->stall_timeout_ms || now - c->last_progress_ms < n->stall_timeout_ms) return 0;
     if (!kvsd_proto_mid_frame(c->proto) && kvsd_proto_out_pending(c->proto) == 0) return 0;
     n->srv->counters.conns_stalled++;
-    if (n->verbose) fprintf(stderr, "kvstored: connection %d stalled, closing\n", c->fd);
+    NET_LOG(n, "connection %d from %s stalled, closing", c->fd, c->peer);
     return 1;
 }
 

@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "log.h"
+#include "parse.h"
 
 static int set_nonblock(int fd)
 {
@@ -46,8 +48,12 @@ static void cm_events(struct kvsd_rdma *r)
         if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
             int rc = kvsd_rdma_conn_accept(r, id, &req);
             if (rc < 0) {
-                if (r->cfg.verbose)
-                    fprintf(stderr, "kvstored: rdma: refusing a connection: %s\n", strerror(-rc));
+                if (r->cfg.verbose) {
+                    char peer[64] = "unknown peer";
+                    kvsd_rdma_peer_name(id, peer, sizeof(peer));
+                    kvs_log_server("kvstored", "rdma: refusing a connection from %s: %s", peer,
+                                   strerror(-rc));
+                }
                 rdma_reject(id, NULL, 0);
                 rdma_destroy_id(id);
             }
@@ -291,12 +297,10 @@ int kvsd_rdma_create(struct kvsd_server *srv, const struct kvsd_rdma_config *cfg
 int kvsd_rdma_local_addr(const struct kvsd_rdma *r, char *buf, size_t len)
 {
     struct sockaddr *sa = rdma_get_local_addr(r->lid);
-    char host[64];
-    if (!sa || sa->sa_family != AF_INET ||
-        !inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, host, sizeof(host)))
-        return -EINVAL;
-    snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(rdma_get_src_port(r->lid)));
-    return 0;
+    return kvs_format_sockaddr(sa,
+                               sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                               : sizeof(struct sockaddr_in),
+                               buf, len);
 }
 
 int kvsd_rdma_fd(const struct kvsd_rdma *r)

@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "clock.h"
+#include "log.h"
+#include "parse.h"
 
 static int post_recv_on(struct kvsd_rdma_conn *c, struct ibv_qp *qp, uint32_t idx)
 {
@@ -41,7 +43,11 @@ static void conn_cut(struct kvsd_rdma_conn *c, const char *why, uint64_t expired
 {
     if (c->dead) return;
     c->dead = 1;
-    if (c->r->cfg.verbose) fprintf(stderr, "kvstored: rdma: closing a connection: %s\n", why);
+    if (c->r->cfg.verbose) {
+        char peer[64] = "unknown peer";
+        kvsd_rdma_peer_name(c->id, peer, sizeof(peer));
+        kvs_log_server("kvstored", "rdma: closing the connection from %s: %s", peer, why);
+    }
     struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
     if (c->id->qp) ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE);
     kvsd_rdma_leases_drop_all(c, expired_before_ns);
@@ -308,4 +314,14 @@ void kvsd_rdma_send_reply(struct kvsd_rdma_conn *c, size_t len)
         return;
     }
     c->r->ctr.messages_out++;
+}
+
+void kvsd_rdma_peer_name(struct rdma_cm_id *id, char *buf, size_t len)
+{
+    struct sockaddr *sa = id ? rdma_get_peer_addr(id) : NULL;
+    if (sa)
+        kvs_format_sockaddr(sa,
+                            sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                      : sizeof(struct sockaddr_in),
+                            buf, len);
 }

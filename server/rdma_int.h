@@ -127,6 +127,9 @@ int kvsd_rdma_leases_expired(const struct kvsd_rdma_conn *c, uint64_t now_ns);
 
 /* ---- rdma_conn.c ---- */
 
+/* The peer of id as "HOST:PORT" (the log's name for it); buf is left as it is if unknown. */
+void kvsd_rdma_peer_name(struct rdma_cm_id *id, char *buf, size_t len);
+
 /* Accepts a connect request (see rdma_conn.c). 0, or a negative code: the caller rejects it. */
 int kvsd_rdma_conn_accept(struct kvsd_rdma *r, struct rdma_cm_id *cid,
                           const struct rdma_conn_param *req);

@@ -6,6 +6,7 @@
  * clean exit on SIGTERM.
  */
 #include <errno.h>
+#include <regex.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <setjmp.h>
@@ -710,6 +711,58 @@ static void test_options_accepted(void **state)
     assert_true(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* The start of a kvstored log line: its pid (a %d to fill), the UTC time to the millisecond. */
+#define LOG_STAMP                                                                                  \
+    "^kvstored\\[%d\\] [0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z "
+
+/* True if some line of text matches the extended regular expression re. */
+static int has_line(const char *text, const char *re)
+{
+    regex_t rx;
+    assert_int_equal(regcomp(&rx, re, REG_EXTENDED | REG_NEWLINE | REG_NOSUB), 0);
+    int found = regexec(&rx, text, 0, NULL, 0) == 0;
+    regfree(&rx);
+    return found;
+}
+
+/*
+ * --verbose: each connection event is one line with kvstored's pid, the UTC
+ * time to the millisecond and the peer's address, as servers' logs are
+ * read beside others'.
+ */
+static void test_verbose_lines_name_time_and_peer(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kvb-vlog-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    struct kvt_capture cap;
+    assert_int_equal(kvt_capture_begin(&cap, dir), 0); /* kvstored inherits this stderr */
+    struct kvt_server s;
+    int started = kvt_server_start(&s, 0, "--memory 4M --verbose --unix none");
+    int fd = started == 0 ? kvt_raw_connect(s.port, 10) : -1;
+    struct sockaddr_in me;
+    socklen_t len = sizeof(me);
+    int named = fd >= 0 ? getsockname(fd, (struct sockaddr *)&me, &len) : -1;
+    if (fd >= 0) close(fd);
+    int pid = (int)s.pid; /* kvt_server_stop clears it */
+    if (started == 0) kvt_server_stop(&s);
+    char *said = kvt_capture_end(&cap);
+    rmdir(dir);
+    assert_int_equal(started, 0);
+    assert_true(fd >= 0 && named == 0);
+    assert_non_null(said);
+    char re[256];
+    snprintf(re, sizeof(re), LOG_STAMP "connection [0-9]+ from 127\\.0\\.0\\.1:%u accepted$",
+             pid, (unsigned)ntohs(me.sin_port));
+    if (!has_line(said, re)) fail_msg("no line /%s/ in:\n%s", re, said);
+    snprintf(re, sizeof(re), LOG_STAMP "connection [0-9]+ from 127\\.0\\.0\\.1:%u closed$",
+             pid, (unsigned)ntohs(me.sin_port));
+    if (!has_line(said, re)) fail_msg("no line /%s/ in:\n%s", re, said);
+    snprintf(re, sizeof(re), LOG_STAMP "stopping$", pid);
+    if (!has_line(said, re)) fail_msg("no line /%s/ in:\n%s", re, said);
+    free(said);
+}
+
 /*
  * The per-key rules over TCP: every case of key_rules.h, sent alone, gets
  * its status and moves exactly its counters (the same table serves RDMA).
@@ -778,6 +831,7 @@ int main(void)
         cmocka_unit_test(test_stalled_peer_cut),
         cmocka_unit_test(test_bad_options_exit_2),
         cmocka_unit_test(test_options_accepted),
+        cmocka_unit_test(test_verbose_lines_name_time_and_peer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
