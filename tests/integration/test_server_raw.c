@@ -740,7 +740,7 @@ static void test_verbose_lines_name_time_and_peer(void **state)
     struct kvt_server s;
     int started = kvt_server_start(&s, 0, "--memory 4M --verbose --unix none");
     int fd = started == 0 ? kvt_raw_connect(s.port, 10) : -1;
-    struct sockaddr_in me;
+    struct sockaddr_in me = {0};
     socklen_t len = sizeof(me);
     int named = fd >= 0 ? getsockname(fd, (struct sockaddr *)&me, &len) : -1;
     if (fd >= 0) close(fd);
