@@ -274,63 +274,49 @@ static void frame_close(struct tcp_frame *f, uint8_t *hdr, uint8_t opcode, uint3
     kvs_wire_hdr_encode(hdr, &h);
 }
 
-int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
-                    const struct kvs_limits *lim, struct tcp_job **out)
+/* What a request needs as SHM frames: how many, their header and entry bytes, its run's size. */
+struct shm_plan {
+    uint32_t nframes;
+    size_t scratch;
+    uint64_t room;
+};
+
+static void shm_measure(const struct kvs_req *req, const struct kvs_limits *lim,
+                        struct shm_plan *pl)
 {
-    *out = NULL;
-    if (!r || (req->opcode != KVS_OP_PUT && req->opcode != KVS_OP_GET) || req->n == 0) return 0;
-    /* Sizes: frames, scratch (headers and entries), the room the values need. */
-    uint32_t nframes = 0, count = 0;
-    uint64_t body = 0, room = 0;
-    size_t scratch = 0;
+    uint32_t count = 0;
+    uint64_t body = 0;
+    *pl = (struct shm_plan){0};
     for (uint32_t i = 0; i < req->n; i++) {
         const struct kvs_key_io *k = &req->keys[i];
         uint64_t rq = KVS_WIRE_ENTRY_LEN + k->klen + KVS_WIRE_SHM_OFF_LEN;
-        if (nframes == 0 || shm_frame_full(body, count, rq, lim)) {
-            nframes++;
-            scratch += KVS_WIRE_HDR_LEN;
+        if (pl->nframes == 0 || shm_frame_full(body, count, rq, lim)) {
+            pl->nframes++;
+            pl->scratch += KVS_WIRE_HDR_LEN;
             body = 0;
             count = 0;
         }
         body += rq;
         count++;
-        scratch += rq;
-        room += align_up(key_room(req, k, lim));
+        pl->scratch += rq;
+        pl->room += align_up(key_room(req, k, lim));
     }
-    if (room > r->size / 2) { /* a request this large would starve the others */
-        atomic_fetch_add_explicit(&c->n_shm_fallbacks, 1, memory_order_relaxed);
-        return 0;
-    }
+}
 
-    size_t size = sizeof(struct tcp_job) + nframes * sizeof(struct tcp_frame) +
-                  sizeof(struct iovec) + req->n * sizeof(uint64_t) + scratch;
-    struct tcp_job *job = calloc(1, size);
-    if (!job) return -ENOMEM;
-    uint64_t first_id = atomic_fetch_add_explicit(&c->next_id, nframes, memory_order_relaxed) + 1;
-    uint64_t base;
-    if (shm_take(r, room, first_id, nframes, &base) < 0) {
-        free(job);
-        atomic_fetch_add_explicit(&c->n_shm_fallbacks, 1, memory_order_relaxed);
-        return 0;
-    }
-    job->req = req;
-    job->nframes = nframes;
-    job->frames = (struct tcp_frame *)(job + 1);
-    job->iov = (struct iovec *)(job->frames + nframes);
-    job->shm_off = (uint64_t *)(job->iov + 1);
-    job->scratch = (uint8_t *)(job->shm_off + req->n);
-    job->shm = tcp_shm_ref(r);
-    atomic_init(&job->refs, nframes + 1);
-    atomic_init(&job->first_error, 0);
-    uint64_t deadline = kvs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+/*
+ * Writes the job's frames (header, then an entry per key naming its offset
+ * in the run at base) into its scratch, and each PUT value into the region,
+ * in key order; the same cuts as shm_measure.
+ */
+static void shm_fill(struct tcp_job *job, struct tcp_shm *r, const struct kvs_limits *lim,
+                     uint64_t first_id, uint64_t deadline, uint64_t base)
+{
+    struct kvs_req *req = job->req;
     uint8_t opcode = req->opcode == KVS_OP_PUT ? KVS_OP_SHM_PUT : KVS_OP_SHM_GET;
-
-    /* Frames, entries, and PUT values into the region, in key order. */
     uint8_t *p = job->scratch, *hdr = NULL;
     struct tcp_frame *f = NULL;
-    uint64_t at = base;
-    body = 0;
-    count = 0;
+    uint64_t at = base, body = 0;
+    uint32_t count = 0;
     for (uint32_t i = 0; i < req->n; i++) {
         struct kvs_key_io *k = &req->keys[i];
         uint64_t rq = KVS_WIRE_ENTRY_LEN + k->klen + KVS_WIRE_SHM_OFF_LEN;
@@ -361,6 +347,42 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
     frame_close(f, hdr, opcode, count, body, req->n);
     job->iov[0] = (struct iovec){job->scratch, (size_t)(p - job->scratch)};
     job->niov = 1;
+}
+
+int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
+                    const struct kvs_limits *lim, struct tcp_job **out)
+{
+    *out = NULL;
+    if (!r || (req->opcode != KVS_OP_PUT && req->opcode != KVS_OP_GET) || req->n == 0) return 0;
+    struct shm_plan pl;
+    shm_measure(req, lim, &pl);
+    if (pl.room > r->size / 2) { /* a request this large would starve the others */
+        atomic_fetch_add_explicit(&c->n_shm_fallbacks, 1, memory_order_relaxed);
+        return 0;
+    }
+
+    size_t size = sizeof(struct tcp_job) + pl.nframes * sizeof(struct tcp_frame) +
+                  sizeof(struct iovec) + req->n * sizeof(uint64_t) + pl.scratch;
+    struct tcp_job *job = calloc(1, size);
+    if (!job) return -ENOMEM;
+    uint64_t first_id =
+        atomic_fetch_add_explicit(&c->next_id, pl.nframes, memory_order_relaxed) + 1;
+    uint64_t base;
+    if (shm_take(r, pl.room, first_id, pl.nframes, &base) < 0) {
+        free(job);
+        atomic_fetch_add_explicit(&c->n_shm_fallbacks, 1, memory_order_relaxed);
+        return 0;
+    }
+    job->req = req;
+    job->nframes = pl.nframes;
+    job->frames = (struct tcp_frame *)(job + 1);
+    job->iov = (struct iovec *)(job->frames + pl.nframes);
+    job->shm_off = (uint64_t *)(job->iov + 1);
+    job->scratch = (uint8_t *)(job->shm_off + req->n);
+    job->shm = tcp_shm_ref(r);
+    atomic_init(&job->refs, pl.nframes + 1);
+    atomic_init(&job->first_error, 0);
+    shm_fill(job, r, lim, first_id, kvs_now_ms() + (uint64_t)c->cfg.timeout_ms, base);
     *out = job;
     return 0;
 }

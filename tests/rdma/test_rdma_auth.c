@@ -199,20 +199,38 @@ static void capture_expect(struct kvt_capture *cap, const char *want)
     free(text);
 }
 
-/* Every key of every call fails with -EACCES ("access denied"); nothing is stored. */
-static void expect_refused(kvs_client *c, const char *key)
+/*
+ * Every key of every call fails with -EACCES ("access denied"); nothing is
+ * stored. Runs while stderr is captured, so it says what went wrong (NULL:
+ * nothing) instead of failing there, where cmocka's message would be lost.
+ */
+static const char *refused_everywhere(kvs_client *c, const char *key, char *why, size_t len)
 {
     char buf[16];
-    assert_int_equal(kvs_put(c, key, "value", 5), -EACCES);
-    assert_int_equal(kvs_get(c, key, buf, sizeof(buf)), -EACCES);
+    int rc = kvs_put(c, key, "value", 5);
+    if (rc != -EACCES) return snprintf(why, len, "kvs_put: %d", rc), why;
+    ssize_t n = kvs_get(c, key, buf, sizeof(buf));
+    if (n != -EACCES) return snprintf(why, len, "kvs_get: %zd", n), why;
     const char *keys[2] = {key, "other"};
     const void *vals[2] = {"a", "b"};
     size_t lens[2] = {1, 1};
     int st[2];
-    assert_int_equal(kvs_batch_put(c, 2, keys, vals, lens, st), 0);
-    assert_int_equal(st[0], -EACCES);
-    assert_int_equal(st[1], -EACCES);
-    assert_string_equal(kvs_strerror(st[0]), "access denied");
+    rc = kvs_batch_put(c, 2, keys, vals, lens, st);
+    if (rc != 0 || st[0] != -EACCES || st[1] != -EACCES)
+        return snprintf(why, len, "kvs_batch_put: %d, statuses %d %d", rc, st[0], st[1]), why;
+    if (strcmp(kvs_strerror(st[0]), "access denied") != 0)
+        return snprintf(why, len, "kvs_strerror: %s", kvs_strerror(st[0])), why;
+    return NULL;
+}
+
+/* Restores stderr; asserts that nothing went wrong and that what was written contains want. */
+static void capture_expect_refused(struct kvt_capture *cap, const char *wrong, const char *want)
+{
+    char *text = kvt_capture_end(cap);
+    assert_non_null(text);
+    if (wrong) fail_msg("not refused as expected: %s; stderr meanwhile:\n%s", wrong, text);
+    if (!strstr(text, want)) fail_msg("stderr does not say '%s':\n%s", want, text);
+    free(text);
 }
 
 static void test_wrong_secret_refused(void **state)
@@ -222,10 +240,10 @@ static void test_wrong_secret_refused(void **state)
     struct kvt_capture cap;
     capture_begin(&cap);
     kvs_client *c = open_with(rdma_url, wrong_file);
-    assert_non_null(c);
-    expect_refused(c, "wrong-secret");
+    char why[128];
+    const char *wrong = c ? refused_everywhere(c, "wrong-secret", why, sizeof(why)) : "no client";
     kvs_close(c);
-    capture_expect(&cap, "refused authentication: KVSTORE_AUTH_FILE does not hold");
+    capture_expect_refused(&cap, wrong, "refused authentication: KVSTORE_AUTH_FILE does not hold");
     assert_true(server_stat("auth_failures") > fail_before);
     kvs_client *good = open_with(rdma_url, good_file);
     char buf[16];
@@ -239,10 +257,10 @@ static void test_no_secret_refused(void **state)
     struct kvt_capture cap;
     capture_begin(&cap);
     kvs_client *c = open_with(rdma_url, NULL);
-    assert_non_null(c);
-    expect_refused(c, "no-secret");
+    char why[128];
+    const char *wrong = c ? refused_everywhere(c, "no-secret", why, sizeof(why)) : "no client";
     kvs_close(c);
-    capture_expect(&cap, "requires authentication; set KVSTORE_AUTH_FILE");
+    capture_expect_refused(&cap, wrong, "requires authentication; set KVSTORE_AUTH_FILE");
 }
 
 /* A client holding a secret refuses a server that does not authenticate (as on TCP). */
