@@ -900,6 +900,23 @@ static void arm_opener_timer(struct kvb_batcher *b, struct batch *bt, struct kvb
 }
 
 /*
+ * After ops joined bt, the forming batch of kind k: sealed when a size
+ * limit is reached or its window is due; a batch just created (by opener)
+ * that is still forming gets its opener's timer.
+ */
+static void after_add(struct kvb_batcher *b, int k, struct batch *bt, bool created,
+                      struct kvb_op *opener)
+{
+    if (bt->n >= b->p.max_ops)
+        seal(b, k, KVB_FLUSH_MAX_OPS);
+    else if (bt->bytes >= b->p.max_bytes)
+        seal(b, k, KVB_FLUSH_MAX_BYTES);
+    else
+        seal_if_due(b);
+    if (created && b->open[k] == bt && slot_free(b)) arm_opener_timer(b, bt, opener);
+}
+
+/*
  * Appends op to the forming batch of its kind, sealing it at max_ops or
  * max_bytes; an op over max_bytes goes alone, behind the batches already
  * sealed. A put of another group than the forming batch's seals that batch
@@ -923,13 +940,7 @@ static int append(struct kvb_batcher *b, struct kvb_op *op, uint64_t now, uint64
     struct batch *bt = b->open[k];
     batch_add(b, bt, op, sz);
     *seq = bt->seq;
-    if (bt->n >= b->p.max_ops)
-        seal(b, k, KVB_FLUSH_MAX_OPS);
-    else if (bt->bytes >= b->p.max_bytes)
-        seal(b, k, KVB_FLUSH_MAX_BYTES);
-    else
-        seal_if_due(b);
-    if (created && b->open[k] == bt && slot_free(b)) arm_opener_timer(b, bt, op);
+    after_add(b, k, bt, created, op);
     return 0;
 }
 
@@ -1416,13 +1427,7 @@ static int append_call(struct kvb_batcher *b, struct kvb_op *ops, size_t n, uint
     bt = b->open[k];
     for (size_t i = 0; i < n; i++)
         batch_add(b, bt, &ops[i], op_bytes(&ops[i]));
-    if (bt->n >= b->p.max_ops)
-        seal(b, k, KVB_FLUSH_MAX_OPS);
-    else if (bt->bytes >= b->p.max_bytes)
-        seal(b, k, KVB_FLUSH_MAX_BYTES);
-    else
-        seal_if_due(b);
-    if (created && b->open[k] == bt && slot_free(b)) arm_opener_timer(b, bt, &ops[0]);
+    after_add(b, k, bt, created, &ops[0]);
     return 0;
 }
 
