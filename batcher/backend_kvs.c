@@ -12,6 +12,26 @@ struct kvs_backend {
     kvs_client *client;
 };
 
+/*
+ * A batch call: a backend call (backend.h) in which libkvstore may run the
+ * batch's done callback inline, on this thread, when the batch completes
+ * inside the call (every RDMA batch does): done_cb never nests a send in
+ * there (batcher.c, submit_depth) and the batcher holds no lock while it
+ * submits, so the hand-off to libkvstore's completion thread would only add
+ * a wake-up to each batch.
+ */
+static void batch_call_begin(const struct kvs_backend *k)
+{
+    kvb_backend_call_begin();
+    if (k->calls->inline_callbacks) k->calls->inline_callbacks(1);
+}
+
+static void batch_call_end(const struct kvs_backend *k)
+{
+    if (k->calls->inline_callbacks) k->calls->inline_callbacks(0);
+    kvb_backend_call_end();
+}
+
 static int kvs_be_put(void *ctx, unsigned group, size_t n, const char *const keys[],
                       const void *const vals[], const size_t lens[], int status[], kvs_done_fn done,
                       void *arg)
@@ -19,9 +39,9 @@ static int kvs_be_put(void *ctx, unsigned group, size_t n, const char *const key
     struct kvs_backend *k = ctx;
     (void)group; /* libkvstore's puts have one kind */
     kvs_op *op = NULL;
-    kvb_backend_call_begin();
+    batch_call_begin(k);
     int rc = k->calls->batch_put_async(k->client, n, keys, vals, lens, status, done, arg, &op);
-    kvb_backend_call_end();
+    batch_call_end(k);
     return rc;
 }
 
@@ -30,9 +50,9 @@ static int kvs_be_get(void *ctx, size_t n, const char *const keys[], void *const
 {
     struct kvs_backend *k = ctx;
     kvs_op *op = NULL;
-    kvb_backend_call_begin();
+    batch_call_begin(k);
     int rc = k->calls->batch_get_async(k->client, n, keys, bufs, caps, results, done, arg, &op);
-    kvb_backend_call_end();
+    batch_call_end(k);
     return rc;
 }
 
@@ -41,9 +61,9 @@ static int kvs_be_exists(void *ctx, size_t n, const char *const keys[], int resu
 {
     struct kvs_backend *k = ctx;
     kvs_op *op = NULL;
-    kvb_backend_call_begin();
+    batch_call_begin(k);
     int rc = k->calls->batch_exists_async(k->client, n, keys, results, done, arg, &op);
-    kvb_backend_call_end();
+    batch_call_end(k);
     return rc;
 }
 

@@ -21,6 +21,8 @@ struct kvb_kvs_calls {
     int (*put)(kvs_client *, const char *, const void *, size_t);
     ssize_t (*get)(kvs_client *, const char *, void *, size_t);
     int (*exists)(kvs_client *, const char *);
+    /* kvs_inline_callbacks, or NULL (a libkvstore without it): set around the batch calls. */
+    int (*inline_callbacks)(int);
 };
 
 /*

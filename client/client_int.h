@@ -116,8 +116,16 @@ void kvc_op_init(struct kvs_op *op, kvs_client *c, uint8_t opcode, size_t n, boo
 /* A heap op with room for n keys and one req per server; NULL when out of memory. */
 struct kvs_op *kvc_op_alloc(kvs_client *c, uint8_t opcode, size_t n);
 void kvc_op_free(struct kvs_op *op);
-/* Drops one part of op; the last one completes it (from_submitter: in the submitting call). */
-void kvc_op_put(struct kvs_op *op, bool from_submitter);
+/*
+ * Drops one part of op; the last one completes it: its done callback runs at
+ * once, or on the completion thread if this thread is inside a program's
+ * call (between kvc_call_enter and _leave) that did not allow inline
+ * callbacks (kvs_inline_callbacks).
+ */
+void kvc_op_put(struct kvs_op *op);
+/* Brackets a program's call in which transports may complete ops (a launch). */
+void kvc_call_enter(void);
+void kvc_call_leave(void);
 /* Writes key index's result to the caller's array and counts it. */
 void kvc_op_set_result(struct kvs_op *op, uint32_t index, ssize_t result);
 /* The transport's completion of one keyed per-server part (req->arg is the op). */

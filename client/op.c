@@ -130,10 +130,38 @@ static void op_defer(struct kvs_op *op)
     pthread_mutex_unlock(&c->defer_mu);
 }
 
-void kvc_op_put(struct kvs_op *op, bool from_submitter)
+/*
+ * The program's calls this thread is inside where a transport may complete
+ * an op (a launch: RDMA completes its requests there, TCP when the reply
+ * beats the submitter). A done callback run there would run inside the
+ * program's call, where the program may hold a lock the callback takes; so
+ * it goes to the completion thread, unless this thread said with
+ * kvs_inline_callbacks that its callbacks may run in its calls.
+ */
+static __thread unsigned in_program_call;
+static __thread bool callbacks_inline;
+
+int kvs_inline_callbacks(int on)
+{
+    int was = callbacks_inline;
+    callbacks_inline = on != 0;
+    return was;
+}
+
+void kvc_call_enter(void)
+{
+    in_program_call++;
+}
+
+void kvc_call_leave(void)
+{
+    in_program_call--;
+}
+
+void kvc_op_put(struct kvs_op *op)
 {
     if (atomic_fetch_sub_explicit(&op->parts, 1, memory_order_acq_rel) != 1) return;
-    if (from_submitter && op->done)
+    if (op->done && in_program_call && !callbacks_inline)
         op_defer(op);
     else
         op_complete(op);
@@ -178,7 +206,7 @@ void kvc_req_done(struct kvs_req *req)
     struct kvs_op *op = req->arg;
     for (uint32_t i = 0; i < req->n; i++)
         kvc_op_set_result(op, req->keys[i].index, key_result(op, &req->keys[i]));
-    kvc_op_put(op, false);
+    kvc_op_put(op);
 }
 
 /* ---- waiting ---- */

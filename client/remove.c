@@ -12,7 +12,7 @@ static void remove_done(struct kvs_req *req)
 {
     struct kvs_op *op = req->arg;
     kvc_note_error(op->c, req->keys[0].status < 0 ? req->keys[0].status : req->status);
-    kvc_op_put(op, false);
+    kvc_op_put(op);
 }
 
 ssize_t kvs_remove_matching(kvs_client *c, const char *pattern)

@@ -46,7 +46,7 @@ static void stats_done(struct kvs_req *req)
 {
     struct kvs_op *op = req->arg;
     kvc_note_error(op->c, req->status);
-    kvc_op_put(op, false);
+    kvc_op_put(op);
 }
 
 /* Sends one STATS request per server, texts[s * STATS_TEXT_MAX] for server s, and waits for all. */

@@ -257,15 +257,18 @@ int kvc_op_launch(struct kvs_op *op, const struct op_args *a)
 {
     op->epoch = kvc_outstanding_inc(op->c);
     int rc = 0;
+    kvc_call_enter();
     if (a->n == 1 && !op->keys) /* stack or single-key op */
         launch_single(op, a);
     else if (a->n > 0)
         rc = launch_batch(op, a);
     if (rc < 0) {
+        kvc_call_leave();
         kvc_outstanding_dec(op->c, op->epoch);
         return rc;
     }
-    kvc_op_put(op, true);
+    kvc_op_put(op);
+    kvc_call_leave();
     return 0;
 }
 
@@ -275,8 +278,10 @@ void kvc_op_run_per_server(struct kvs_op *op)
     op->epoch = kvc_outstanding_inc(c);
     /* Count every part before submitting any: a part may complete at once. */
     atomic_fetch_add(&op->parts, c->nservers);
+    kvc_call_enter();
     for (size_t s = 0; s < c->nservers; s++)
         c->servers[s].ops->submit(c->servers[s].conn, &op->reqs[s]);
-    kvc_op_put(op, true);
+    kvc_op_put(op);
+    kvc_call_leave();
     kvc_op_wait(op);
 }

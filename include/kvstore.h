@@ -83,7 +83,8 @@ int kvs_batch_exists(kvs_client *c, size_t n, const char *const keys[], int resu
  * Asynchronous batches: what a batcher drives. Every array (and every key,
  * value and buffer they point to) must stay valid until the batch completes.
  * Completion fills the per-key array, then:
- *   - done != NULL: done(arg, nok) runs once, on a library thread, with the
+ *   - done != NULL: done(arg, nok) runs once, on a library thread (see
+ *     kvs_inline_callbacks for the exception), with the
  *     number of keys that succeeded; the library frees the op itself and
  *     *op (if op is not NULL) must not be waited on. done must not block and
  *     must not call synchronous kvs_* functions.
@@ -94,6 +95,17 @@ int kvs_batch_exists(kvs_client *c, size_t n, const char *const keys[], int resu
  * as a call failure. Several batches may be in flight on one client.
  */
 typedef void (*kvs_done_fn)(void *arg, ssize_t nok);
+
+/*
+ * For the calling thread: on (non-zero) lets the done callback of a batch
+ * that completes inside one of this thread's kvs_* calls (its reply came
+ * before the submitting call returned: every time on RDMA) run there, on this
+ * thread, instead of on the library's completion thread, saving a thread
+ * hand-off per batch. Only for a caller that holds no lock its callbacks take
+ * and whose callbacks may run nested in its own calls (a batcher: the kvbatch
+ * shim turns it on around the calls it makes). Returns the previous setting.
+ */
+int kvs_inline_callbacks(int on);
 
 int kvs_batch_put_async(kvs_client *c, size_t n, const char *const keys[], const void *const vals[],
                         const size_t lens[], int status[], kvs_done_fn done, void *arg,

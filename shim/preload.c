@@ -131,6 +131,7 @@ static bool load_real_calls(struct kvb_real_calls *r)
     *(void **)&r->kvs_batch_getv = dlsym(RTLD_NEXT, "kvs_batch_getv");
     *(void **)&r->kvs_batch_putv_async = dlsym(RTLD_NEXT, "kvs_batch_putv_async");
     *(void **)&r->kvs_batch_getv_async = dlsym(RTLD_NEXT, "kvs_batch_getv_async");
+    *(void **)&r->kvs_inline_callbacks = dlsym(RTLD_NEXT, "kvs_inline_callbacks");
     return ok;
 }
 
@@ -170,7 +171,8 @@ void kvb_shim_init(void)
                                             r->kvs_batch_exists_async,
                                             r->kvs_put,
                                             r->kvs_get,
-                                            r->kvs_exists};
+                                            r->kvs_exists,
+                                            r->kvs_inline_callbacks};
     kvb_stats_init(&shim.stats);
     shim.start_time = kvs_wall_s();
     load_config(have_lib);

@@ -71,6 +71,7 @@ struct kvb_real_calls {
     int (*kvs_batch_getv_async)(kvs_client *, size_t, const char *const[],
                                 const struct iovec *const[], const size_t[], ssize_t[], kvs_done_fn,
                                 void *, kvs_op **);
+    int (*kvs_inline_callbacks)(int); /* optional */
 };
 
 #define KVB_SHIM_MAX_CLIENTS 64

@@ -313,6 +313,71 @@ static void test_callback_not_inline(void **state)
     assert_int_equal(atomic_load(&locked_calls), 1);
 }
 
+/* Where a callback ran: on which thread, and whether inside the submitting call. */
+static struct {
+    pthread_t thread;
+    int inside; /* the submitter's "in the call" flag when the callback ran */
+    atomic_int calls;
+} placed;
+static __thread int in_submit;
+static volatile int submitter_in_call;
+static void on_done_placed(void *arg, ssize_t nok)
+{
+    (void)arg;
+    (void)nok;
+    placed.thread = pthread_self();
+    placed.inside = in_submit && submitter_in_call;
+    atomic_fetch_add(&placed.calls, 1);
+}
+
+/* Submits a batch that completes during the call (its one key is invalid) and waits for its
+ * callback. */
+static void submit_failing_batch(kvs_client *c)
+{
+    const char *keys[1] = {""};
+    const void *vals[1] = {"v"};
+    size_t lens[1] = {1};
+    int st[1];
+    int before = atomic_load(&placed.calls);
+    in_submit = 1;
+    submitter_in_call = 1;
+    assert_int_equal(kvs_batch_put_async(c, 1, keys, vals, lens, st, on_done_placed, NULL, NULL),
+                     0);
+    submitter_in_call = 0;
+    in_submit = 0;
+    assert_int_equal(kvs_flush(c), 0);
+    assert_int_equal(atomic_load(&placed.calls), before + 1);
+    assert_int_equal(st[0], -EINVAL);
+}
+
+static void *inline_setting_of_new_thread(void *arg)
+{
+    (void)arg;
+    return (void *)(intptr_t)kvs_inline_callbacks(0);
+}
+
+/* kvs_inline_callbacks(1): such a callback runs on the submitting thread, inside its call. */
+static void test_callback_inline_when_allowed(void **state)
+{
+    struct kvt_client_fixture *f = *state;
+    assert_int_equal(kvs_inline_callbacks(1), 0); /* off by default */
+    submit_failing_batch(f->c);
+    assert_true(pthread_equal(placed.thread, pthread_self()));
+    assert_true(placed.inside);
+
+    /* Per thread: another thread starts with it off. */
+    pthread_t t;
+    void *other;
+    assert_int_equal(pthread_create(&t, NULL, inline_setting_of_new_thread, NULL), 0);
+    assert_int_equal(pthread_join(t, &other), 0);
+    assert_int_equal((intptr_t)other, 0);
+
+    assert_int_equal(kvs_inline_callbacks(0), 1);
+    submit_failing_batch(f->c);
+    assert_false(pthread_equal(placed.thread, pthread_self()));
+    assert_false(placed.inside);
+}
+
 static void test_flush_waits_for_ops(void **state)
 {
     struct kvt_client_fixture *f = *state;
@@ -525,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_async_single),
         cmocka_unit_test(test_async_batches),
         cmocka_unit_test(test_callback_not_inline),
+        cmocka_unit_test(test_callback_inline_when_allowed),
         cmocka_unit_test(test_flush_waits_for_ops),
         cmocka_unit_test(test_close_with_ops_in_flight),
         cmocka_unit_test(test_submit_from_callback),

@@ -3,7 +3,8 @@
  * (batcher/backend_kvs.c) over a table of stand-in kvs_* calls: each op
  * reaches the call it names with the backend's client and every argument,
  * the call runs inside the re-entry guard (kvb_in_backend_call) and only
- * there, and a batcher over the backend delivers the results.
+ * there, batch calls (only they) with inline callbacks allowed, and a
+ * batcher over the backend delivers the results.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,8 +25,17 @@ static struct {
     kvs_client *client;
     size_t n;
     const char *key;
-    int guarded; /* kvb_in_backend_call() inside the call */
+    int guarded;   /* kvb_in_backend_call() inside the call */
+    int inline_ok; /* the stand-in kvs_inline_callbacks's setting inside the call */
 } seen;
+
+static int inline_setting;
+static int fake_inline_callbacks(int on)
+{
+    int was = inline_setting;
+    inline_setting = on != 0;
+    return was;
+}
 
 static void saw(const char *name, kvs_client *c, size_t n, const char *key)
 {
@@ -34,6 +44,7 @@ static void saw(const char *name, kvs_client *c, size_t n, const char *key)
     seen.n = n;
     seen.key = key;
     seen.guarded = kvb_in_backend_call();
+    seen.inline_ok = inline_setting;
 }
 
 static int fake_batch_put(kvs_client *c, size_t n, const char *const keys[],
@@ -92,8 +103,12 @@ static int fake_exists(kvs_client *c, const char *key)
     return -ENOENT;
 }
 
-static const struct kvb_kvs_calls calls = {fake_batch_put, fake_batch_get, fake_batch_exists,
-                                           fake_put,       fake_get,       fake_exists};
+static const struct kvb_kvs_calls calls = {
+    fake_batch_put, fake_batch_get, fake_batch_exists,    fake_put,
+    fake_get,       fake_exists,    fake_inline_callbacks};
+/* A libkvstore without kvs_inline_callbacks. */
+static const struct kvb_kvs_calls calls_without_inline = {
+    fake_batch_put, fake_batch_get, fake_batch_exists, fake_put, fake_get, fake_exists, NULL};
 
 static ssize_t done_nok = -1;
 static void done(void *arg, ssize_t nok)
@@ -122,6 +137,8 @@ static void test_each_op_reaches_its_call_inside_the_guard(void **state)
     assert_ptr_equal(seen.client, CLIENT);
     assert_int_equal(seen.n, 2);
     assert_true(seen.guarded);
+    assert_true(seen.inline_ok);
+    assert_false(inline_setting); /* turned off again after the call */
     assert_int_equal(st[0], 0);
     assert_int_equal(st[1], -EINVAL);
     assert_int_equal(done_nok, 2);
@@ -129,6 +146,7 @@ static void test_each_op_reaches_its_call_inside_the_guard(void **state)
     assert_int_equal(be.ops->get(be.ctx, 2, keys, bufs, caps, res, done, NULL), 0);
     assert_string_equal(seen.last, "batch_get");
     assert_true(seen.guarded);
+    assert_true(seen.inline_ok);
     assert_int_equal(res[0], 3);
     assert_int_equal(res[1], -ERANGE);
 
@@ -137,6 +155,7 @@ static void test_each_op_reaches_its_call_inside_the_guard(void **state)
     assert_string_equal(seen.last, "batch_exists");
     assert_string_equal(seen.key, "there");
     assert_true(seen.guarded);
+    assert_true(seen.inline_ok);
     assert_int_equal(st[0], 1);
     assert_int_equal(st[1], 0);
 
@@ -151,6 +170,8 @@ static void test_each_op_reaches_its_call_inside_the_guard(void **state)
     assert_string_equal(seen.last, "exists");
     assert_ptr_equal(seen.client, CLIENT);
     assert_true(seen.guarded);
+    assert_false(seen.inline_ok); /* single-key calls wait: no callback to place */
+    assert_false(inline_setting);
 
     assert_false(kvb_in_backend_call()); /* cleared after every call */
     kvb_backend_release(&be);
@@ -167,7 +188,7 @@ static void test_batcher_over_kvs_backend(void **state)
     char buf[8];
     (void)state;
     kvb_stats_init(&st);
-    assert_int_equal(kvb_backend_kvs(&calls, CLIENT, &be), 0);
+    assert_int_equal(kvb_backend_kvs(&calls_without_inline, CLIENT, &be), 0);
     struct kvb_batcher *b = kvb_batcher_create(&p, &be, &st);
     assert_non_null(b);
     assert_int_equal(kvb_put_async(b, "a", "val", 3, &op), 0);
