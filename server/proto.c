@@ -743,7 +743,7 @@ static void on_shm_map(struct kvsd_proto_conn *c, const uint8_t *body)
         why = "a region is mapped already";
         rc = -EBUSY;
     } else if (fd >= 0) {
-        rc = kvsd_shm_map(fd, kvs_get_u64(body), srv->limits.shm_max, &c->shm, &why);
+        rc = kvsd_shm_map(fd, kvs_wire_shm_map_decode(body), srv->limits.shm_max, &c->shm, &why);
     }
     if (fd >= 0) close(fd); /* the mapping keeps the memory */
     if (rc == 0) {

@@ -104,10 +104,8 @@ fail:
 /* Sends the SHM_MAP frame with fd attached; 0 or a negative code. */
 static int send_map(struct tcp_conn *c, int sock, int fd, uint64_t size)
 {
-    uint8_t out[KVS_WIRE_HDR_LEN + KVS_WIRE_SHM_MAP_LEN];
-    struct kvs_wire_hdr h = {.opcode = KVS_OP_SHM_MAP, .body_len = KVS_WIRE_SHM_MAP_LEN};
-    kvs_wire_hdr_encode(out, &h);
-    kvs_put_u64(out + KVS_WIRE_HDR_LEN, size);
+    uint8_t out[KVS_WIRE_SHM_MAP_FRAME_LEN];
+    kvs_wire_shm_map_encode(out, 0, size);
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(sizeof(int))];

@@ -284,6 +284,18 @@ int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint64_t *of
     return kvs_get_u32(in + 8) == 0 ? 0 : -EBADMSG;
 }
 
+void kvs_wire_shm_map_encode(uint8_t out[KVS_WIRE_SHM_MAP_FRAME_LEN], uint64_t id, uint64_t size)
+{
+    struct kvs_wire_hdr h = {.opcode = KVS_OP_SHM_MAP, .body_len = KVS_WIRE_SHM_MAP_LEN, .id = id};
+    kvs_wire_hdr_encode(out, &h);
+    kvs_put_u64(out + KVS_WIRE_HDR_LEN, size);
+}
+
+uint64_t kvs_wire_shm_map_decode(const uint8_t in[KVS_WIRE_SHM_MAP_LEN])
+{
+    return kvs_get_u64(in);
+}
+
 size_t kvs_wire_remote_entry_encode(uint8_t *out, const struct kvs_wire_remote_entry *e)
 {
     kvs_wire_entry_encode(out, e->klen, e->len);

@@ -321,6 +321,16 @@ size_t kvs_wire_remote_entry_encode(uint8_t *out, const struct kvs_wire_remote_e
 void kvs_wire_shm_off_encode(uint8_t out[KVS_WIRE_SHM_OFF_LEN], uint64_t off);
 int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint64_t *off);
 
+/*
+ * A whole SHM_MAP request frame (header, then the u64 region size): the
+ * client's, a raw test peer's. Its memfd goes beside it (SCM_RIGHTS).
+ * Decode: the size an SHM_MAP body (KVS_WIRE_SHM_MAP_LEN bytes) names;
+ * whether kvstored maps it is server/shm.c's check.
+ */
+#define KVS_WIRE_SHM_MAP_FRAME_LEN (KVS_WIRE_HDR_LEN + KVS_WIRE_SHM_MAP_LEN)
+void kvs_wire_shm_map_encode(uint8_t out[KVS_WIRE_SHM_MAP_FRAME_LEN], uint64_t id, uint64_t size);
+uint64_t kvs_wire_shm_map_decode(const uint8_t in[KVS_WIRE_SHM_MAP_LEN]);
+
 /* ---- RDMA control messages ---- */
 
 /*

@@ -217,7 +217,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             r.len += KVS_WIRE_AUTH_LEN;
         }
         if (h.opcode == KVS_OP_SHM_MAP) {
-            memcpy(out + r.len, data + KVS_WIRE_HDR_LEN, KVS_WIRE_SHM_MAP_LEN);
+            /* The whole frame, as the client's encoder writes it from what kvstored decodes. */
+            kvs_wire_shm_map_encode(out, h.id, kvs_wire_shm_map_decode(data + KVS_WIRE_HDR_LEN));
             r.len += KVS_WIRE_SHM_MAP_LEN;
         }
         if ((size_t)rc != r.len || memcmp(out, data, r.len) != 0) abort();

@@ -113,10 +113,9 @@ static uint32_t raw_hello(int fd)
  */
 static int raw_map(int fd, int passfd, uint64_t size)
 {
-    uint8_t out[KVS_WIRE_HDR_LEN + KVS_WIRE_SHM_MAP_LEN], body[256];
-    struct kvs_wire_hdr h = {.opcode = KVS_OP_SHM_MAP, .body_len = KVS_WIRE_SHM_MAP_LEN, .id = 7};
-    kvs_wire_hdr_encode(out, &h);
-    kvs_put_u64(out + KVS_WIRE_HDR_LEN, size);
+    uint8_t out[KVS_WIRE_SHM_MAP_FRAME_LEN], body[256] = {0};
+    struct kvs_wire_hdr h = {0};
+    kvs_wire_shm_map_encode(out, 7, size);
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(sizeof(int))];

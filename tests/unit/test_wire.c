@@ -361,6 +361,25 @@ static void test_auth_header(void **state)
     assert_int_equal(kvs_wire_hdr_decode(b, &h, 4096), -EBADMSG);
 }
 
+/* An SHM_MAP frame as the client and test peers encode it parses as kvstored reads it. */
+static void test_shm_map_frame_round_trip(void **state)
+{
+    (void)state;
+    uint8_t frame[KVS_WIRE_SHM_MAP_FRAME_LEN];
+    uint64_t size = (32ull << 20) + 0x0102030405060000ull;
+    kvs_wire_shm_map_encode(frame, 9, size);
+    struct kvs_wire_hdr h;
+    assert_int_equal(kvs_wire_parse_request(frame, sizeof(frame), 1u << 20, &h, NULL, NULL),
+                     (long)sizeof(frame));
+    assert_int_equal(h.opcode, KVS_OP_SHM_MAP);
+    assert_int_equal(h.count, 0);
+    assert_int_equal(h.body_len, KVS_WIRE_SHM_MAP_LEN);
+    assert_int_equal(h.id, 9);
+    assert_true(kvs_wire_shm_map_decode(frame + KVS_WIRE_HDR_LEN) == size);
+    assert_int_equal(frame[KVS_WIRE_HDR_LEN], 0x00); /* little-endian */
+    assert_int_equal(frame[KVS_WIRE_HDR_LEN + 7], 0x01);
+}
+
 static void test_auth_body_round_trip(void **state)
 {
     (void)state;
@@ -625,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_opcode_names),
         cmocka_unit_test(test_auth_header),
         cmocka_unit_test(test_auth_body_round_trip),
+        cmocka_unit_test(test_shm_map_frame_round_trip),
         cmocka_unit_test(test_hello_nonce),
         cmocka_unit_test(test_ctrl_hdr_round_trip),
         cmocka_unit_test(test_ctrl_hdr_refuses_malformed),
