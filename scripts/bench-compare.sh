@@ -9,15 +9,20 @@
 # interleaved rounds; the layerwise engine workload with and without the shim,
 # its save by I/O path (single/batch/async, shim, writeback) in rounds, and
 # (lwsmall) llama3-70b at TP 8, whose 8 KiB slices make the per-op cost, not
-# the link, bound the save and load, single-key and async, in rounds.
+# the link, bound the save and load, single-key and async, in rounds; through
+# shared memory (docs/shm.md): (shmlfl) the shim with 32 async ops in flight
+# per client beside redis-benchmark -P 32 over Redis's Unix socket, 4 KiB, and
+# (lwshm) the layerwise llama3-8b save with the shim over shm beside
+# single-key over TCP loopback, in interleaved rounds.
 # Writes into $OUT (default $BUILD/bench):
 #   results.md   Markdown tables with ratios (to iperf3 and to Redis) and targets
 #   *.png        gnuplot plots: ops/s vs value size per path; latency/ops vs window
 #   runs/        every raw result (kvbench CSV, redis-benchmark CSV, iperf3 JSON)
-# Every server binds 127.0.0.1 on a private port and is stopped on exit; every
-# run is bounded by `timeout`. Default run: under ~15 minutes; --quick: under 4.
-# --only iperf,redis,sizes,sweep,ab,lfl,goodput,lwmodes,lwsmall,layerwise runs only those
-# parts (the report then shows what was measured: "-" elsewhere).
+# Every server binds 127.0.0.1 on a private port (and kvstored and the second
+# redis-server a Unix socket in a private directory) and is stopped on exit;
+# every run is bounded by `timeout`. Default run: under ~20 minutes; --quick: under 5.
+# --only iperf,redis,sizes,sweep,ab,lfl,goodput,lwmodes,lwsmall,layerwise,shmlfl,lwshm
+# runs only those parts (the report then shows what was measured: "-" elsewhere).
 set -u
 BUILD=${BUILD:-build}
 OUT=
@@ -30,12 +35,12 @@ while [ $# -gt 0 ]; do
     --only=*) ONLY=${1#--only=} ;;
     --out) OUT=$2; shift ;;
     --out=*) OUT=${1#--out=} ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-compare.sh: unknown argument '$1' (accepted: --quick, --out DIR, --only PARTS)" >&2; exit 2 ;;
     esac
     shift
 done
-PARTS="iperf redis sizes sweep ab lfl goodput lwmodes lwsmall layerwise"
+PARTS="iperf redis sizes sweep ab lfl goodput lwmodes lwsmall layerwise shmlfl lwshm"
 for p in ${ONLY//,/ }; do
     case " $PARTS " in *" $p "*) ;; *)
         echo "bench-compare.sh: unknown part '$p' for --only (accepted: ${PARTS// /, })" >&2; exit 2 ;;
@@ -75,12 +80,14 @@ done
 mkdir -p "$OUT/runs"
 rm -f "$OUT"/runs/*
 PIDS=
+PRIV=
 cleanup() {
     for p in $PIDS; do kill "$p" 2>/dev/null; done
     for p in $PIDS; do
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$p" 2>/dev/null
     done
+    [ -n "$PRIV" ] && rm -rf "$PRIV"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -90,13 +97,18 @@ free_port() {
     $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# kvstored on 127.0.0.1, port read back from its "listening on" line.
+# kvstored on 127.0.0.1, port read back from its "listening on" line; its local
+# socket (and the clients' look-up of it) in a private directory, read back from
+# its "local socket" line: the shm rows name it (shm://PATH).
+PRIV=$(mktemp -d /tmp/kvs-bench.XXXXXX) || exit 1
+export KVSTORE_RUNTIME_DIR=$PRIV
 "$KVSTORED" --listen 127.0.0.1:0 --memory 2G >"$OUT/runs/kvstored.log" 2>&1 &
 KV_PID=$!
 PIDS="$PIDS $KV_PID"
 for _ in $(seq 100); do grep -q "listening on" "$OUT/runs/kvstored.log" && break; sleep 0.1; done
 KV_ADDR=$(sed -n 's/.*listening on \(.*\)/\1/p' "$OUT/runs/kvstored.log" | head -1)
 [ -n "$KV_ADDR" ] || { echo "bench-compare.sh: kvstored did not start" >&2; cat "$OUT/runs/kvstored.log" >&2; exit 1; }
+KV_SOCK=$(sed -n 's/^local socket \(.*\)/\1/p' "$OUT/runs/kvstored.log" | head -1)
 
 REDIS_PORT=$(free_port)
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
@@ -105,6 +117,23 @@ PIDS="$PIDS $!"
 for _ in $(seq 100); do redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 ||
     { echo "bench-compare.sh: redis-server did not start (see $OUT/runs/redis.log)" >&2; exit 1; }
+
+# The shm rows' Redis: a second redis-server on a Unix socket only (no TCP port)
+# in the private directory, so that both sides of those rows skip the TCP stack.
+REDIS_SOCK=
+if want shmlfl; then
+    REDIS_SOCK=$PRIV/redis.sock
+    redis-server --port 0 --unixsocket "$REDIS_SOCK" --unixsocketperm 700 --save '' --appendonly no \
+        --logfile "$OUT/runs/redis-unix.log" --dir "$PRIV" &
+    PIDS="$PIDS $!"
+    for _ in $(seq 100); do redis-cli -s "$REDIS_SOCK" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    redis-cli -s "$REDIS_SOCK" ping >/dev/null 2>&1 ||
+        { echo "bench-compare.sh: redis-server on $REDIS_SOCK did not start (see $OUT/runs/redis-unix.log)" >&2; exit 1; }
+fi
+if { want shmlfl || want lwshm; } && [ -z "$KV_SOCK" ]; then
+    echo "bench-compare.sh: kvstored has no local socket (see $OUT/runs/kvstored.log): no shm rows" >&2
+    exit 1
+fi
 
 echo "bench-compare: kvstored $KV_ADDR, redis 127.0.0.1:$REDIS_PORT, sizes: $SIZES, $CLIENTS clients, output $OUT" >&2
 START=$(date +%s)
@@ -380,6 +409,85 @@ if want layerwise; then
             --csv "$OUT/runs/layerwise__$variant.csv" >>"$OUT/runs/kvbench.log" 2>&1 ||
             echo "    (layerwise exit $?)" >&2
     done
+fi
+
+# Shared memory, 4 KiB, like for like (issue 16): the shim with LFL_DEPTH async
+# ops in flight per client (kvbench --mode async --batch 32 under LD_PRELOAD)
+# over kvstored's local socket with the values through shared memory
+# (shm://PATH), beside redis-benchmark -P 32 over Redis's Unix socket, the same
+# clients and value size; the shim over TCP loopback too, to show what the
+# transport gives. Interleaved rounds, order rotated; kvstored's STATS must show
+# SHM_PUT and SHM_GET frames, or the shm runs did not use the region.
+shm_frames() { # the SHM_PUT + SHM_GET frames kvstored has served
+    "$KVBENCH" --server-stats --servers "$KV_ADDR" 2>/dev/null |
+        awk '$1 == "requests_shm_put" || $1 == "requests_shm_get" {s += $2} END {print s + 0}'
+}
+sfl_variant() { # sfl_variant NAME ROUND: one kvbench run of one variant, put and get
+    local name=$1 r=$2 servers=$KV_ADDR envs=(LD_PRELOAD="$SHIM")
+    case "$name" in
+    shim-async-shm) servers=shm://$KV_SOCK; envs+=(KVSTORE_TRANSPORT=) ;;
+    shim-async-tcp) ;;
+    esac
+    for op in put get; do
+        echo "  shm like-for-like r$r kvbench $op $name" >&2
+        timeout -k 5 $((WHOLE_SECS + 30)) env "${envs[@]}" "$KVBENCH" "$op" --servers "$servers" \
+            --size $LFL_SIZE --threads $CLIENTS --seconds "$SECS" --ops "$(ops_for $LFL_SIZE)" \
+            --keys "$(keys_for $LFL_SIZE)" --prefix "s$LFL_SIZE" --quiet --mode async --batch $LFL_DEPTH \
+            --csv "$OUT/runs/sfl__${name}__${op}__r$r.csv" >>"$OUT/runs/kvbench.log" 2>&1 ||
+            echo "    (exit $? - see runs/kvbench.log)" >&2
+    done
+}
+if want shmlfl && [ -n "$SHIM" ]; then
+    frames0=$(shm_frames)
+    for r in $(seq "$REPEAT"); do
+        cut -d' ' -f1-3 /proc/loadavg >"$OUT/runs/sfl__load__r$r"
+        set -- redis-unix shim-async-shm shim-async-tcp
+        for _ in $(seq $((r - 1))); do set -- "$@" "$1"; shift; done
+        for v in "$@"; do
+            if [ "$v" = redis-unix ]; then
+                echo "  shm like-for-like r$r redis-benchmark -s (Unix socket) -P $LFL_DEPTH" >&2
+                timeout -k 5 60 redis-benchmark -s "$REDIS_SOCK" -t set,get -d $LFL_SIZE -c "$CLIENTS" \
+                    -n $(( $(ops_for $LFL_SIZE) / 2 )) -P $LFL_DEPTH -r 4096 --csv \
+                    >"$OUT/runs/sfl__redisP${LFL_DEPTH}unix__r$r.csv" 2>/dev/null ||
+                    echo "    (redis-benchmark failed)" >&2
+            else
+                sfl_variant "$v" "$r"
+            fi
+        done
+        cut -d' ' -f1-3 /proc/loadavg >>"$OUT/runs/sfl__load__r$r"
+    done
+    [ "$(shm_frames)" -gt "$frames0" ] ||
+        echo "bench-compare.sh: kvstored served no SHM frames: the shmlfl shm rows went through the socket" >&2
+    redis-cli -s "$REDIS_SOCK" flushall >/dev/null 2>&1
+fi
+
+# The layerwise save of issue 16's figure (llama3-8b, TP 1, 16-token blocks, 8
+# requests, 256-token prompts, 100 us/layer), in interleaved rounds: single-key
+# without the shim over TCP loopback (the baseline), and over shared memory
+# (shm://PATH) single-key without and with the shim and async with the shim.
+LWX_VARIANTS="tcp-plain-single shm-plain-single shm-shim-single shm-shim-async"
+if want lwshm; then
+    frames0=$(shm_frames)
+    for r in $(seq "$REPEAT"); do
+        cut -d' ' -f1-3 /proc/loadavg >"$OUT/runs/lwx__load__r$r"
+        set -- $LWX_VARIANTS
+        for _ in $(seq $((r - 1))); do set -- "$@" "$1"; shift; done
+        for v in "$@"; do
+            case "$v" in *-shim-*) [ -n "$SHIM" ] || continue ;; esac
+            envs=(KVBENCH_VARIANT="$v")
+            servers=$KV_ADDR
+            case "$v" in shm-*) servers=shm://$KV_SOCK; envs+=(KVSTORE_TRANSPORT=) ;; esac
+            case "$v" in *-shim-*) envs+=(LD_PRELOAD="$SHIM") ;; esac
+            echo "  layerwise over shm r$r $v" >&2
+            timeout -k 5 300 env "${envs[@]}" "$KVBENCH" layerwise --servers "$servers" --model llama3-8b \
+                --tp 1 --block 16 --requests 8 --prompt 256 --compute-us 100 --rounds "$ROUNDS" \
+                --phase save --mode "${v##*-}" --quiet --csv "$OUT/runs/lwx__${v}__r$r.csv" \
+                >>"$OUT/runs/kvbench.log" 2>&1 || echo "    (layerwise exit $?)" >&2
+        done
+        cut -d' ' -f1-3 /proc/loadavg >>"$OUT/runs/lwx__load__r$r"
+    done
+    [ "$(shm_frames)" -gt "$frames0" ] ||
+        echo "bench-compare.sh: kvstored served no SHM frames: the lwshm shm rows went through the socket" >&2
 fi
 
 echo "bench-compare: measured in $(( $(date +%s) - START )) s; writing $OUT/results.md" >&2

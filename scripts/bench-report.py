@@ -48,7 +48,8 @@ def load(outdir):
     for path in glob.glob(os.path.join(outdir, "runs", "layerwise__*.csv")):
         layer[os.path.basename(path)[11:-4]] = kvbench_rows(path)
     return (kv, redis, iperf, layer, load_lfl(outdir), load_goodput(outdir), load_lwm(outdir),
-            load_lw_rounds(outdir, "lws", ("layerwise-save", "layerwise-load")))
+            load_lw_rounds(outdir, "lws", ("layerwise-save", "layerwise-load")),
+            load_lfl(outdir, "sfl"), load_lwm(outdir, "lwx"))
 
 
 def load_lw_rounds(outdir, prefix, workloads):
@@ -78,9 +79,10 @@ def load_lw_rounds(outdir, prefix, workloads):
     return rounds, loads, sorted(bad)
 
 
-def load_lwm(outdir):
-    """The layerwise-by-path rounds: {round: {variant: save row}}, {round: load}."""
-    rounds, loads, _ = load_lw_rounds(outdir, "lwm", ("layerwise-save",))
+def load_lwm(outdir, prefix="lwm"):
+    """Layerwise save rounds (lwm: by path; lwx: through shared memory):
+    {round: {variant: save row}}, {round: load}."""
+    rounds, loads, _ = load_lw_rounds(outdir, prefix, ("layerwise-save",))
     return {r: {v: w["layerwise-save"] for v, w in rd.items()} for r, rd in rounds.items()}, loads
 
 
@@ -130,13 +132,14 @@ def gp_pair(rates, a, b, op):
     return median(ratio(rd.get((a, op)), rd.get((b, bop))) for rd in rates.values())
 
 
-def load_lfl(outdir):
+def load_lfl(outdir, prefix="lfl"):
     """The like-for-like rounds: {round: {(variant, op): ops/s}} and {round: "load before -> after"}.
 
-    Variants: single, shim, async, shim-async, batch (kvbench) and redisP1, redisP32
+    lfl variants: single, shim, async, shim-async, batch (kvbench) and redisP1, redisP32;
+    sfl (shared memory): shim-async-shm, shim-async-tcp and redisP32unix
     (op "put" is redis SET, "get" is GET)."""
     rounds, loads = {}, {}
-    for path in glob.glob(os.path.join(outdir, "runs", "lfl__*__r*")):
+    for path in glob.glob(os.path.join(outdir, "runs", prefix + "__*__r*")):
         parts = os.path.basename(path).split(".")[0].split("__")
         r = int(parts[-1][1:])
         if parts[1] == "load":
@@ -235,6 +238,23 @@ LW_ROWS = (
     ("shim-single-c1000", "shim, single-key"),
 )
 
+# Through shared memory (parts shmlfl and lwshm): rows and the baselines of their ratios.
+SFL_ROWS = (
+    ("redisP32unix", "redis-benchmark -P 32, Redis's Unix socket"),
+    ("shim-async-shm", "kvbatch async, shim, values through shared memory"),
+    ("shim-async-tcp", "kvbatch async, shim, TCP loopback"),
+)
+SFL_RATIOS = (
+    ("shim-async-shm", "redisP32unix", "shim async 32 over shm / redis -P 32 over its Unix socket"),
+    ("shim-async-shm", "shim-async-tcp", "shim async 32 over shm / the same over TCP loopback"),
+)
+LWX_ROWS = (
+    ("tcp-plain-single", "TCP loopback, no shim, single-key (kvs_put)"),
+    ("shm-plain-single", "shared memory, no shim, single-key"),
+    ("shm-shim-single", "shared memory, shim, single-key"),
+    ("shm-shim-async", "shared memory, shim, async"),
+)
+
 # The 64 KiB goodput rows: (variant, label).
 GP_ROWS = (
     ("single", "kvbatch single-key sync, no shim"),
@@ -269,7 +289,7 @@ LFL_RATIOS = (
 
 def main():
     outdir, clients, windows = sys.argv[1], int(sys.argv[2]), [int(w) for w in sys.argv[3].split()]
-    kv, redis, iperf, layer, lfl, gp, lwm, lws = load(outdir)
+    kv, redis, iperf, layer, lfl, gp, lwm, lws, sfl, lwx = load(outdir)
     sizes = sorted({k[2] for k in kv if k[3] == clients} | set(iperf))
     md = []
     md.append("# kvbatch side by side (%d clients, medians)\n" % clients)
@@ -459,6 +479,48 @@ def main():
                           fmt(lws_ratio(v, "plain-single", wl, field), 2)]
             md.append("| %s | %s | %s |" % (mode, "yes" if v.startswith("shim") else "no", " | ".join(cells)))
 
+    if sfl[0]:
+        md.append("\n## 4 KiB through shared memory beside Redis's Unix socket (%d clients, 32 in "
+                  "flight per client)\n" % clients)
+        md.append("kvstored's local socket with the values through shared memory (shm://PATH), and "
+                  "a redis-server on a Unix socket only. Every path once per round, %d interleaved "
+                  "rounds (order rotated), medians; ratios are medians of the per-round ratios. Load "
+                  "average before -> after each round: %s.\n" % (len(sfl[0]), "; ".join(
+                      "r%d %s" % (r, sfl[1][r]) for r in sorted(sfl[1]))))
+        md.append("| path | put (SET) ops/s | get (GET) ops/s |")
+        md.append("|---|---|---|")
+        for variant, label in SFL_ROWS:
+            md.append("| %s | %s | %s |" % (label, fmt(lfl_ops(sfl, variant, "put")),
+                                            fmt(lfl_ops(sfl, variant, "get"))))
+        md.append("")
+        md.append("| ratio (median of per-round ratios) | put (SET) | get (GET) |")
+        md.append("|---|---|---|")
+        for a, b, label in SFL_RATIOS:
+            md.append("| %s | %s | %s |" % (label, fmt(lfl_ratio(sfl, a, b, "put"), 2),
+                                            fmt(lfl_ratio(sfl, a, b, "get"), 2)))
+
+    def lwx_rel(v):
+        return median(ratio(num(rd.get(v), "exposed_p50_us"),
+                            num(rd.get("tcp-plain-single"), "exposed_p50_us")) for rd in lwx[0].values())
+
+    if lwx[0]:
+        md.append("\n## Layerwise save through shared memory (llama3-8b, TP 1, 16-token blocks = 64 KiB "
+                  "slices, 8 requests, 256-token prompts, 100 us/layer)\n")
+        md.append("Save only, %d interleaved rounds (order rotated), medians of the values and of the "
+                  "per-round ratios to single-key without the shim over TCP loopback. Load average "
+                  "before -> after each round: %s.\n" % (
+                      len(lwx[0]), "; ".join("r%d %s" % (r, lwx[1][r]) for r in sorted(lwx[1]))))
+        md.append("| variant | save GB/s | exposed save/request p50 ms | p99 ms | "
+                  "exposed / TCP no shim single-key |")
+        md.append("|---|---|---|---|---|")
+        for v, label in LWX_ROWS:
+            bps = median(num(rd.get(v), "bytes_per_s") for rd in lwx[0].values())
+            e50 = median(num(rd.get(v), "exposed_p50_us") for rd in lwx[0].values())
+            e99 = median(num(rd.get(v), "exposed_p99_us") for rd in lwx[0].values())
+            md.append("| %s | %s | %s | %s | %s |" % (
+                label, fmt(bps / 1e9 if bps else None, 2), fmt(e50 / 1e3 if e50 else None, 1),
+                fmt(e99 / 1e3 if e99 else None, 1), fmt(lwx_rel(v), 2)))
+
     # Targets: (what, measured, goal, comparison)
     t = []
 
@@ -514,6 +576,16 @@ def main():
                    gp_pair(gp[0], "batch-shm", "memcpy", op), 0.5)
             target("issue 16: 64 KiB batched %s over shm / the same over TCP loopback" % op,
                    gp_pair(gp[0], "batch-shm", "batch", op), 3)
+    if sfl[0]:
+        for op, rop in (("put", "SET"), ("get", "GET")):
+            target("issue 16: 4 KiB %s, %d threads, shim 32 async in flight over shm / redis -P 32 %s "
+                   "over its Unix socket" % (op, clients, rop),
+                   lfl_ratio(sfl, "shim-async-shm", "redisP32unix", op), 2)
+    if lwx[0]:
+        target("issue 16: layerwise llama3-8b TP 1 exposed save p50, shim over shm / single-key over TCP",
+               lwx_rel("shm-shim-single"), 0.33, "le")
+        target("issue 16: the same, shim async over shm / single-key over TCP",
+               lwx_rel("shm-shim-async"), 0.33, "le")
     for op, rop in (("put", "SET"), ("get", "GET")):
         target("issue 5: 4 KiB %s, shim sync (1 in flight) / redis -P 32 %s (size table)" % (op, rop),
                ratio(kvops("shim-adaptive", op, 4096), num(redis.get((32, 4096, rop)), "rps")), 1.5)
