@@ -76,6 +76,22 @@ static void cm_events(struct kvsd_rdma *r)
     }
 }
 
+/*
+ * Counts the messages among n completions as received before any of them
+ * is served: a connection with several in one poll had that many in flight
+ * at once (rdma_inflight_max), with those it had not been answered yet.
+ */
+static void count_arrivals(struct kvsd_rdma *r, const struct ibv_wc *wc, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (wc[i].status != IBV_WC_SUCCESS || wc[i].opcode != IBV_WC_RECV) continue;
+        struct kvsd_rdma_conn *c = kvsd_rdma_conn_by_qp(r, wc[i].qp_num);
+        if (!c || c->dead) continue;
+        c->unanswered++;
+        if (c->unanswered > r->ctr.inflight_max) r->ctr.inflight_max = c->unanswered;
+    }
+}
+
 static void cq_events(struct kvsd_rdma *r)
 {
     struct ibv_cq *cq;
@@ -85,6 +101,7 @@ static void cq_events(struct kvsd_rdma *r)
     struct ibv_wc wc[32];
     int n;
     while ((n = ibv_poll_cq(r->cq, 32, wc)) > 0) {
+        count_arrivals(r, wc, n);
         for (int i = 0; i < n; i++) {
             struct kvsd_rdma_conn *c = kvsd_rdma_conn_by_qp(r, wc[i].qp_num);
             if (!c || c->dead) continue;
@@ -98,21 +115,21 @@ static void cq_events(struct kvsd_rdma *r)
                 continue;
             }
             if (wc[i].wr_id == KVSD_RDMA_PULL_WR_ID && c->pull.pending) {
-                kvsd_rdma_pull_finish(
-                    c); /* RC: every READ before the signaled last one is done too */
+                /* RC: every READ before the signaled last one is done too. */
+                kvsd_rdma_pull_finish(c);
+                kvsd_rdma_serve_queue(c);
                 continue;
             }
             if ((wc[i].wr_id & KVSD_RDMA_PUSH_WR_MASK) == KVSD_RDMA_PUSH_WR_TAG) {
-                /* A PUSH's reply has left, after its WRITEs: unpin (unless already done). */
-                if (c->push.pending && (uint32_t)wc[i].wr_id == c->push.seq)
+                /* A PUSH's reply has left, after its WRITEs: unpin. */
+                if (c->push.pending && (uint32_t)wc[i].wr_id == c->push.seq) {
                     kvsd_rdma_push_finish(c);
+                    kvsd_rdma_serve_queue(c);
+                }
                 continue;
             }
-            if (wc[i].opcode != IBV_WC_RECV) continue;
-            uint32_t idx = (uint32_t)wc[i].wr_id;
-            kvsd_rdma_handle_message(c, c->bufs + (size_t)idx * KVS_WIRE_CTRL_MAX, wc[i].byte_len);
-            if (!c->dead && kvsd_rdma_post_recv(c, idx) < 0)
-                kvsd_rdma_conn_kill(c, "ibv_post_recv failed");
+            if (wc[i].opcode == IBV_WC_RECV)
+                kvsd_rdma_received(c, (uint32_t)wc[i].wr_id, wc[i].byte_len);
         }
     }
 }
@@ -325,11 +342,12 @@ void kvsd_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint6
     line(text, "rdma_messages_out", k->messages_out);
     line(text, "rdma_pulls", k->pulls);
     line(text, "rdma_pushes", k->pushes);
+    line(text, "rdma_inflight_max", k->inflight_max);
 }
 
 uint32_t kvsd_rdma_features(const struct kvsd_rdma *r)
 {
-    return KVS_FEAT_PULL | (r->push_on ? KVS_FEAT_PUSH : 0);
+    return KVS_FEAT_PULL | KVS_FEAT_PIPELINE | (r->push_on ? KVS_FEAT_PUSH : 0);
 }
 
 const struct kvsd_rdma_counters *kvsd_rdma_counters(const struct kvsd_rdma *r)

@@ -35,6 +35,8 @@ struct kvsd_rdma_counters {
     uint64_t messages_in, messages_out;
     uint64_t pulls;  /* PULL messages (puts whose values the server READ) */
     uint64_t pushes; /* PUSH messages (gets whose values the server WROTE) */
+    uint64_t
+        inflight_max; /* the most control messages received and not yet answered, on one conn */
 };
 
 /*
@@ -51,7 +53,8 @@ int kvsd_rdma_fd(const struct kvsd_rdma *r);
 /* Handles every pending connection event, completion and lease expiry; never blocks. */
 void kvsd_rdma_service(void *r);
 const struct kvsd_rdma_counters *kvsd_rdma_counters(const struct kvsd_rdma *r);
-/* The KVS_FEAT_* bits HELLO announces for this RDMA side, besides KVS_FEAT_RDMA (PULL, PUSH). */
+/* The KVS_FEAT_* bits HELLO announces for this RDMA side, besides KVS_FEAT_RDMA (PULL, PUSH,
+ * PIPELINE). */
 uint32_t kvsd_rdma_features(const struct kvsd_rdma *r);
 /* STATS lines "rdma_* value" (struct kvsd_server's stats_extra hook; arg is the kvsd_rdma). */
 void kvsd_rdma_stats(void *arg, void (*line)(void *text, const char *name, uint64_t value),

@@ -185,7 +185,7 @@ static int conn_alloc(struct kvsd_rdma *r, struct rdma_cm_id *cid, struct kvsd_r
     if (!c) return -ENOMEM;
     c->r = r;
     c->id = cid;
-    size_t bytes = (size_t)(KVSD_RDMA_NRECV + 1) * KVS_WIRE_CTRL_MAX;
+    size_t bytes = (size_t)(KVSD_RDMA_NRECV + KVSD_RDMA_NSEND) * KVS_WIRE_CTRL_MAX;
     if (posix_memalign((void **)&c->bufs, 4096, bytes) != 0) c->bufs = NULL;
     c->pull.tokens = calloc(KVSD_RDMA_PULL_MAX, sizeof(*c->pull.tokens));
     c->pull.status = calloc(KVSD_RDMA_PULL_MAX, sizeof(*c->pull.status));
@@ -226,9 +226,9 @@ static int conn_create_qp(struct kvsd_rdma_conn *c, const struct rdma_conn_param
         .recv_cq = r->cq,
         .qp_type = IBV_QPT_RC,
         /*
-         * A PULL's READs, or two PUSH chains: a PUSH's WRITEs and reply hold
-         * their slots until the reply's completion, which may come after the
-         * client's next PUSH (its ACK can trail it).
+         * A PUSH chain (its WRITEs and reply hold their slots until the
+         * reply's completion) and a PULL's READs served behind it, and the
+         * replies of the messages in flight (at most NRECV).
          */
         .cap = {.max_send_wr = KVSD_RDMA_SEND_DEPTH + 2 * (KVSD_RDMA_PUSH_MAX + 1),
                 .max_recv_wr = KVSD_RDMA_NRECV,
@@ -295,7 +295,15 @@ int kvsd_rdma_conn_accept(struct kvsd_rdma *r, struct rdma_cm_id *cid,
 
 uint8_t *kvsd_rdma_send_buf(struct kvsd_rdma_conn *c)
 {
-    return c->bufs + (size_t)KVSD_RDMA_NRECV * KVS_WIRE_CTRL_MAX;
+    size_t slot = KVSD_RDMA_NRECV + (size_t)(c->nreplies % KVSD_RDMA_NSEND);
+    return c->bufs + slot * KVS_WIRE_CTRL_MAX;
+}
+
+void kvsd_rdma_replied(struct kvsd_rdma_conn *c)
+{
+    c->nreplies++;
+    if (c->unanswered) c->unanswered--;
+    c->r->ctr.messages_out++;
 }
 
 void kvsd_rdma_send_reply(struct kvsd_rdma_conn *c, size_t len)
@@ -313,7 +321,7 @@ void kvsd_rdma_send_reply(struct kvsd_rdma_conn *c, size_t len)
         kvsd_rdma_conn_kill(c, "ibv_post_send failed");
         return;
     }
-    c->r->ctr.messages_out++;
+    kvsd_rdma_replied(c);
 }
 
 void kvsd_rdma_peer_name(struct rdma_cm_id *id, char *buf, size_t len)

@@ -24,7 +24,13 @@
 #include "rdma.h"
 #include "wire.h"
 
-#define KVSD_RDMA_NRECV      8 /* receive buffers per connection */
+#define KVSD_RDMA_NRECV 8 /* receive buffers per connection */
+/*
+ * Send buffers per connection, used in turn, one per reply: a client keeps
+ * at most NRECV - 1 messages unanswered, so when reply i + NSEND is written
+ * the client has received reply i (its buffer has been read).
+ */
+#define KVSD_RDMA_NSEND      KVSD_RDMA_NRECV
 #define KVSD_RDMA_SEND_DEPTH 16
 #define KVSD_RDMA_PULL_MAX   KVS_WIRE_PULL_MAX_KEYS /* READs one PULL may post */
 #define KVSD_RDMA_PULL_WR_ID (UINT64_MAX - 1)       /* wr_id of a PULL's signaled last READ */
@@ -54,7 +60,7 @@ struct kvsd_rdma_lease {
 struct kvsd_rdma_conn {
     struct kvsd_rdma *r;
     struct rdma_cm_id *id;
-    uint8_t *bufs; /* KVSD_RDMA_NRECV receive buffers, then the send buffer */
+    uint8_t *bufs; /* KVSD_RDMA_NRECV receive buffers, then KVSD_RDMA_NSEND send buffers */
     struct ibv_mr *mr;
     struct kvsd_proto_conn *proto;
     struct kvsd_rdma_lease *leases;
@@ -64,7 +70,18 @@ struct kvsd_rdma_conn {
     int remote_access;    /* the QP accepts remote READ/WRITE (only once authenticated) */
     const char *closing;  /* why it is cut once its last reply has left, or NULL */
     uint64_t close_by_ns; /* cut then at the latest (lease tick) */
-    /* The PULL in flight (at most one: the client waits for its reply). */
+    uint64_t nreplies;    /* replies posted: the next one goes in send buffer nreplies % NSEND */
+    uint32_t unanswered;  /* messages received (completions polled) and not yet answered */
+    /*
+     * Messages received and not served yet, in arrival order (their receive
+     * buffers are posted again once served): what arrives while a PULL's
+     * READs are in flight, or a PUSH while the last PUSH's reply is, waits.
+     */
+    struct {
+        uint32_t idx[KVSD_RDMA_NRECV], len[KVSD_RDMA_NRECV];
+        uint32_t head, n;
+    } queue;
+    /* The PULL in flight (at most one: messages after it wait in the queue). */
     struct {
         int pending;
         uint64_t id;
@@ -145,15 +162,19 @@ void kvsd_rdma_conn_close_after_reply(struct kvsd_rdma_conn *c, const char *why)
 int kvsd_rdma_qp_remote_access(struct kvsd_rdma_conn *c, int on);
 void kvsd_rdma_conn_free(struct kvsd_rdma_conn *c);
 struct kvsd_rdma_conn *kvsd_rdma_conn_by_qp(struct kvsd_rdma *r, uint32_t qp_num);
-/* The send buffer (one control message, KVS_WIRE_CTRL_MAX bytes). */
+/* The next reply's send buffer (one control message, KVS_WIRE_CTRL_MAX bytes). */
 uint8_t *kvsd_rdma_send_buf(struct kvsd_rdma_conn *c);
 /* Posts the len bytes of the send buffer as one SEND (a failure cuts c). */
 void kvsd_rdma_send_reply(struct kvsd_rdma_conn *c, size_t len);
+/* A reply has been posted: the next one takes the next send buffer; one message less unanswered. */
+void kvsd_rdma_replied(struct kvsd_rdma_conn *c);
 
 /* ---- rdma_ops.c ---- */
 
-/* Serves one control message received whole. */
-void kvsd_rdma_handle_message(struct kvsd_rdma_conn *c, const uint8_t *msg, size_t len);
+/* A control message received whole in receive buffer idx: served now or queued behind others. */
+void kvsd_rdma_received(struct kvsd_rdma_conn *c, uint32_t idx, uint32_t len);
+/* Serves queued messages in order, as far as a PULL or PUSH in flight allows. */
+void kvsd_rdma_serve_queue(struct kvsd_rdma_conn *c);
 /* A PULL's READs have completed: commits and answers. */
 void kvsd_rdma_pull_finish(struct kvsd_rdma_conn *c);
 /* A PUSH's reply has left (or the client's next message shows it arrived): unpins. */

@@ -378,7 +378,7 @@ static void post_push(struct kvsd_rdma_conn *c, struct xfer_chain *ch, uint32_t 
         kvsd_rdma_conn_kill(c, "ibv_post_send of a push failed");
         return;
     }
-    c->r->ctr.messages_out++;
+    kvsd_rdma_replied(c);
     c->push.pending = pinned > 0;
     if (!c->push.pending) c->push.count = 0;
 }
@@ -471,7 +471,8 @@ static void handle_proto(struct kvsd_rdma_conn *c, const uint8_t *msg, size_t le
     }
 }
 
-void kvsd_rdma_handle_message(struct kvsd_rdma_conn *c, const uint8_t *msg, size_t len)
+/* Serves one control message received whole. */
+static void handle_message(struct kvsd_rdma_conn *c, const uint8_t *msg, size_t len)
 {
     c->r->ctr.messages_in++;
     if (len < KVS_WIRE_HDR_LEN) {
@@ -484,24 +485,12 @@ void kvsd_rdma_handle_message(struct kvsd_rdma_conn *c, const uint8_t *msg, size
         return;
     }
     const uint8_t *body = msg + KVS_WIRE_HDR_LEN;
-    if (c->pull.pending) {
-        /* The client waits for a PULL's reply before it sends again; its reply would be lost. */
-        kvsd_rdma_conn_kill(c, "rdma message while a pull is in flight");
-        return;
-    }
-    /*
-     * The client sends again only once it has the last PUSH's reply, which
-     * RC delivered after every WRITE: the pins are no longer needed, even if
-     * the SEND's own completion has not been polled yet. (A client that sends
-     * early only reads its own buffers early; its rkey reaches the pool anyway.)
-     */
-    if (c->push.pending) kvsd_rdma_push_finish(c);
     if (!kvsd_proto_authenticated(c->proto)) {
         /*
          * With --auth-file, nothing hands out a slot (or an rkey) before AUTH:
          * proto answers everything but HELLO and AUTH with -EACCES and closes.
          * Remote access is turned on only once AUTH has passed (before any
-         * RESERVE/LEASE can be read: one message at a time).
+         * RESERVE/LEASE is served: messages are served one at a time, in order).
          */
         handle_proto(c, msg, len);
         if (!c->dead && !c->closing && kvsd_proto_authenticated(c->proto) && !c->remote_access) {
@@ -533,4 +522,44 @@ void kvsd_rdma_handle_message(struct kvsd_rdma_conn *c, const uint8_t *msg, size
         handle_proto(c, msg, len);
         break;
     }
+}
+
+/*
+ * 1 when the message in receive buffer idx must wait: a PULL's READs are in
+ * flight (its reply comes first, and there is one PULL state), or it is a
+ * PUSH while the last PUSH's reply has not completed (its items stay pinned
+ * until then). Replies thus leave in arrival order.
+ */
+static int must_wait(const struct kvsd_rdma_conn *c, uint32_t idx, uint32_t len)
+{
+    if (c->pull.pending) return 1;
+    struct kvs_wire_hdr h;
+    const uint8_t *msg = c->bufs + (size_t)idx * KVS_WIRE_CTRL_MAX;
+    return c->push.pending && kvs_wire_ctrl_hdr_decode(msg, len, &h) == 0 &&
+           h.opcode == KVS_OP_RDMA_PUSH;
+}
+
+void kvsd_rdma_serve_queue(struct kvsd_rdma_conn *c)
+{
+    while (c->queue.n > 0 && !c->dead) {
+        uint32_t idx = c->queue.idx[c->queue.head], len = c->queue.len[c->queue.head];
+        if (must_wait(c, idx, len)) return;
+        c->queue.head = (c->queue.head + 1) % KVSD_RDMA_NRECV;
+        c->queue.n--;
+        handle_message(c, c->bufs + (size_t)idx * KVS_WIRE_CTRL_MAX, len);
+        if (!c->dead && kvsd_rdma_post_recv(c, idx) < 0)
+            kvsd_rdma_conn_kill(c, "ibv_post_recv failed");
+    }
+}
+
+void kvsd_rdma_received(struct kvsd_rdma_conn *c, uint32_t idx, uint32_t len)
+{
+    if (c->queue.n >= KVSD_RDMA_NRECV) { /* cannot happen: one entry per receive buffer */
+        kvsd_rdma_conn_kill(c, "rdma receive queue overflow");
+        return;
+    }
+    c->queue.idx[(c->queue.head + c->queue.n) % KVSD_RDMA_NRECV] = idx;
+    c->queue.len[(c->queue.head + c->queue.n) % KVSD_RDMA_NRECV] = len;
+    c->queue.n++;
+    kvsd_rdma_serve_queue(c);
 }

@@ -41,9 +41,15 @@
  * through one registered bounce buffer per connection (grown, and
  * registered again, only when a larger batch needs it).
  *
- * Threads: one request at a time per connection (conn->mu held for the
- * whole exchange); req->done runs on the submitting thread before submit
- * returns. No transport thread.
+ * Threads: several requests at once per connection, one per lane (at most
+ * KVS_RDMA_LANES, when the server announces KVS_FEAT_PIPELINE; else one):
+ * a submitter holds conn->mu to claim a lane and to post, and lets go of it
+ * while it waits for its reply; the waiters take turns polling for all
+ * (rdma_chain.c). req->done runs on the submitting thread before submit
+ * returns. No transport thread. A failed completion, a DISCONNECTED event
+ * or a timeout cuts the connection: every request in flight fails
+ * (-ECONNRESET; the one that timed out -ETIMEDOUT), and the last lane out
+ * tears it down; the next request reconnects.
  */
 #include "rdma_int.h"
 
@@ -87,6 +93,18 @@ static void load_hooks(struct kvs_rdma_hooks *h)
 #endif
 }
 
+/* c->cv, on CLOCK_MONOTONIC (kvs_rdma_cond_wait's deadlines). 0 or an error number. */
+static int init_cond(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    int rc = pthread_condattr_init(&a);
+    if (rc != 0) return rc;
+    rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    if (rc == 0) rc = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return rc;
+}
+
 static int rdma_create(const struct kvs_endpoint *ep, const struct kvs_transport_config *cfg,
                        struct kvs_conn **out)
 {
@@ -94,20 +112,40 @@ static int rdma_create(const struct kvs_endpoint *ep, const struct kvs_transport
     if (!c) return -ENOMEM;
     c->ep = *ep;
     c->cfg = *cfg;
-    c->reply_idx = -1;
+    c->nlanes = 1;
+    for (uint32_t i = 0; i < KVS_RDMA_LANES; i++)
+        c->lanes[i].reply_idx = -1;
     c->pull_max = env_u32("KVSTORE_RDMA_PULL_MAX", kvs_parse_size, PULL_MAX_DEFAULT, 0, UINT32_MAX);
     c->push_max = env_u32("KVSTORE_RDMA_PUSH_MAX", kvs_parse_size, PUSH_MAX_DEFAULT, 0, UINT32_MAX);
     load_hooks(&c->hooks);
     pthread_mutex_init(&c->mu, NULL);
+    if (init_cond(&c->cv) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return -ENOMEM;
+    }
     *out = (struct kvs_conn *)(void *)c;
     return 0;
+}
+
+/*
+ * Waits until no cut connection is left to tear down (its last lane tears
+ * it down), then connects if needed. 0 or a negative code.
+ */
+static int settle_up(struct kvs_rdma_conn *c, uint64_t deadline)
+{
+    while (c->broken) {
+        if (kvs_now_ms() >= deadline) return -ETIMEDOUT;
+        kvs_rdma_cond_wait(c, deadline);
+    }
+    return kvs_rdma_ensure_up(c);
 }
 
 static int rdma_connect_op(struct kvs_conn *conn, struct kvs_limits *lim)
 {
     struct kvs_rdma_conn *c = kvs_rdma_of(conn);
     pthread_mutex_lock(&c->mu);
-    int rc = kvs_rdma_ensure_up(c);
+    int rc = settle_up(c, kvs_now_ms() + (uint64_t)c->cfg.connect_timeout_ms);
     if (rc == 0) *lim = c->lim;
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -120,24 +158,65 @@ static void fail_keys(struct kvs_key_io *k, uint32_t n, int status)
 }
 
 /*
- * A failed request: the connection goes down (the next request reconnects),
- * and the keys not yet done get the error as the transport contract names
- * it (transport.h: a lost connection is -ECONNRESET).
+ * A failed request: the keys not yet done get the error as the transport
+ * contract names it (transport.h: a lost connection is -ECONNRESET). When
+ * it used the connection (cut: a lane was claimed), the connection is cut:
+ * every other request in flight fails too, and it goes down once the last
+ * of them has left its lane (the next request reconnects).
  */
-static void fail_request(struct kvs_rdma_conn *c, struct kvs_req *req, uint32_t done, int rc)
+static void fail_request(struct kvs_rdma_conn *c, struct kvs_req *req, uint32_t done, int rc,
+                         int cut)
 {
     int st = rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -EPROTO || rc == -EACCES ||
                      rc == -ENODEV || rc == -EHOSTUNREACH
                  ? rc
                  : -ECONNRESET;
-    if (c->up) {
+    if (cut && c->up && !c->broken) {
         kvs_log(KVS_LOG_WARN, "rdma %s: connection lost: %s", c->ep.name, strerror(-rc));
-        kvs_rdma_conn_down(c);
+        c->broken = 1;
         c->last_err = st;
         c->retry_at_ms = 0;
+        pthread_cond_broadcast(&c->cv);
     }
     if (req->opcode != KVS_OP_STATS) fail_keys(req->keys + done, req->n - done, st);
     req->status = st;
+}
+
+/*
+ * Claims a free lane, waiting (mu released) while all are busy; connects
+ * first if needed. The lane, or NULL with *rc set.
+ */
+static struct kvs_rdma_lane *claim_lane(struct kvs_rdma_conn *c, uint64_t deadline, int *rc)
+{
+    for (;;) {
+        if ((*rc = settle_up(c, deadline)) < 0) return NULL;
+        for (uint32_t i = 0; i < c->nlanes; i++) {
+            struct kvs_rdma_lane *l = &c->lanes[i];
+            if (l->busy) continue;
+            l->busy = 1;
+            c->busy++;
+            return l;
+        }
+        if (kvs_now_ms() >= deadline) {
+            *rc = -ETIMEDOUT;
+            return NULL;
+        }
+        kvs_rdma_cond_wait(c, deadline);
+    }
+}
+
+/*
+ * Gives l back: its reply's receive buffer is posted again; the last lane
+ * out of a cut connection tears it down.
+ */
+static void release_lane(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l)
+{
+    if (!c->broken && kvs_rdma_reply_free(c, l) < 0) c->broken = 1;
+    if (l->want_id) c->broken = 1; /* a reply still due would answer no request */
+    l->busy = 0;
+    c->busy--;
+    if (c->broken && c->busy == 0) kvs_rdma_conn_down(c);
+    pthread_cond_broadcast(&c->cv);
 }
 
 static void rdma_submit(struct kvs_conn *conn, struct kvs_req *req)
@@ -147,19 +226,28 @@ static void rdma_submit(struct kvs_conn *conn, struct kvs_req *req)
     uint64_t deadline = kvs_now_ms() + (uint64_t)c->cfg.timeout_ms;
     uint32_t done = 0;
     req->status = 0;
-    int rc = kvs_rdma_ensure_up(c);
-    if (rc == 0)
-        rc = req->opcode == KVS_OP_STATS ? kvs_rdma_run_stats(c, req, deadline)
-                                         : kvs_rdma_run_keys(c, req, &done, deadline);
-    if (rc < 0) fail_request(c, req, done, rc);
+    int rc;
+    struct kvs_rdma_lane *l = claim_lane(c, deadline, &rc);
+    if (l)
+        rc = req->opcode == KVS_OP_STATS ? kvs_rdma_run_stats(c, l, req, deadline)
+                                         : kvs_rdma_run_keys(c, l, req, &done, deadline);
+    if (rc < 0) fail_request(c, req, done, rc, l != NULL);
+    if (l) release_lane(c, l);
     pthread_mutex_unlock(&c->mu);
     req->done(req);
 }
 
+/* Cuts the connection (requests in flight fail) and waits until it is down. */
 static void rdma_disconnect_op(struct kvs_conn *conn)
 {
     struct kvs_rdma_conn *c = kvs_rdma_of(conn);
     pthread_mutex_lock(&c->mu);
+    if (c->busy) {
+        c->broken = 1;
+        pthread_cond_broadcast(&c->cv);
+        while (c->busy)
+            kvs_rdma_cond_wait(c, UINT64_MAX);
+    }
     kvs_rdma_conn_down(c);
     pthread_mutex_unlock(&c->mu);
 }
@@ -174,6 +262,7 @@ static void rdma_destroy(struct kvs_conn *conn)
         c->regs = u->next;
         free(u);
     }
+    pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -221,7 +310,8 @@ static int rdma_unreg_mem(struct kvs_conn *conn, void *ptr)
 /*
  * doorbells (ibv_post_send calls), work_requests, completions, round_trips,
  * bounce_bytes, zero_copy_bytes, split_chains, reconnects, and where a chunk's
- * time goes: slot_wait_us, chain_wait_us, copy_us (docs/rdma.md "Counters").
+ * time goes: slot_wait_us, chain_wait_us, copy_us; inflight_max, the most
+ * control messages awaiting replies at once (docs/rdma.md "Counters").
  */
 static void rdma_counters(struct kvs_conn *conn, kvs_counter_fn emit, void *arg)
 {
@@ -237,6 +327,7 @@ static void rdma_counters(struct kvs_conn *conn, kvs_counter_fn emit, void *arg)
     emit(arg, "slot_wait_us", atomic_load(&c->slot_wait_us));
     emit(arg, "chain_wait_us", atomic_load(&c->chain_wait_us));
     emit(arg, "copy_us", atomic_load(&c->copy_us));
+    emit(arg, "inflight_max", atomic_load(&c->inflight_max));
 }
 
 static void rdma_fork_prepare(struct kvs_conn *conn)
@@ -252,6 +343,8 @@ static void rdma_fork_parent(struct kvs_conn *conn)
 /*
  * The child cannot use the parent's verbs objects: forget them (without
  * destroying anything the parent still uses) and reconnect on first use.
+ * Its only thread is the forking one: no lane is busy in it, and the
+ * condition variable (whose waiters stayed in the parent) starts afresh.
  */
 static void rdma_fork_child(struct kvs_conn *conn)
 {
@@ -261,13 +354,18 @@ static void rdma_fork_child(struct kvs_conn *conn)
     c->pd = NULL;
     c->comp = NULL;
     c->cq = NULL;
-    c->ctrl = c->bounce = NULL;
-    c->ctrl_mr = c->bounce_mr = NULL;
-    c->bounce_size = 0;
+    c->ctrl = NULL;
+    c->ctrl_mr = NULL;
+    for (uint32_t i = 0; i < KVS_RDMA_LANES; i++)
+        c->lanes[i] = (struct kvs_rdma_lane){.reply_idx = -1};
     for (struct kvs_rdma_ureg *u = c->regs; u; u = u->next)
         u->mr = NULL;
-    c->up = 0;
+    c->up = c->broken = c->polling = c->opening = 0;
+    c->busy = c->inflight = 0;
+    c->nlanes = 1;
+    c->sq_posted = c->sq_done = 0;
     c->last_err = 0;
+    if (init_cond(&c->cv) != 0) abort(); /* nothing else to do in a child without it */
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -42,7 +42,12 @@ void kvs_rdma_conn_down(struct kvs_rdma_conn *c)
     }
     if (c->id && c->up) rdma_disconnect(c->id);
     if (c->id && c->id->qp) rdma_destroy_qp(c->id);
-    if (c->bounce_mr) ibv_dereg_mr(c->bounce_mr);
+    for (uint32_t i = 0; i < KVS_RDMA_LANES; i++) {
+        struct kvs_rdma_lane *l = &c->lanes[i];
+        if (l->bounce_mr) ibv_dereg_mr(l->bounce_mr);
+        free(l->bounce);
+        *l = (struct kvs_rdma_lane){.reply_idx = -1};
+    }
     if (c->ctrl_mr) ibv_dereg_mr(c->ctrl_mr);
     if (c->cq) ibv_destroy_cq(c->cq);
     if (c->comp) ibv_destroy_comp_channel(c->comp);
@@ -50,16 +55,17 @@ void kvs_rdma_conn_down(struct kvs_rdma_conn *c)
     if (c->id) rdma_destroy_id(c->id);
     if (c->ec) rdma_destroy_event_channel(c->ec);
     free(c->ctrl);
-    free(c->bounce);
-    c->bounce_mr = c->ctrl_mr = NULL;
+    c->ctrl_mr = NULL;
     c->cq = NULL;
     c->comp = NULL;
     c->pd = NULL;
     c->id = NULL;
     c->ec = NULL;
-    c->ctrl = c->bounce = NULL;
-    c->bounce_size = 0;
-    c->up = 0;
+    c->ctrl = NULL;
+    c->up = c->broken = c->polling = 0;
+    c->busy = c->inflight = 0;
+    c->nlanes = 1;
+    c->sq_posted = c->sq_done = 0;
 }
 
 /* Only called once HELLO/AUTH has set c->lim. */
@@ -71,10 +77,10 @@ int kvs_rdma_mr_access(const struct kvs_rdma_conn *c)
     return access;
 }
 
-int kvs_rdma_bounce_reserve(struct kvs_rdma_conn *c, size_t need)
+int kvs_rdma_bounce_reserve(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, size_t need)
 {
-    if (c->bounce_size >= need) return 0;
-    size_t size = c->bounce_size ? c->bounce_size : (1u << 20);
+    if (l->bounce_size >= need) return 0;
+    size_t size = l->bounce_size ? l->bounce_size : (1u << 20);
     while (size < need)
         size *= 2;
     uint8_t *b;
@@ -84,11 +90,11 @@ int kvs_rdma_bounce_reserve(struct kvs_rdma_conn *c, size_t need)
         free(b);
         return -ENOMEM;
     }
-    if (c->bounce_mr) ibv_dereg_mr(c->bounce_mr);
-    free(c->bounce);
-    c->bounce = b;
-    c->bounce_mr = mr;
-    c->bounce_size = size;
+    if (l->bounce_mr) ibv_dereg_mr(l->bounce_mr);
+    free(l->bounce);
+    l->bounce = b;
+    l->bounce_mr = mr;
+    l->bounce_size = size;
     return 0;
 }
 
@@ -110,47 +116,53 @@ struct ibv_mr *kvs_rdma_find_reg(struct kvs_rdma_conn *c, const void *p, size_t 
  * or whose own proof is wrong. Runs before any RESERVE/LEASE, so no address
  * or rkey is ever asked for on an unauthenticated connection.
  */
-static int authenticate(struct kvs_rdma_conn *c, const uint8_t *hello_body, uint32_t hello_len,
-                        const struct kvs_wire_hello *hello, uint64_t deadline)
+static int authenticate(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, const uint8_t *hello_body,
+                        uint32_t hello_len, const struct kvs_wire_hello *hello, uint64_t deadline)
 {
     const struct kvs_transport_config *cfg = &c->cfg;
-    /* The HELLO body lies in a receive buffer already posted again: take the nonce first. */
+    /* The HELLO body lies in a receive buffer posted again with AUTH: take the nonce first. */
     struct kvs_auth_client a;
     int rc = kvs_auth_client_open(&a, "rdma", c->ep.name, cfg->auth_secret, cfg->auth_secret_len,
                                   hello_body, hello_len, hello);
     if (rc <= 0) return rc;
     uint64_t id = ++c->next_id;
-    uint8_t *out = kvs_rdma_send_buf(c);
+    uint8_t *out = l->send;
     size_t len = kvs_rdma_put_hdr(out, KVS_OP_AUTH, 0, KVS_WIRE_AUTH_LEN, id);
     kvs_wire_auth_encode(out + len, a.client_nonce, a.mac);
     len += KVS_WIRE_AUTH_LEN;
-    rc = kvs_rdma_call(c, NULL, len, 0, deadline);
+    rc = kvs_rdma_call(c, l, NULL, len, 0, deadline);
     if (rc < 0) return rc;
     /* The server answers a wrong proof with ERROR -EACCES, then closes. */
     int32_t st;
-    if (kvs_rdma_reply_error(c, &st) && st == -EACCES)
+    if (kvs_rdma_reply_error(c, l, &st) && st == -EACCES)
         return kvs_auth_client_verdict(&a, "rdma", c->ep.name, cfg->auth_secret,
                                        cfg->auth_secret_len, st, NULL, 0);
     uint32_t blen;
-    const uint8_t *body = kvs_rdma_take_reply(c, KVS_OP_AUTH, id, 0, 0, &blen, &rc);
+    const uint8_t *body = kvs_rdma_take_reply(c, l, KVS_OP_AUTH, 0, 0, &blen, &rc);
     if (!body) return rc;
     return kvs_auth_client_verdict(&a, "rdma", c->ep.name, cfg->auth_secret, cfg->auth_secret_len,
                                    0, body, blen);
 }
 
-/* HELLO (and AUTH, see authenticate) on a fresh connection; fills c->lim. */
+/*
+ * HELLO (and AUTH, see authenticate) on a fresh connection, on lane 0 (the
+ * opener is the connection's only user); fills c->lim and c->nlanes.
+ */
 static int say_hello(struct kvs_rdma_conn *c, uint64_t deadline)
 {
+    struct kvs_rdma_lane *l = &c->lanes[0];
     uint64_t id = ++c->next_id;
-    size_t len = kvs_rdma_put_hdr(kvs_rdma_send_buf(c), KVS_OP_HELLO, 0, 0, id);
-    int rc = kvs_rdma_call(c, NULL, len, 0, deadline);
+    size_t len = kvs_rdma_put_hdr(l->send, KVS_OP_HELLO, 0, 0, id);
+    int rc = kvs_rdma_call(c, l, NULL, len, 0, deadline);
     if (rc < 0) return rc;
     uint32_t blen;
-    const uint8_t *body = kvs_rdma_take_reply(c, KVS_OP_HELLO, id, 0, 0, &blen, &rc);
+    const uint8_t *body = kvs_rdma_take_reply(c, l, KVS_OP_HELLO, 0, 0, &blen, &rc);
     if (!body) return rc;
     struct kvs_wire_hello h;
     if (kvs_wire_hello_decode(body, blen, &h) < 0) return -EPROTO;
-    if ((rc = authenticate(c, body, blen, &h, deadline)) < 0) return rc;
+    if ((rc = authenticate(c, l, body, blen, &h, deadline)) < 0) return rc;
+    if ((rc = kvs_rdma_reply_free(c, l)) < 0) return rc;
+    c->nlanes = (h.features & KVS_FEAT_PIPELINE) ? KVS_RDMA_LANES : 1;
     c->lim = (struct kvs_limits){.max_key = h.max_key,
                                  .max_object = h.max_object,
                                  .max_frame = h.max_frame < KVS_WIRE_CTRL_MAX ? h.max_frame
@@ -225,11 +237,13 @@ static int create_qp(struct kvs_rdma_conn *c, const struct ibv_device_attr *da)
         if (rdma_create_qp(c->id, c->pd, &qa) != 0) return -EIO;
     }
     c->max_inline = qa.cap.max_inline_data;
-    size_t bytes = (size_t)(KVS_RDMA_NRECV + 1) * KVS_WIRE_CTRL_MAX;
+    size_t bytes = (size_t)(KVS_RDMA_NRECV + KVS_RDMA_LANES) * KVS_WIRE_CTRL_MAX;
     if (posix_memalign((void **)&c->ctrl, 4096, bytes) != 0) {
         c->ctrl = NULL;
         return -ENOMEM;
     }
+    for (uint32_t i = 0; i < KVS_RDMA_LANES; i++)
+        c->lanes[i].send = c->ctrl + (size_t)(KVS_RDMA_NRECV + i) * KVS_WIRE_CTRL_MAX;
     c->ctrl_mr = ibv_reg_mr(c->pd, c->ctrl, bytes, IBV_ACCESS_LOCAL_WRITE);
     if (!c->ctrl_mr) return -EIO;
     for (int i = 0; i < KVS_RDMA_NRECV; i++) {
@@ -266,8 +280,9 @@ static int open_connection(struct kvs_rdma_conn *c)
     if (rc == 0) rc = connect_qp(c, &da, deadline);
     if (rc == 0) {
         c->up = 1;
-        c->sig_posted = c->sig_done = 0;
+        c->opening = 1;
         rc = say_hello(c, deadline);
+        c->opening = 0;
     }
     if (rc < 0) {
         kvs_rdma_conn_down(c);

@@ -3,19 +3,23 @@
  * libkvstore. docs/rdma.md describes the protocol, transport/rdma.c the
  * paths a batch takes. The files, by job:
  *
- *   rdma.c        the transport's ops: create, submit (one request, chunk by
- *                 chunk), disconnect, destroy, registrations, counters, fork;
- *                 test hooks (KVS_TEST_HOOKS builds only)
+ *   rdma.c        the transport's ops: create, submit (a request on a lane,
+ *                 chunk by chunk), disconnect, destroy, registrations,
+ *                 counters, fork; test hooks (KVS_TEST_HOOKS builds only)
  *   rdma_conn.c   a connection's life: rdma_cm set-up, QP and buffers,
- *                 HELLO and AUTH, teardown; registered memory, bounce buffer
+ *                 HELLO and AUTH, teardown; registered memory, bounce buffers
  *   rdma_chain.c  posting and waiting: control receives, a chain of WRs
- *                 behind one control SEND, completions, the reply; the chain
- *                 builder that merges adjacent slices
+ *                 behind one control SEND, send queue room, completions
+ *                 polled by one waiter at a time and replies matched to
+ *                 their lanes by id; the chain builder that merges slices
  *   rdma_ops.c    one chunk of keys: PULL, PUSH, RESERVE + WRITEs + COMMIT,
  *                 LEASE + READs + RELEASE, plain frames (EXISTS, REMOVE, STATS)
  *
- * Everything here runs with kvs_rdma_conn.mu held (one request at a time per
- * connection), except create/destroy and the fork hooks.
+ * Several requests share a connection at once, each on its own lane (send
+ * buffer, bounce buffer, the one control message it waits for). Everything
+ * here runs with kvs_rdma_conn.mu held; a thread waiting for a reply or for
+ * send queue room lets go of it (rdma_chain.c), except while the connection
+ * is being opened (c->opening: the opener is its only user).
  */
 #ifndef KVS_TRANSPORT_RDMA_INT_H
 #define KVS_TRANSPORT_RDMA_INT_H
@@ -28,7 +32,15 @@
 
 #include "transport.h"
 
-#define KVS_RDMA_NRECV        4 /* control receive buffers (KVS_WIRE_CTRL_MAX each) */
+#define KVS_RDMA_NRECV 8 /* control receive buffers (KVS_WIRE_CTRL_MAX each) */
+/*
+ * Requests in flight per connection, one control message each: kvstored
+ * posts 8 receives per connection and may be one behind in posting them
+ * again, so 7; and 7 chunks of at most KVS_RDMA_CHUNK_KEYS keys hold at most
+ * 14336 slots, within its lease table (16384 per connection). A kvstored
+ * without KVS_FEAT_PIPELINE gets one.
+ */
+#define KVS_RDMA_LANES        7
 #define KVS_RDMA_SQ_DEPTH     1024
 #define KVS_RDMA_MAX_SGE      16
 #define KVS_RDMA_INLINE_WANT  256
@@ -36,6 +48,21 @@
 #define KVS_RDMA_CHUNK_KEYS   2048        /* keys per RESERVE/LEASE message */
 #define KVS_RDMA_BOUNCE_CHUNK (16u << 20) /* bounce bytes per chunk (one value may exceed it) */
 #define KVS_RDMA_BACKOFF_MS   200
+
+/*
+ * One request's room on a connection: its send buffer, its bounce buffer
+ * (grown by its owner only), and the control message it waits for.
+ */
+struct kvs_rdma_lane {
+    uint8_t *send; /* KVS_WIRE_CTRL_MAX bytes in the control region */
+    uint8_t *bounce;
+    size_t bounce_size;
+    struct ibv_mr *bounce_mr;
+    uint64_t want_id; /* the id of its message awaiting a reply, 0: none */
+    int reply_idx;    /* receive buffer holding its reply (posted again at its next post), or -1 */
+    uint32_t reply_len;
+    int busy; /* claimed by a request */
+};
 
 /* A kvs_register_buffer region; registered again after each reconnect. */
 struct kvs_rdma_ureg {
@@ -75,7 +102,17 @@ struct kvs_rdma_conn {
     struct kvs_endpoint ep;
     struct kvs_transport_config cfg;
     pthread_mutex_t mu;
+    pthread_cond_t
+        cv; /* lanes, replies, send queue room, a cut, a poller leaving (CLOCK_MONOTONIC) */
     int up;
+    int opening; /* open_connection runs: waits keep mu */
+    int broken;  /* the connection failed: requests in flight fail, the last lane out tears it down
+                  */
+    int polling; /* a waiter polls the CQ and the channels (mu released meanwhile) */
+    uint32_t nlanes, busy; /* lanes usable (KVS_FEAT_PIPELINE: KVS_RDMA_LANES, else 1), claimed */
+    uint32_t inflight;     /* control messages awaiting their reply */
+    uint64_t sq_posted, sq_done; /* WRs posted, and completed (a signaled WR's wr_id: its count) */
+    struct kvs_rdma_lane lanes[KVS_RDMA_LANES];
     int last_err;
     uint64_t retry_at_ms;
     struct kvs_limits lim;
@@ -84,22 +121,17 @@ struct kvs_rdma_conn {
     struct ibv_pd *pd;
     struct ibv_comp_channel *comp;
     struct ibv_cq *cq;
-    uint8_t *ctrl; /* KVS_RDMA_NRECV receive buffers, then the send buffer */
+    uint8_t *ctrl; /* KVS_RDMA_NRECV receive buffers, then a send buffer per lane */
     struct ibv_mr *ctrl_mr;
-    uint8_t *bounce;
-    size_t bounce_size;
-    struct ibv_mr *bounce_mr;
     struct kvs_rdma_ureg *regs;
     uint32_t sq_depth, max_sge, max_inline;
     uint64_t next_id;
-    uint64_t sig_posted, sig_done; /* signaled WRs (wr_id = sequence) */
-    int reply_idx;                 /* receive buffer holding the reply, or -1 */
-    uint32_t reply_len;
     uint32_t pull_max; /* KVSTORE_RDMA_PULL_MAX: larger put chunks take RESERVE + WRITEs/COMMIT */
     uint32_t push_max; /* KVSTORE_RDMA_PUSH_MAX: larger get chunks take LEASE + READs/RELEASE */
     struct kvs_rdma_hooks hooks;
     atomic_uint_fast64_t doorbells, wrs, cqes, round_trips, bounce_bytes, zero_copy_bytes,
         reconnects, split_chains;
+    atomic_uint_fast64_t inflight_max; /* the most control messages awaiting replies at once */
     /* Where a put/get batch's time goes (microseconds, summed over chunks). */
     atomic_uint_fast64_t slot_wait_us, chain_wait_us, copy_us;
 };
@@ -108,11 +140,6 @@ struct kvs_rdma_conn {
 static inline struct kvs_rdma_conn *kvs_rdma_of(struct kvs_conn *c)
 {
     return (struct kvs_rdma_conn *)(void *)c;
-}
-
-static inline uint8_t *kvs_rdma_send_buf(struct kvs_rdma_conn *c)
-{
-    return c->ctrl + (size_t)KVS_RDMA_NRECV * KVS_WIRE_CTRL_MAX;
 }
 
 /* Milliseconds left until deadline (0 once it has passed). */
@@ -150,12 +177,15 @@ static inline int kvs_rdma_push_on(const struct kvs_rdma_conn *c)
 
 /* Connects if needed (with a backoff after a failure). 0 or a negative code. */
 int kvs_rdma_ensure_up(struct kvs_rdma_conn *c);
-/* Tears the connection down; registrations are kept, to be registered again. */
+/*
+ * Tears the connection down (no lane busy); registrations are kept, to be
+ * registered again. Lanes, credits and the cut are reset.
+ */
 void kvs_rdma_conn_down(struct kvs_rdma_conn *c);
 /* Access flags of memory registered for transfers (remote READ with PULL, WRITE with PUSH). */
 int kvs_rdma_mr_access(const struct kvs_rdma_conn *c);
-/* Makes the bounce buffer at least need bytes (registered again when it grows). */
-int kvs_rdma_bounce_reserve(struct kvs_rdma_conn *c, size_t need);
+/* Makes l's bounce buffer at least need bytes (registered again when it grows). */
+int kvs_rdma_bounce_reserve(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, size_t need);
 /* The registration covering [p, p+len), if any. */
 struct ibv_mr *kvs_rdma_find_reg(struct kvs_rdma_conn *c, const void *p, size_t len);
 
@@ -168,27 +198,35 @@ size_t kvs_rdma_put_hdr(uint8_t *out, uint8_t opcode, uint32_t count, uint32_t b
                         uint64_t id);
 /*
  * Posts ch's WRs (may be NULL: none) followed by the control SEND of msg_len
- * bytes from the send buffer, in as few ibv_post_send calls as the send
- * queue allows (one when the chain fits); fence: the SEND waits for the
- * READs before it. kvs_rdma_wait_reply then waits for the last post and the reply.
+ * bytes from l's send buffer (its header names the id the reply must
+ * carry), in as few ibv_post_send calls as the send queue allows (one when
+ * the chain fits; waits for room); fence: the SEND waits for the READs
+ * before it. The receive buffer of l's last reply is posted again first.
+ * kvs_rdma_wait_reply then waits for the reply.
  */
-int kvs_rdma_post_chain(struct kvs_rdma_conn *c, struct kvs_rdma_chain *ch, size_t msg_len,
-                        int fence, uint64_t deadline);
-int kvs_rdma_wait_reply(struct kvs_rdma_conn *c, uint64_t deadline);
+int kvs_rdma_post_chain(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_rdma_chain *ch,
+                        size_t msg_len, int fence, uint64_t deadline);
+/* Waits for l's reply, polling when no other waiter does. 0, -ETIMEDOUT, -ECONNRESET ... */
+int kvs_rdma_wait_reply(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, uint64_t deadline);
 /* kvs_rdma_post_chain, then kvs_rdma_wait_reply. */
-int kvs_rdma_call(struct kvs_rdma_conn *c, struct kvs_rdma_chain *ch, size_t msg_len, int fence,
-                  uint64_t deadline);
+int kvs_rdma_call(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_rdma_chain *ch,
+                  size_t msg_len, int fence, uint64_t deadline);
 /*
- * Checks the reply kvs_rdma_wait_reply received against the request (opcode, id,
- * count; with entry_len, a body of count entries of that size) and posts its
- * buffer again. Returns its body (valid until the next wait), or NULL with
- * *err set (-EPROTO; an ERROR reply is logged).
+ * Checks l's reply against the request (opcode, count; with entry_len, a
+ * body of count entries of that size). Returns its body (valid until l's
+ * next post or release), or NULL with *err set (-EPROTO; an ERROR reply is
+ * logged).
  */
-const uint8_t *kvs_rdma_take_reply(struct kvs_rdma_conn *c, uint8_t opcode, uint64_t id,
+const uint8_t *kvs_rdma_take_reply(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, uint8_t opcode,
                                    uint32_t count, uint32_t entry_len, uint32_t *body_len,
                                    int *err);
-/* The reply just received, if it is an ERROR frame: 1 and its status, else 0. */
-int kvs_rdma_reply_error(const struct kvs_rdma_conn *c, int32_t *status);
+/* l's reply, if it is an ERROR frame: 1 and its status, else 0. */
+int kvs_rdma_reply_error(const struct kvs_rdma_conn *c, const struct kvs_rdma_lane *l,
+                         int32_t *status);
+/* Posts the receive buffer of l's reply again, if it holds one. 0 or -EIO. */
+int kvs_rdma_reply_free(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l);
+/* Waits on c->cv until woken or deadline (at most 100 ms at a time). */
+void kvs_rdma_cond_wait(struct kvs_rdma_conn *c, uint64_t deadline);
 /*
  * Appends one slice: extends the last SGE when adjacent to it on both sides,
  * adds an SGE to the last WR when only the remote side is adjacent (up to
@@ -200,13 +238,14 @@ void kvs_rdma_chain_add(const struct kvs_rdma_conn *c, struct kvs_rdma_chain *ch
 /* ---- rdma_ops.c ---- */
 
 /*
- * Runs req's keys from *done on, chunk by chunk, each by the path its size
+ * Runs req's keys from *done on, on lane l, chunk by chunk, each by the path its size
  * picks (docs/rdma.md), advancing *done past every finished chunk. 0, or the
  * transport error that stopped it (the connection is then unusable).
  */
-int kvs_rdma_run_keys(struct kvs_rdma_conn *c, struct kvs_req *req, uint32_t *done,
-                      uint64_t deadline);
+int kvs_rdma_run_keys(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_req *req,
+                      uint32_t *done, uint64_t deadline);
 /* STATS: one plain frame; fills req's text. 0 or a transport error. */
-int kvs_rdma_run_stats(struct kvs_rdma_conn *c, struct kvs_req *req, uint64_t deadline);
+int kvs_rdma_run_stats(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_req *req,
+                       uint64_t deadline);
 
 #endif /* KVS_TRANSPORT_RDMA_INT_H */

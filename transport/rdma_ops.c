@@ -106,20 +106,20 @@ static int take_statuses(struct kvs_key_io *k, uint32_t n, uint8_t op, const uin
  * the copy costs no time of its own; the offsets do not depend on the reply
  * (a reserved slot has exactly the value's length).
  */
-static int copy_puts_in(struct kvs_rdma_conn *c, const struct kvs_key_io *k, uint32_t n, int remote,
-                        uint64_t *bounce_off)
+static int copy_puts_in(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l,
+                        const struct kvs_key_io *k, uint32_t n, int remote, uint64_t *bounce_off)
 {
     uint64_t t0 = kvs_now_ns();
     size_t need = 0;
     for (uint32_t i = 0; i < n; i++)
         if (k[i].len && !zero_copy(c, &k[i], k[i].len, remote)) need += k[i].len;
-    int rc = kvs_rdma_bounce_reserve(c, need);
+    int rc = kvs_rdma_bounce_reserve(c, l, need);
     if (rc < 0) return rc;
     uint64_t off = 0;
     for (uint32_t i = 0; i < n; i++) {
         bounce_off[i] = UINT64_MAX;
         if (!k[i].len || zero_copy(c, &k[i], k[i].len, remote)) continue;
-        kvs_key_gather(&k[i], c->bounce + off); /* a scatter-gather value: gathered here */
+        kvs_key_gather(&k[i], l->bounce + off); /* a scatter-gather value: gathered here */
         bounce_off[i] = off;
         off += k[i].len;
     }
@@ -142,16 +142,16 @@ static size_t remote_entry(uint8_t *out, const struct kvs_rdma_conn *c, const st
 }
 
 /* Sends the PULL/PUSH message of len bytes just built and waits for its reply's n statuses. */
-static const uint8_t *remote_call(struct kvs_rdma_conn *c, uint8_t op, uint32_t n, size_t len,
-                                  uint64_t id, uint64_t deadline, int *rc)
+static const uint8_t *remote_call(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, uint8_t op,
+                                  uint32_t n, size_t len, uint64_t deadline, int *rc)
 {
-    kvs_rdma_put_hdr(kvs_rdma_send_buf(c), op, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
+    kvs_rdma_put_hdr(l->send, op, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), ++c->next_id);
     uint64_t t0 = kvs_now_ns();
-    *rc = kvs_rdma_call(c, NULL, len, 0, deadline);
+    *rc = kvs_rdma_call(c, l, NULL, len, 0, deadline);
     atomic_fetch_add(&c->chain_wait_us, kvs_rdma_elapsed_us(t0));
     if (*rc < 0) return NULL;
     uint32_t blen;
-    return kvs_rdma_take_reply(c, op, id, n, KVS_WIRE_STATUS_LEN, &blen, rc);
+    return kvs_rdma_take_reply(c, l, op, n, KVS_WIRE_STATUS_LEN, &blen, rc);
 }
 
 /*
@@ -161,21 +161,21 @@ static const uint8_t *remote_call(struct kvs_rdma_conn *c, uint8_t op, uint32_t 
  * answers a status per key. Returns 0, or a transport error (the connection
  * is then unusable).
  */
-static int do_pull(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n, uint64_t deadline)
+static int do_pull(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_key_io *k,
+                   uint32_t n, uint64_t deadline)
 {
     uint64_t *bounce_off = calloc(n ? n : 1, sizeof(*bounce_off));
     if (!bounce_off) return -ENOMEM;
-    int rc = copy_puts_in(c, k, n, 1, bounce_off);
+    int rc = copy_puts_in(c, l, k, n, 1, bounce_off);
     if (rc < 0) goto out;
-    uint8_t *out = kvs_rdma_send_buf(c);
-    uint64_t id = ++c->next_id;
+    uint8_t *out = l->send;
     size_t len = KVS_WIRE_HDR_LEN;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t addr = (uintptr_t)k[i].val;
         uint32_t rkey = 0;
         if (bounce_off[i] != UINT64_MAX) {
-            addr = (uintptr_t)(c->bounce + bounce_off[i]);
-            rkey = c->bounce_mr->rkey;
+            addr = (uintptr_t)(l->bounce + bounce_off[i]);
+            rkey = l->bounce_mr->rkey;
             atomic_fetch_add(&c->bounce_bytes, k[i].len);
         } else if (k[i].len) {
             rkey = kvs_rdma_find_reg(c, k[i].val, k[i].len)->rkey;
@@ -183,7 +183,7 @@ static int do_pull(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n, ui
         }
         len += remote_entry(out + len, c, &k[i], (uint32_t)k[i].len, addr, rkey);
     }
-    const uint8_t *body = remote_call(c, KVS_OP_RDMA_PULL, n, len, id, deadline, &rc);
+    const uint8_t *body = remote_call(c, l, KVS_OP_RDMA_PULL, n, len, deadline, &rc);
     if (!body || (rc = take_statuses(k, n, KVS_OP_RDMA_PULL, body)) < 0) goto out;
     for (uint32_t i = 0; i < n; i++)
         if (k[i].status == 0) k[i].vlen = k[i].len;
@@ -200,7 +200,8 @@ out:
  * WRITEs, gives a status and length per key, as GET. Returns 0, or a
  * transport error (the connection is then unusable).
  */
-static int do_push(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n, uint64_t deadline)
+static int do_push(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_key_io *k,
+                   uint32_t n, uint64_t deadline)
 {
     uint64_t *bounce_off = calloc(n ? n : 1, sizeof(*bounce_off));
     struct ibv_mr **mrs = calloc(n ? n : 1, sizeof(struct ibv_mr *));
@@ -213,9 +214,8 @@ static int do_push(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n, ui
                                                   : NULL; /* segments: bounced */
         if (!mrs[i]) need += k[i].len;
     }
-    if ((rc = kvs_rdma_bounce_reserve(c, need)) < 0) goto out;
-    uint8_t *out = kvs_rdma_send_buf(c);
-    uint64_t id = ++c->next_id;
+    if ((rc = kvs_rdma_bounce_reserve(c, l, need)) < 0) goto out;
+    uint8_t *out = l->send;
     size_t len = KVS_WIRE_HDR_LEN, boff = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t cap = (uint32_t)k[i].len; /* chunks over UINT32_MAX bytes take LEASE */
@@ -226,13 +226,13 @@ static int do_push(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n, ui
             rkey = mrs[i]->rkey;
         } else if (cap) {
             bounce_off[i] = boff;
-            addr = (uintptr_t)(c->bounce + boff);
-            rkey = c->bounce_mr->rkey;
+            addr = (uintptr_t)(l->bounce + boff);
+            rkey = l->bounce_mr->rkey;
             boff += cap;
         }
         len += remote_entry(out + len, c, &k[i], cap, addr, rkey);
     }
-    const uint8_t *body = remote_call(c, KVS_OP_RDMA_PUSH, n, len, id, deadline, &rc);
+    const uint8_t *body = remote_call(c, l, KVS_OP_RDMA_PUSH, n, len, deadline, &rc);
     if (!body || (rc = take_statuses(k, n, KVS_OP_RDMA_PUSH, body)) < 0) goto out;
     uint64_t t0 = kvs_now_ns();
     for (uint32_t i = 0; i < n; i++) {
@@ -242,7 +242,7 @@ static int do_push(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n, ui
         }
         if (k[i].status != 0 || k[i].vlen == 0) continue;
         if (bounce_off[i] != UINT64_MAX) {
-            kvs_key_scatter(&k[i], c->bounce + bounce_off[i], k[i].vlen);
+            kvs_key_scatter(&k[i], l->bounce + bounce_off[i], k[i].vlen);
             atomic_fetch_add(&c->bounce_bytes, k[i].vlen);
         } else {
             atomic_fetch_add(&c->zero_copy_bytes, k[i].vlen);
@@ -259,6 +259,7 @@ out:
 
 /* One chunk on a two-round-trip path: per key, its slot, token and bounce offset. */
 struct slot_chunk {
+    struct kvs_rdma_lane *l;
     struct kvs_key_io *k;
     uint32_t n;
     uint8_t op; /* KVS_OP_RDMA_RESERVE or KVS_OP_RDMA_LEASE */
@@ -270,10 +271,11 @@ struct slot_chunk {
     struct kvs_rdma_chain chain;
 };
 
-static int slot_chunk_init(struct slot_chunk *ch, struct kvs_key_io *k, uint32_t n, uint8_t op)
+static int slot_chunk_init(struct slot_chunk *ch, struct kvs_rdma_lane *l, struct kvs_key_io *k,
+                           uint32_t n, uint8_t op)
 {
     size_t m = n ? n : 1, slices = chunk_slices(k, n) + 1;
-    *ch = (struct slot_chunk){.k = k, .n = n, .op = op};
+    *ch = (struct slot_chunk){.l = l, .k = k, .n = n, .op = op};
     ch->slots = calloc(m, sizeof(*ch->slots));
     ch->tokens = calloc(m, sizeof(*ch->tokens));
     ch->bounce_off = calloc(m, sizeof(*ch->bounce_off));
@@ -300,7 +302,7 @@ static void slot_chunk_free(struct slot_chunk *ch)
 /* Posts the RESERVE/LEASE message naming every key of ch (len: capacity for LEASE). */
 static int send_slot_request(struct kvs_rdma_conn *c, struct slot_chunk *ch, uint64_t deadline)
 {
-    uint8_t *out = kvs_rdma_send_buf(c);
+    uint8_t *out = ch->l->send;
     size_t len = KVS_WIRE_HDR_LEN;
     ch->id = ++c->next_id;
     for (uint32_t i = 0; i < ch->n; i++) {
@@ -310,7 +312,7 @@ static int send_slot_request(struct kvs_rdma_conn *c, struct slot_chunk *ch, uin
             kvs_wire_key_entry_encode(out + len, (const uint8_t *)k->key, (uint16_t)k->klen, cap);
     }
     kvs_rdma_put_hdr(out, ch->op, ch->n, (uint32_t)(len - KVS_WIRE_HDR_LEN), ch->id);
-    return kvs_rdma_post_chain(c, NULL, len, 0, deadline);
+    return kvs_rdma_post_chain(c, ch->l, NULL, len, 0, deadline);
 }
 
 /*
@@ -321,12 +323,12 @@ static int send_slot_request(struct kvs_rdma_conn *c, struct slot_chunk *ch, uin
 static int take_slots(struct kvs_rdma_conn *c, struct slot_chunk *ch, uint64_t t0,
                       uint64_t deadline)
 {
-    int rc = kvs_rdma_wait_reply(c, deadline);
+    int rc = kvs_rdma_wait_reply(c, ch->l, deadline);
     atomic_fetch_add(&c->slot_wait_us, kvs_rdma_elapsed_us(t0));
     if (rc < 0) return rc;
     uint32_t blen;
     const uint8_t *body =
-        kvs_rdma_take_reply(c, ch->op, ch->id, ch->n, KVS_WIRE_SLOT_LEN, &blen, &rc);
+        kvs_rdma_take_reply(c, ch->l, ch->op, ch->n, KVS_WIRE_SLOT_LEN, &blen, &rc);
     if (!body) return rc;
     for (uint32_t i = 0; i < ch->n; i++)
         if (kvs_wire_slot_decode(body + (size_t)i * KVS_WIRE_SLOT_LEN, ch->op, &ch->slots[i]) < 0)
@@ -387,8 +389,8 @@ static void add_transfer(struct kvs_rdma_conn *c, struct slot_chunk *ch, uint32_
         sl.lkey = kvs_rdma_find_reg(c, user, s->len)->lkey;
         atomic_fetch_add(&c->zero_copy_bytes, s->len);
     } else {
-        sl.laddr = (uintptr_t)(c->bounce + ch->bounce_off[i]);
-        sl.lkey = c->bounce_mr->lkey;
+        sl.laddr = (uintptr_t)(ch->l->bounce + ch->bounce_off[i]);
+        sl.lkey = ch->l->bounce_mr->lkey;
         atomic_fetch_add(&c->bounce_bytes, s->len);
     }
     kvs_rdma_chain_add(c, &ch->chain, op, &sl);
@@ -404,8 +406,12 @@ static int finish_tokens(struct kvs_rdma_conn *c, struct slot_chunk *ch, uint8_t
                          uint64_t deadline)
 {
     if (ch->ntok == 0) return 0;
-    if (c->hooks.stall_ms) usleep(c->hooks.stall_ms * 1000u);
-    uint8_t *out = kvs_rdma_send_buf(c);
+    if (c->hooks.stall_ms) { /* the other lanes go on meanwhile */
+        pthread_mutex_unlock(&c->mu);
+        usleep(c->hooks.stall_ms * 1000u);
+        pthread_mutex_lock(&c->mu);
+    }
+    uint8_t *out = ch->l->send;
     uint64_t id = ++c->next_id;
     size_t len = KVS_WIRE_HDR_LEN;
     for (uint32_t i = 0; i < ch->n; i++) {
@@ -417,11 +423,12 @@ static int finish_tokens(struct kvs_rdma_conn *c, struct slot_chunk *ch, uint8_t
     }
     kvs_rdma_put_hdr(out, op, ch->ntok, ch->ntok * KVS_WIRE_TOKEN_LEN, id);
     uint64_t t0 = kvs_now_ns();
-    int rc = kvs_rdma_call(c, &ch->chain, len, op == KVS_OP_RDMA_RELEASE, deadline);
+    int rc = kvs_rdma_call(c, ch->l, &ch->chain, len, op == KVS_OP_RDMA_RELEASE, deadline);
     atomic_fetch_add(&c->chain_wait_us, kvs_rdma_elapsed_us(t0));
     if (rc < 0) return rc;
     uint32_t blen;
-    const uint8_t *body = kvs_rdma_take_reply(c, op, id, ch->ntok, KVS_WIRE_STATUS_LEN, &blen, &rc);
+    const uint8_t *body =
+        kvs_rdma_take_reply(c, ch->l, op, ch->ntok, KVS_WIRE_STATUS_LEN, &blen, &rc);
     if (!body) return rc;
     for (uint32_t i = 0, t = 0; i < ch->n; i++) {
         if (ch->tokens[i] == KVS_WIRE_TOKEN_NONE) continue;
@@ -438,14 +445,14 @@ static int finish_tokens(struct kvs_rdma_conn *c, struct slot_chunk *ch, uint8_t
  * then WRITE ... WRITE, SEND(COMMIT). Fills the keys' statuses; returns 0,
  * or a transport error (the connection is then unusable).
  */
-static int do_reserve_commit(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n,
-                             uint64_t deadline)
+static int do_reserve_commit(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_key_io *k,
+                             uint32_t n, uint64_t deadline)
 {
     struct slot_chunk ch;
-    int rc = slot_chunk_init(&ch, k, n, KVS_OP_RDMA_RESERVE);
+    int rc = slot_chunk_init(&ch, l, k, n, KVS_OP_RDMA_RESERVE);
     uint64_t t0 = kvs_now_ns();
     if (rc == 0) rc = send_slot_request(c, &ch, deadline);
-    if (rc == 0) rc = copy_puts_in(c, k, n, 0, ch.bounce_off);
+    if (rc == 0) rc = copy_puts_in(c, l, k, n, 0, ch.bounce_off);
     if (rc == 0) rc = take_slots(c, &ch, t0, deadline);
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         if (ch.tokens[i] == KVS_WIRE_TOKEN_NONE) continue;
@@ -465,11 +472,11 @@ static int do_reserve_commit(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint
  * the keys' statuses; returns 0, or a transport error (the connection is
  * then unusable).
  */
-static int do_lease_release(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint32_t n,
-                            uint64_t deadline)
+static int do_lease_release(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_key_io *k,
+                            uint32_t n, uint64_t deadline)
 {
     struct slot_chunk ch;
-    int rc = slot_chunk_init(&ch, k, n, KVS_OP_RDMA_LEASE);
+    int rc = slot_chunk_init(&ch, l, k, n, KVS_OP_RDMA_LEASE);
     uint64_t t0 = kvs_now_ns();
     if (rc == 0) rc = send_slot_request(c, &ch, deadline);
     if (rc == 0) rc = take_slots(c, &ch, t0, deadline);
@@ -480,7 +487,7 @@ static int do_lease_release(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint3
         if (ch.slots[i].len > k[i].len) rc = -EPROTO; /* a value larger than the capacity */
         if (!zero_copy(c, &k[i], ch.slots[i].len, 0)) need += ch.slots[i].len;
     }
-    if (rc == 0) rc = kvs_rdma_bounce_reserve(c, need);
+    if (rc == 0) rc = kvs_rdma_bounce_reserve(c, l, need);
     uint64_t boff = 0;
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         if (ch.tokens[i] == KVS_WIRE_TOKEN_NONE || ch.slots[i].len == 0) continue;
@@ -494,7 +501,7 @@ static int do_lease_release(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint3
     t0 = kvs_now_ns();
     for (uint32_t i = 0; rc == 0 && i < n; i++)
         if (k[i].status == 0 && ch.bounce_off[i] != UINT64_MAX)
-            kvs_key_scatter(&k[i], c->bounce + ch.bounce_off[i], k[i].vlen);
+            kvs_key_scatter(&k[i], l->bounce + ch.bounce_off[i], k[i].vlen);
     if (rc == 0) atomic_fetch_add(&c->copy_us, kvs_rdma_elapsed_us(t0));
     slot_chunk_free(&ch);
     return rc;
@@ -503,26 +510,27 @@ static int do_lease_release(struct kvs_rdma_conn *c, struct kvs_key_io *k, uint3
 /* ---- plain frames ---- */
 
 /* EXISTS / REMOVE (len 0 entries) or STATS (n 0): the ordinary frame as one control message. */
-static const uint8_t *plain_call(struct kvs_rdma_conn *c, uint8_t op, const struct kvs_key_io *k,
-                                 uint32_t n, uint32_t *blen, uint64_t deadline, int *rc)
+static const uint8_t *plain_call(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, uint8_t op,
+                                 const struct kvs_key_io *k, uint32_t n, uint32_t *blen,
+                                 uint64_t deadline, int *rc)
 {
-    uint8_t *out = kvs_rdma_send_buf(c);
+    uint8_t *out = l->send;
     uint64_t id = ++c->next_id;
     size_t len = KVS_WIRE_HDR_LEN;
     for (uint32_t i = 0; i < n; i++)
         len +=
             kvs_wire_key_entry_encode(out + len, (const uint8_t *)k[i].key, (uint16_t)k[i].klen, 0);
     kvs_rdma_put_hdr(out, op, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
-    if ((*rc = kvs_rdma_call(c, NULL, len, 0, deadline)) < 0) return NULL;
-    return kvs_rdma_take_reply(c, op, id, n, op == KVS_OP_STATS ? 0 : KVS_WIRE_STATUS_LEN, blen,
-                               rc);
+    if ((*rc = kvs_rdma_call(c, l, NULL, len, 0, deadline)) < 0) return NULL;
+    return kvs_rdma_take_reply(c, l, op, n, op == KVS_OP_STATS ? 0 : KVS_WIRE_STATUS_LEN, blen, rc);
 }
 
-int kvs_rdma_run_stats(struct kvs_rdma_conn *c, struct kvs_req *req, uint64_t deadline)
+int kvs_rdma_run_stats(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_req *req,
+                       uint64_t deadline)
 {
     uint32_t blen;
     int rc;
-    const uint8_t *body = plain_call(c, KVS_OP_STATS, NULL, 0, &blen, deadline, &rc);
+    const uint8_t *body = plain_call(c, l, KVS_OP_STATS, NULL, 0, &blen, deadline, &rc);
     if (!body) return rc;
     req->text_len = blen;
     memcpy(req->text, body, blen < req->text_cap ? blen : req->text_cap);
@@ -531,12 +539,12 @@ int kvs_rdma_run_stats(struct kvs_rdma_conn *c, struct kvs_req *req, uint64_t de
 }
 
 /* One chunk of EXISTS or REMOVE. */
-static int do_plain(struct kvs_rdma_conn *c, uint8_t op, struct kvs_key_io *k, uint32_t n,
-                    uint64_t deadline)
+static int do_plain(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, uint8_t op,
+                    struct kvs_key_io *k, uint32_t n, uint64_t deadline)
 {
     uint32_t blen;
     int rc;
-    const uint8_t *body = plain_call(c, op, k, n, &blen, deadline, &rc);
+    const uint8_t *body = plain_call(c, l, op, k, n, &blen, deadline, &rc);
     return body ? take_statuses(k, n, op, body) : rc;
 }
 
@@ -547,8 +555,8 @@ static int do_plain(struct kvs_rdma_conn *c, uint8_t op, struct kvs_key_io *k, u
  * takes. A put chunk whose values are small in all takes PULL, a get chunk
  * whose capacities are, PUSH (docs/rdma.md).
  */
-static int run_chunk(struct kvs_rdma_conn *c, uint8_t op, struct kvs_key_io *k, uint32_t left,
-                     uint32_t *m, uint64_t deadline)
+static int run_chunk(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, uint8_t op,
+                     struct kvs_key_io *k, uint32_t left, uint32_t *m, uint64_t deadline)
 {
     int put = op == KVS_OP_PUT;
     *m = chunk_size(c, k, left, 0);
@@ -556,21 +564,22 @@ static int run_chunk(struct kvs_rdma_conn *c, uint8_t op, struct kvs_key_io *k, 
         int pull = put && kvs_rdma_pull_on(c) && chunk_bytes(k, *m) <= c->pull_max;
         int push = !put && kvs_rdma_push_on(c) && chunk_bytes(k, *m) <= c->push_max;
         if (pull || push) *m = chunk_size(c, k, *m, 1);
-        if (pull) return do_pull(c, k, *m, deadline);
-        if (push) return do_push(c, k, *m, deadline);
-        return put ? do_reserve_commit(c, k, *m, deadline) : do_lease_release(c, k, *m, deadline);
+        if (pull) return do_pull(c, l, k, *m, deadline);
+        if (push) return do_push(c, l, k, *m, deadline);
+        return put ? do_reserve_commit(c, l, k, *m, deadline)
+                   : do_lease_release(c, l, k, *m, deadline);
     }
     uint32_t cap = (KVS_WIRE_CTRL_MAX - KVS_WIRE_HDR_LEN) / KVS_WIRE_STATUS_LEN;
     if (*m > cap) *m = cap;
-    return do_plain(c, op, k, *m, deadline);
+    return do_plain(c, l, op, k, *m, deadline);
 }
 
-int kvs_rdma_run_keys(struct kvs_rdma_conn *c, struct kvs_req *req, uint32_t *done,
-                      uint64_t deadline)
+int kvs_rdma_run_keys(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_req *req,
+                      uint32_t *done, uint64_t deadline)
 {
     while (*done < req->n) {
         uint32_t m;
-        int rc = run_chunk(c, req->opcode, req->keys + *done, req->n - *done, &m, deadline);
+        int rc = run_chunk(c, l, req->opcode, req->keys + *done, req->n - *done, &m, deadline);
         if (rc < 0) return rc;
         *done += m;
     }

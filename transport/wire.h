@@ -40,6 +40,8 @@
 #define KVS_FEAT_AUTH 0x2u /* the server requires authentication */
 #define KVS_FEAT_PULL 0x4u /* its RDMA connections serve PULL (opcode 12) */
 #define KVS_FEAT_PUSH 0x8u /* its RDMA connections serve PUSH (opcode 13) */
+/* Its RDMA connections take several control messages at once (docs/rdma.md "Threads"). */
+#define KVS_FEAT_PIPELINE 0x20u
 /* This connection (a local socket's) may map a shared region: SHM_MAP, SHM_PUT, SHM_GET. */
 #define KVS_FEAT_SHM 0x10u
 

@@ -10,9 +10,12 @@
  * that dies between RESERVE and COMMIT. PUSH (gets in one round trip):
  * mixed statuses, bounce vs registered destinations, gets racing puts of
  * the same key, the LEASE path when it is off or the server lacks it, a
- * PUSH naming memory the client did not register.
+ * PUSH naming memory the client did not register. Pipelining: 8 threads on
+ * one connection overlap their requests (both paths), and a server killed
+ * under them fails every request in flight.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -184,7 +188,8 @@ static void test_server_killed(void **state)
 /* ---- through the transport, with its counters ---- */
 
 struct counters {
-    uint64_t doorbells, wrs, round_trips, bounce, zero_copy, split, completions, reconnects;
+    uint64_t doorbells, wrs, round_trips, bounce, zero_copy, split, completions, reconnects,
+        inflight_max;
 };
 
 static void take_counter(void *arg, const char *name, uint64_t v)
@@ -198,6 +203,7 @@ static void take_counter(void *arg, const char *name, uint64_t v)
     if (!strcmp(name, "split_chains")) k->split = v;
     if (!strcmp(name, "completions")) k->completions = v;
     if (!strcmp(name, "reconnects")) k->reconnects = v;
+    if (!strcmp(name, "inflight_max")) k->inflight_max = v;
 }
 
 static struct counters read_counters(struct kvs_conn *conn)
@@ -1072,6 +1078,217 @@ static void test_client_dies_mid_transfer(void **state)
     kvs_close(c);
 }
 
+/* ---- pipelining: many threads, one connection ---- */
+
+enum { PIPE_THREADS = 8, PIPE_KEYS = 32, PIPE_ROUNDS = 6 };
+
+struct pipe_arg {
+    struct kvs_conn *conn;
+    const char *path; /* key prefix: which connection */
+    int thread;
+    size_t len;
+    int failures; /* keys with a wrong status or value */
+};
+
+/* PIPE_ROUNDS rounds of a put batch and a get batch of PIPE_KEYS keys, values checked. */
+static void *pipe_worker(void *p)
+{
+    struct pipe_arg *a = p;
+    uint8_t *bufs[PIPE_KEYS];
+    int32_t st[PIPE_KEYS];
+    char prefix[48];
+    snprintf(prefix, sizeof(prefix), "pipe-%s-%d", a->path, a->thread);
+    uint8_t *region = calloc(PIPE_KEYS, a->len);
+    if (!region) {
+        a->failures++;
+        return NULL;
+    }
+    for (int r = 0; r < PIPE_ROUNDS; r++) {
+        for (uint32_t i = 0; i < PIPE_KEYS; i++) {
+            char key[64];
+            snprintf(key, sizeof(key), "%s-%u", prefix, i);
+            bufs[i] = region + (size_t)i * a->len;
+            kvval_fill(bufs[i], a->len, key, (unsigned)r + 1);
+        }
+        run_batch(a->conn, KVS_OP_PUT, prefix, PIPE_KEYS, bufs, a->len, st);
+        for (int i = 0; i < PIPE_KEYS; i++)
+            a->failures += st[i] != 0;
+        memset(region, 0, (size_t)PIPE_KEYS * a->len);
+        run_batch(a->conn, KVS_OP_GET, prefix, PIPE_KEYS, bufs, a->len, st);
+        for (uint32_t i = 0; i < PIPE_KEYS; i++) {
+            char key[64];
+            unsigned got = 0;
+            snprintf(key, sizeof(key), "%s-%u", prefix, i);
+            a->failures +=
+                st[i] != 0 || !kvval_check(bufs[i], a->len, key, &got) || got != (unsigned)r + 1;
+        }
+    }
+    free(region);
+    return NULL;
+}
+
+/* PIPE_THREADS threads of pipe_worker on conn; returns the keys that went wrong. */
+static int run_pipe_threads(struct kvs_conn *conn, const char *path, size_t len)
+{
+    pthread_t t[PIPE_THREADS];
+    struct pipe_arg a[PIPE_THREADS];
+    for (int i = 0; i < PIPE_THREADS; i++) {
+        a[i] = (struct pipe_arg){.conn = conn, .path = path, .thread = i, .len = len};
+        assert_int_equal(pthread_create(&t[i], NULL, pipe_worker, &a[i]), 0);
+    }
+    int failures = 0;
+    for (int i = 0; i < PIPE_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        failures += a[i].failures;
+    }
+    return failures;
+}
+
+/*
+ * 8 threads on ONE connection, batches of 32 put and got back, on the
+ * one-round-trip paths (PULL/PUSH, 4 KiB values) and the two-round-trip
+ * ones (RESERVE/LEASE, 16 KiB values): every value comes back, and the
+ * requests overlapped: the client had more than one control message
+ * unanswered at once (inflight_max) and kvstored received a message of the
+ * connection before it had answered the last (rdma_inflight_max). A
+ * transport that runs one request at a time per connection has 1 for both.
+ */
+static void test_threads_overlap_on_one_connection(void **state)
+{
+    (void)state;
+    struct kvs_conn *conn = open_conn();
+    struct kvs_conn *rconn = open_conn_two_sided();
+    assert_int_equal(run_pipe_threads(conn, "pp", 4096), 0);
+    long long server_after_pp = server_stat("rdma_inflight_max");
+    assert_int_equal(run_pipe_threads(rconn, "rl", 16384), 0);
+    struct counters k = read_counters(conn), rk = read_counters(rconn);
+    long long server_max = server_stat("rdma_inflight_max");
+    printf("# %d threads x %d rounds of batch %d on one connection: client inflight_max %llu "
+           "(pull/push) %llu (reserve/lease), kvstored rdma_inflight_max %lld after pull/push, "
+           "%lld in all\n",
+           PIPE_THREADS, PIPE_ROUNDS, PIPE_KEYS, (unsigned long long)k.inflight_max,
+           (unsigned long long)rk.inflight_max, server_after_pp, server_max);
+    assert_true(k.inflight_max > 1);
+    assert_true(rk.inflight_max > 1);
+    assert_true(k.inflight_max <= 7 && rk.inflight_max <= 7); /* kvstored's receives minus one */
+    assert_true(server_after_pp > 1);
+    assert_int_equal(k.reconnects, 0);
+    assert_int_equal(rk.reconnects, 0);
+    kvs_rdma_transport.destroy(conn);
+    kvs_rdma_transport.destroy(rconn);
+}
+
+struct cut_state {
+    struct kvs_conn *conn;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int requests_done; /* requests answered before the cut */
+    int finished;      /* threads that saw their failure */
+};
+
+struct cut_arg {
+    struct cut_state *s;
+    int thread;
+    int bad;         /* a request that failed in part, or a key not -ECONNRESET */
+    int first_error; /* the status of the first request that failed */
+    uint64_t took_ms;
+};
+
+/* Put batches until one fails; notes its status and how long that request took. */
+static void *cut_worker(void *p)
+{
+    struct cut_arg *a = p;
+    enum { N = 16 };
+    static uint8_t value[4096];
+    uint8_t *bufs[N];
+    int32_t st[N];
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "cut-%d", a->thread);
+    for (int i = 0; i < N; i++)
+        bufs[i] = value;
+    for (int r = 0; r < 100000; r++) {
+        struct timespec ts0, ts1;
+        clock_gettime(CLOCK_MONOTONIC, &ts0);
+        run_batch(a->s->conn, KVS_OP_PUT, prefix, N, bufs, sizeof(value), st);
+        clock_gettime(CLOCK_MONOTONIC, &ts1);
+        int failed = 0;
+        for (int i = 0; i < N; i++)
+            failed += st[i] < 0;
+        if (failed == 0) {
+            pthread_mutex_lock(&a->s->mu);
+            a->s->requests_done++;
+            pthread_cond_broadcast(&a->s->cv);
+            pthread_mutex_unlock(&a->s->mu);
+            continue;
+        }
+        a->first_error = st[0];
+        a->bad = failed != N;
+        a->took_ms = (uint64_t)(ts1.tv_sec - ts0.tv_sec) * 1000u +
+                     (uint64_t)(ts1.tv_nsec - ts0.tv_nsec) / 1000000u;
+        break;
+    }
+    pthread_mutex_lock(&a->s->mu);
+    a->s->finished++;
+    pthread_cond_broadcast(&a->s->cv);
+    pthread_mutex_unlock(&a->s->mu);
+    return NULL;
+}
+
+/*
+ * 8 threads putting batches on ONE connection when kvstored is killed:
+ * every thread's request in flight fails whole, with -ECONNRESET (a request
+ * begun after the cut cannot reconnect: -ECONNREFUSED), each within a few
+ * seconds, and every thread ends (bounded wait, no hang).
+ */
+static void test_cut_fails_every_request_in_flight(void **state)
+{
+    (void)state;
+    struct cut_state s = {.conn = open_conn()};
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    pthread_t t[PIPE_THREADS];
+    struct cut_arg a[PIPE_THREADS];
+    for (int i = 0; i < PIPE_THREADS; i++) {
+        a[i] = (struct cut_arg){.s = &s, .thread = i};
+        assert_int_equal(pthread_create(&t[i], NULL, cut_worker, &a[i]), 0);
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    pthread_mutex_lock(&s.mu);
+    while (s.requests_done < 4 * PIPE_THREADS && s.finished == 0 &&
+           pthread_cond_timedwait(&s.cv, &s.mu, &until) == 0)
+        ;
+    int before = s.requests_done;
+    pthread_mutex_unlock(&s.mu);
+    assert_true(before >= 4 * PIPE_THREADS);
+    kvt_server_kill(&srv);
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 40;
+    pthread_mutex_lock(&s.mu);
+    while (s.finished < PIPE_THREADS && pthread_cond_timedwait(&s.cv, &s.mu, &until) == 0)
+        ;
+    int finished = s.finished;
+    pthread_mutex_unlock(&s.mu);
+    if (finished < PIPE_THREADS)
+        fail_msg("%d of %d threads hang after the cut", PIPE_THREADS - finished, PIPE_THREADS);
+    int resets = 0;
+    for (int i = 0; i < PIPE_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        printf("# cut: thread %d: %s after %llu ms\n", i, kvs_strerror(a[i].first_error),
+               (unsigned long long)a[i].took_ms);
+        assert_false(a[i].bad);
+        assert_true(a[i].first_error == -ECONNRESET || a[i].first_error == -ECONNREFUSED);
+        assert_true(a[i].took_ms < 15000);
+        resets += a[i].first_error == -ECONNRESET;
+    }
+    assert_true(resets >= 1);
+    kvs_rdma_transport.destroy(s.conn);
+    pthread_mutex_destroy(&s.mu);
+    pthread_cond_destroy(&s.cv);
+    assert_int_equal(kvt_server_restart(&srv), 0);
+}
+
 /* test_rdma --dying-client HOST PORT: reserves 8 slots, then stalls until killed. */
 static int dying_client(const char *host, const char *port)
 {
@@ -1127,6 +1344,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_push_server_without_the_bit),
         cmocka_unit_test(test_push_bad_destination),
         cmocka_unit_test(test_push_never_torn),
+        cmocka_unit_test(test_threads_overlap_on_one_connection),
+        cmocka_unit_test(test_cut_fails_every_request_in_flight),
         cmocka_unit_test(test_server_killed),
     };
     return cmocka_run_group_tests_name("rdma", tests, setup, teardown);
