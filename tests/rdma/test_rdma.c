@@ -1238,7 +1238,8 @@ static void *cut_worker(void *p)
  * 8 threads putting batches on ONE connection when kvstored is killed:
  * every thread's request in flight fails whole, with -ECONNRESET (a request
  * begun after the cut cannot reconnect: -ECONNREFUSED), each within a few
- * seconds, and every thread ends (bounded wait, no hang).
+ * seconds, and every thread ends (bounded wait, no hang). More than one
+ * request was in flight, so more than one sees -ECONNRESET.
  */
 static void test_cut_fails_every_request_in_flight(void **state)
 {
@@ -1282,7 +1283,8 @@ static void test_cut_fails_every_request_in_flight(void **state)
         assert_true(a[i].took_ms < 15000);
         resets += a[i].first_error == -ECONNRESET;
     }
-    assert_true(resets >= 1);
+    /* Several were in flight at once (one at a time: only one sees the reset). */
+    assert_true(resets >= 2);
     kvs_rdma_transport.destroy(s.conn);
     pthread_mutex_destroy(&s.mu);
     pthread_cond_destroy(&s.cv);
