@@ -77,6 +77,8 @@ static void test_layerwise_ab_bad_arguments(void **state)
     expect_refused("scripts/layerwise-ab.sh --rounds 100",
                    "--rounds '100' is not a count from 1 to 99");
     expect_refused("scripts/layerwise-ab.sh --model llama3-8b", "unknown argument '--model'");
+    expect_refused("scripts/layerwise-ab.sh --transports tcp,rdma",
+                   "transport 'rdma' is not tcp or shm");
 }
 
 /* A shape kvbench refuses is reported with kvbench's own words, before any round runs. */
@@ -99,22 +101,29 @@ static void test_bench_ab_bad_arguments(void **state)
     expect_refused("scripts/bench-ab.sh only-one", "usage: bench-ab.sh");
 }
 
-/* The whole path on a tiny shape: a table with a row per mode, without and with the shim. */
+/*
+ * The whole path on a tiny shape: a table with a row per transport and mode,
+ * without and with the shim; the shm rows went through the shared region.
+ */
 static void test_layerwise_ab_tiny_shape(void **state)
 {
     char out[16384];
     (void)state;
     if (SANITIZED) skip(); /* the script preloads the shim without the sanitizer runtime first */
-    int rc = run("scripts/layerwise-ab.sh --rounds 1 --modes single,async -- --model llama3-8b "
-                 "--requests 2 --prompt 32 --rounds 1 --compute-us 10",
+    int rc = run("scripts/layerwise-ab.sh --rounds 1 --modes single,async --transports tcp,shm -- "
+                 "--model llama3-8b --requests 2 --prompt 32 --rounds 1 --compute-us 10",
                  out, sizeof(out));
     if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
-    assert_non_null(strstr(out, "| single | no |"));
-    assert_non_null(strstr(out, "| single | yes |"));
-    assert_non_null(strstr(out, "| async | yes |"));
+    assert_non_null(strstr(out, "| tcp | single | no |"));
+    assert_non_null(strstr(out, "| tcp | single | yes |"));
+    assert_non_null(strstr(out, "| tcp | async | yes |"));
+    assert_non_null(strstr(out, "| shm | single | yes |"));
+    assert_non_null(strstr(out, "| shm | async | yes |"));
     assert_null(strstr(out, "kvbench failed"));
-    /* the no-shim single-key row is its own baseline */
-    assert_non_null(strstr(out, "| 1.00 | 1.00 |"));
+    assert_null(strstr(out, "served no SHM frames"));
+    /* the no-shim single-key row over TCP is its own baseline */
+    assert_non_null(strstr(out, "| tcp | single | no |"));
+    assert_non_null(strstr(out, "| 1.00 | 1.00 | 1.00 |"));
 }
 
 /* Runs `ENV scripts/kvbatch-tune ARGS -- tests/preload/tune_workload.py`; exit status, output. */
