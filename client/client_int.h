@@ -10,7 +10,7 @@
  *   submit.c   an op's way out: local checks, routing, one kvs_req per server
  *   op.c       an op's life: results, completion, the completion thread, waiting
  *   flush.c    ops in flight per epoch (kvs_flush, kvs_close's drain), first error
- *   stats.c    kvs_server_stats text, kvs_client_counters, counters at close
+ *   stats.c    kvs_server_stats, kvs_server_clients texts; kvs_client_counters
  *   remove.c   kvs_remove_matching (one request to every server)
  *   config.c   the environment (timeouts, auth secret) and the server list
  *   fork.c     the live clients and the pthread_atfork handlers

@@ -2,6 +2,7 @@
  * stats.c - what the client reports about its servers and its links to them:
  * kvs_server_stats (each server's STATS text, followed by this client's
  * transport counters for that server as "client_NAME VALUE" lines),
+ * kvs_server_clients (each server's CLIENTS text: its connections),
  * kvs_client_counters (the same counters to a callback, no request sent),
  * and the counters logged at kvs_close (debug level).
  */
@@ -15,6 +16,8 @@
 #include <string.h>
 
 #define STATS_TEXT_MAX (64 * 1024)
+/* A CLIENTS reply: at most KVS_WIRE_CLIENTS_MAX lines of at most 400 bytes, and its trailer. */
+#define CLIENTS_TEXT_MAX (KVS_WIRE_CLIENTS_MAX * 400 + 64)
 
 /* Appends text to buf (never past cap-1); returns the length it would have had. */
 static size_t append(char *buf, size_t cap, size_t at, const char *text, size_t len)
@@ -41,7 +44,7 @@ static void emit_counter(void *arg, const char *name, uint64_t value)
         k->at = append(k->buf, k->cap, k->at, line, (size_t)len);
 }
 
-/* Counts the STATS parts of a stats call (no per-key results). */
+/* Counts the parts of a STATS or CLIENTS call (no per-key results). */
 static void stats_done(struct kvs_req *req)
 {
     struct kvs_op *op = req->arg;
@@ -49,15 +52,18 @@ static void stats_done(struct kvs_req *req)
     kvc_op_put(op);
 }
 
-/* Sends one STATS request per server, texts[s * STATS_TEXT_MAX] for server s, and waits for all. */
-static void fetch_stats(kvs_client *c, struct kvs_op *op, char *texts)
+/*
+ * Sends one request of opcode (STATS or CLIENTS) per server, the reply of
+ * server s into texts[s * cap], and waits for all.
+ */
+static void fetch_texts(kvs_client *c, struct kvs_op *op, uint8_t opcode, char *texts, size_t cap)
 {
     for (size_t s = 0; s < c->nservers; s++) {
         struct kvs_req *req = &op->reqs[s];
         memset(req, 0, sizeof(*req));
-        req->opcode = KVS_OP_STATS;
-        req->text = texts + s * STATS_TEXT_MAX;
-        req->text_cap = STATS_TEXT_MAX;
+        req->opcode = opcode;
+        req->text = texts + s * cap;
+        req->text_cap = cap;
         req->done = stats_done;
         req->arg = op;
     }
@@ -65,9 +71,9 @@ static void fetch_stats(kvs_client *c, struct kvs_op *op, char *texts)
 }
 
 /*
- * Appends server sv's block at buf[at]: "# server NAME", its STATS text (or
- * "# error ..."), then this client's counters of the link to it. Returns
- * the length the text would have had so far.
+ * Appends server sv's block at buf[at]: "# server NAME", its reply text (or
+ * "# error ..."), then for STATS this client's counters of the link to it.
+ * Returns the length the text would have had so far.
  */
 static size_t render_server(char *buf, size_t cap, size_t at, const struct server_link *sv,
                             const struct kvs_req *req)
@@ -84,7 +90,7 @@ static size_t render_server(char *buf, size_t cap, size_t at, const struct serve
         if (tlen > 0 && req->text[tlen - 1] != '\n') at = append(buf, cap, at, "\n", 1);
     }
     /* This client's side of the link to that server: frames, syscalls, reconnects... */
-    if (sv->ops->counters) {
+    if (req->opcode == KVS_OP_STATS && sv->ops->counters) {
         struct counter_sink sink = {buf, cap, at};
         sv->ops->counters(sv->conn, emit_counter, &sink);
         at = sink.at;
@@ -92,18 +98,19 @@ static size_t render_server(char *buf, size_t cap, size_t at, const struct serve
     return at;
 }
 
-ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap)
+/* Every server's reply to opcode (STATS or CLIENTS, texts of up to tcap bytes) as blocks in buf. */
+static ssize_t server_texts(kvs_client *c, uint8_t opcode, size_t tcap, char *buf, size_t cap)
 {
     if (!c || (!buf && cap > 0)) return -EINVAL;
     size_t ns = c->nservers;
-    struct kvs_op *op = kvc_op_alloc(c, KVS_OP_STATS, 0);
-    char *texts = malloc(ns * STATS_TEXT_MAX);
+    struct kvs_op *op = kvc_op_alloc(c, opcode, 0);
+    char *texts = malloc(ns * tcap);
     if (!op || !texts) {
         free(op);
         free(texts);
         return -ENOMEM;
     }
-    fetch_stats(c, op, texts);
+    fetch_texts(c, op, opcode, texts, tcap);
 
     size_t at = 0;
     int failed = 0, first_err = 0;
@@ -120,6 +127,16 @@ ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap)
     free(op);
     if ((size_t)failed == ns) return first_err;
     return (ssize_t)at;
+}
+
+ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap)
+{
+    return server_texts(c, KVS_OP_STATS, STATS_TEXT_MAX, buf, cap);
+}
+
+ssize_t kvs_server_clients(kvs_client *c, char *buf, size_t cap)
+{
+    return server_texts(c, KVS_OP_CLIENTS, CLIENTS_TEXT_MAX, buf, cap);
 }
 
 /* Passes a transport's counters on to the caller's callback, with the server's name. */

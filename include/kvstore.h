@@ -172,6 +172,18 @@ ssize_t kvs_remove_matching(kvs_client *c, const char *pattern);
 ssize_t kvs_server_stats(kvs_client *c, char *buf, size_t cap);
 
 /*
+ * Every server's connections (redis's CLIENT LIST), in blocks as
+ * kvs_server_stats: "# server host:port\n", then one line per connection of
+ * space-separated key=value fields ("id=7 addr=127.0.0.1:51234
+ * transport=tcp ... auth=1"; docs/server.md "Clients" names them), at most
+ * 1024, then "# listed N omitted M" (M: those left out). A server that could
+ * not answer gets "# error ..." instead. Returns the text length (truncated
+ * to cap-1, NUL-terminated) or a negative code: -ENOTSUP from a kvstored
+ * that has no CLIENTS.
+ */
+ssize_t kvs_server_clients(kvs_client *c, char *buf, size_t cap);
+
+/*
  * This client's own transport counters, read locally (nothing is sent): emit
  * is called once per server and counter, e.g. ("127.0.0.1:7070",
  * "send_syscalls", 1234). Over TCP: frames_sent, send_syscalls,

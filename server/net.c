@@ -176,23 +176,31 @@ int kvsd_net_local_addr(const struct kvsd_net *n, char *buf, size_t len)
     } while (0)
 
 /*
- * Who is at the other end of fd: "127.0.0.1:54321", "[::1]:54321", or for
- * the local socket "local pid 123 uid 1000" (SO_PEERCRED).
+ * Who is at the other end of fd, for CLIENTS (*p: "127.0.0.1:54321",
+ * "[::1]:54321", or for the local socket "unix" with the peer's pid and uid
+ * from SO_PEERCRED) and for the log (buf: the address, or "local pid 123
+ * uid 1000").
  */
-static void peer_name(int fd, int local, char *buf, size_t len)
+static void peer_name(int fd, int local, struct kvsd_peer *p, char *buf, size_t len)
 {
+    *p = (struct kvsd_peer){.kind = local ? KVSD_PEER_LOCAL : KVSD_PEER_TCP, .pid = -1};
+    snprintf(p->addr, sizeof(p->addr), "%s", local ? "unix" : "unknown");
     snprintf(buf, len, "unknown peer");
     if (local) {
         struct ucred cr;
         socklen_t cl = sizeof(cr);
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0) {
+            p->pid = (int)cr.pid;
+            p->uid = (uint32_t)cr.uid;
             snprintf(buf, len, "local pid %d uid %u", (int)cr.pid, (unsigned)cr.uid);
+        }
         return;
     }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
-        kvs_format_sockaddr((struct sockaddr *)&ss, sl, buf, len);
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+        kvs_format_sockaddr((struct sockaddr *)&ss, sl, p->addr, sizeof(p->addr)) >= 0)
+        snprintf(buf, len, "%s", p->addr);
 }
 
 static void conn_close(struct kvsd_net *n, struct conn *c)
@@ -247,7 +255,9 @@ static void conn_add(struct kvsd_net *n, int fd, int local)
         goto refuse;
     c->fd = fd;
     c->local = local;
-    if (n->verbose) peer_name(fd, local, c->peer, sizeof(c->peer));
+    struct kvsd_peer peer;
+    peer_name(fd, local, &peer, c->peer, sizeof(c->peer));
+    kvsd_proto_set_peer(c->proto, &peer);
     if (local) kvsd_proto_allow_shm(c->proto);
     c->events = EPOLLIN;
     c->last_progress_ms = kvs_now_ms();
@@ -477,6 +487,7 @@ int kvsd_net_run(struct kvsd_net *n, int stop_fd)
             rc = -errno;
             break;
         }
+        n->srv->loop_ms = kvs_now_ms();
         int stop = 0;
         for (int i = 0; i < cnt; i++) {
             void *tag = events[i].data.ptr;

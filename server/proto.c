@@ -13,6 +13,7 @@
 #include "proto.h"
 
 #include "auth.h"
+#include "clients_reply.h"
 #include "ops.h"
 #include "shm.h"
 #include "stats_reply.h"
@@ -111,6 +112,13 @@ struct kvsd_proto_conn {
     int authed;
     int nonce_ready; /* nonce was sent in HELLO and no AUTH has used it yet */
     uint8_t nonce[KVS_WIRE_NONCE_LEN];
+
+    /* What CLIENTS lists (kvsd_proto_info): plain fields, the loop's thread alone touches them. */
+    uint64_t id;
+    struct kvsd_peer peer;
+    uint64_t made_ms, last_request_ms;
+    uint64_t requests, keys_put, keys_get, bytes_in, bytes_out;
+    struct kvsd_proto_conn *prev, *next; /* srv->conns */
 };
 
 /* ---- memory ---- */
@@ -188,7 +196,45 @@ struct kvsd_proto_conn *kvsd_proto_conn_new(struct kvsd_server *srv)
     mem_add(srv, heap_cost(sizeof(*c)) + heap_cost(c->rcap));
     c->st = RS_HDR;
     c->shm_fd = -1;
+    c->id = ++srv->conns_made;
+    c->peer = (struct kvsd_peer){.kind = KVSD_PEER_UNKNOWN, .addr = "unknown", .pid = -1};
+    c->made_ms = kvs_now_ms();
+    c->next = srv->conns;
+    if (srv->conns) srv->conns->prev = c;
+    srv->conns = c;
     return c;
+}
+
+void kvsd_proto_set_peer(struct kvsd_proto_conn *c, const struct kvsd_peer *p)
+{
+    c->peer = *p;
+    c->peer.addr[sizeof(c->peer.addr) - 1] = '\0';
+}
+
+const struct kvsd_proto_conn *kvsd_proto_next(const struct kvsd_server *srv,
+                                              const struct kvsd_proto_conn *c)
+{
+    return c ? c->next : srv->conns;
+}
+
+void kvsd_proto_info(const struct kvsd_proto_conn *c, uint64_t now_ms, struct kvsd_conn_info *out)
+{
+    static const char *const kinds[] = {"unknown", "tcp", "local", "rdma"};
+    uint64_t last = c->last_request_ms > c->made_ms ? c->last_request_ms : c->made_ms;
+    *out = (struct kvsd_conn_info){
+        .id = c->id,
+        .transport = c->peer.kind == KVSD_PEER_LOCAL && c->shm.base ? "shm" : kinds[c->peer.kind],
+        .peer = &c->peer,
+        .age_ms = now_ms > c->made_ms ? now_ms - c->made_ms : 0,
+        .idle_ms = now_ms > last ? now_ms - last : 0,
+        .requests = c->requests,
+        .keys_put = c->keys_put,
+        .keys_get = c->keys_get,
+        .bytes_in = c->bytes_in,
+        .bytes_out = c->bytes_out,
+        .reply_queue = c->out_pending,
+        .authenticated = kvsd_proto_authenticated(c),
+    };
 }
 
 static void release_seg(struct kvsd_proto_conn *c, struct out_seg *s)
@@ -246,6 +292,11 @@ void kvsd_proto_conn_free(struct kvsd_proto_conn *c)
     if (c->shm_fd >= 0) close(c->shm_fd);
     kvsd_shm_unmap(&c->shm);
     mem_sub(c->srv, heap_cost(sizeof(*c)) + heap_cost(c->rcap));
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->srv->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
     free(c);
 }
 
@@ -400,6 +451,7 @@ int kvsd_proto_out_iov(const struct kvsd_proto_conn *c, struct iovec *iov, int m
 void kvsd_proto_sent(struct kvsd_proto_conn *c, size_t n)
 {
     c->srv->counters.bytes_out += n;
+    c->bytes_out += n;
     c->out_pending -= n;
     while (n > 0 && c->seg_head < c->seg_committed) {
         struct out_seg *s = &c->segs[c->seg_head];
@@ -521,6 +573,42 @@ static void reply_stats(struct kvsd_proto_conn *c)
 }
 
 /*
+ * The most body a CLIENTS reply of c may take: all KVS_WIRE_CLIENTS_MAX
+ * lines, within the connection's reply heap (out_heap_limit) and, on an
+ * RDMA connection, within one control message.
+ */
+static size_t clients_budget(const struct kvsd_proto_conn *c)
+{
+    size_t budget = (size_t)KVS_WIRE_CLIENTS_MAX * KVSD_CLIENTS_LINE_MAX + KVSD_CLIENTS_TRAILER_MAX;
+    size_t heap = c->srv->limits.out_heap_limit;
+    size_t room = heap > 2 * KVS_WIRE_HDR_LEN ? heap - 2 * KVS_WIRE_HDR_LEN : 0;
+    if (budget > room) budget = room;
+    if (c->peer.kind == KVSD_PEER_RDMA && budget > KVS_WIRE_CTRL_MAX - KVS_WIRE_HDR_LEN)
+        budget = KVS_WIRE_CTRL_MAX - KVS_WIRE_HDR_LEN;
+    return budget < KVSD_CLIENTS_TRAILER_MAX ? KVSD_CLIENTS_TRAILER_MAX : budget;
+}
+
+/* The connections, as many as the budget holds (clients_reply.c), admitted by frame_fits. */
+static void reply_clients(struct kvsd_proto_conn *c)
+{
+    c->srv->counters.requests[KVS_OP_CLIENTS]++;
+    c->st = RS_HDR;
+    size_t budget = clients_budget(c);
+    uint8_t *buf = malloc(KVS_WIRE_HDR_LEN + budget);
+    if (!buf) {
+        fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+        return;
+    }
+    size_t len = kvsd_clients_text(c->srv, kvs_now_ms(), (char *)buf + KVS_WIRE_HDR_LEN, budget);
+    struct kvs_wire_hdr h = {
+        .opcode = KVS_OP_CLIENTS | KVS_OP_REPLY, .body_len = (uint32_t)len, .id = c->hdr.id};
+    kvs_wire_hdr_encode(buf, &h);
+    uint8_t *fit = realloc(buf, KVS_WIRE_HDR_LEN + len);
+    if (queue_owned_frame(c, fit ? fit : buf, KVS_WIRE_HDR_LEN + len) < 0)
+        fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+}
+
+/*
  * Segments the reply of the entry frame in c->hdr may need: its header, then
  * per key a status and, for a GET hit, the value (contiguous statuses merge,
  * so this is an upper bound).
@@ -537,7 +625,9 @@ static size_t frame_segs(const struct kvsd_proto_conn *c)
  */
 static size_t frame_heap(const struct kvsd_proto_conn *c)
 {
-    size_t meta = heap_cost(KVS_WIRE_HDR_LEN + (size_t)c->hdr.count * KVS_WIRE_STATUS_LEN);
+    size_t meta = c->hdr.opcode == KVS_OP_CLIENTS
+                      ? heap_cost(KVS_WIRE_HDR_LEN + clients_budget(c))
+                      : heap_cost(KVS_WIRE_HDR_LEN + (size_t)c->hdr.count * KVS_WIRE_STATUS_LEN);
     size_t cap = segs_cap_for(c, frame_segs(c));
     if (cap == c->seg_cap) return meta;
     size_t old = c->segs ? heap_cost(c->seg_cap * sizeof(*c->segs)) : 0;
@@ -850,6 +940,10 @@ static void begin_entries(struct kvsd_proto_conn *c)
     /* requests_put / requests_get count every PUT and GET, whichever way its values travel. */
     if (c->hdr.opcode == KVS_OP_SHM_PUT) c->srv->counters.requests[KVS_OP_PUT]++;
     if (c->hdr.opcode == KVS_OP_SHM_GET) c->srv->counters.requests[KVS_OP_GET]++;
+    if (c->hdr.opcode == KVS_OP_PUT || c->hdr.opcode == KVS_OP_SHM_PUT)
+        c->keys_put += c->hdr.count;
+    else if (c->hdr.opcode == KVS_OP_GET || c->hdr.opcode == KVS_OP_SHM_GET)
+        c->keys_get += c->hdr.count;
     /* GET, EXISTS and REMOVE entries carry no value: a buffer per read again. */
     if (c->hdr.opcode != KVS_OP_PUT) c->big_puts = 0;
     if (begin_frame(c) < 0) {
@@ -871,6 +965,8 @@ static void begin_entries(struct kvsd_proto_conn *c)
 static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
 {
     if (!admit_header(c, p)) return;
+    c->requests++;
+    c->last_request_ms = c->srv->loop_ms;
     if (c->hdr.opcode == KVS_OP_AUTH && c->srv->auth_secret) {
         c->st = RS_AUTH; /* its body may not be buffered yet */
         return;
@@ -899,7 +995,9 @@ static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
     case KVS_OP_EXISTS:
     case KVS_OP_REMOVE:
     case KVS_OP_REMOVE_MATCHING:
-        c->st = RS_ADMIT; /* begin_entries once its reply fits (frame_fits) */
+    case KVS_OP_CLIENTS:
+        /* begin_entries (CLIENTS: reply_clients) once its reply fits (frame_fits) */
+        c->st = RS_ADMIT;
         return;
     default:
         break;
@@ -1021,7 +1119,10 @@ void kvsd_proto_process(struct kvsd_proto_conn *c)
             break;
         case RS_ADMIT:
             if (!frame_fits(c)) return; /* back-pressure: replies must drain first */
-            begin_entries(c);
+            if (c->hdr.opcode == KVS_OP_CLIENTS)
+                reply_clients(c);
+            else
+                begin_entries(c);
             break;
         case RS_AUTH:
             if (avail < KVS_WIRE_AUTH_LEN) return;
@@ -1073,6 +1174,7 @@ int kvsd_proto_recv_iov(struct kvsd_proto_conn *c, struct iovec iov[2])
 void kvsd_proto_received(struct kvsd_proto_conn *c, size_t n)
 {
     c->srv->counters.bytes_in += n;
+    c->bytes_in += n;
     if (c->recv_direct) {
         c->recv_direct = 0;
         size_t k = n < c->value_left ? n : (size_t)c->value_left;

@@ -18,7 +18,9 @@
  * its header is in, until the most heap its reply can take (known from the
  * header: statuses and segments, reserved at once) fits out_heap_limit
  * beside what is queued, so queued replies never hold more than that
- * (plus one HELLO/STATS/ERROR reply) whatever a frame holds. Before AUTH its read buffer is
+ * (plus one HELLO/STATS/ERROR reply) whatever a frame holds. A CLIENTS
+ * frame waits the same way for the most its reply may take
+ * (kvsd_clients_text's budget).  Before AUTH its read buffer is
  * 1 KiB; it gets the full one once authenticated.
  *
  * A malformed frame gets a KVS_OP_ERROR reply and the connection closes once
@@ -48,7 +50,51 @@
 
 struct kvsd_proto_conn;
 
+/* How a connection reached kvstored (its owner tells proto: kvsd_proto_set_peer). */
+enum kvsd_peer_kind {
+    KVSD_PEER_UNKNOWN, /* not told (tests, the fuzzer) */
+    KVSD_PEER_TCP,
+    KVSD_PEER_LOCAL, /* the Unix-domain socket; "shm" once a region is mapped */
+    KVSD_PEER_RDMA,
+};
+
+/* Who is at the other end, as CLIENTS lists it. */
+struct kvsd_peer {
+    enum kvsd_peer_kind kind;
+    char addr[64]; /* "HOST:PORT", "[v6]:PORT" (kvs_format_sockaddr), "unix" */
+    int pid;       /* local: the peer's pid and uid (SO_PEERCRED); else -1 */
+    uint32_t uid;
+};
+
+/*
+ * One connection as CLIENTS lists it (docs/server.md "Clients"). Counted by
+ * the event loop that owns the connection, in plain fields: kvstored serves
+ * every connection on one thread.
+ */
+struct kvsd_conn_info {
+    uint64_t id;           /* 1, 2, ... in the order connections were made */
+    const char *transport; /* "tcp", "local", "shm", "rdma" or "unknown" */
+    const struct kvsd_peer *peer;
+    uint64_t age_ms, idle_ms;    /* since it was made; since its last request (or since made) */
+    uint64_t requests;           /* request frames taken (every opcode that was served) */
+    uint64_t keys_put, keys_get; /* keys of its PUT and GET frames (SHM_ forms included) */
+    uint64_t bytes_in, bytes_out;
+    uint64_t reply_queue; /* reply bytes queued, not yet sent */
+    int authenticated;    /* kvsd_proto_authenticated */
+};
+
+/*
+ * A new connection of srv, linked into srv's list of connections (CLIENTS)
+ * until kvsd_proto_conn_free. NULL if out of memory.
+ */
 struct kvsd_proto_conn *kvsd_proto_conn_new(struct kvsd_server *srv);
+/* Records who is at the other end (a copy of *p). */
+void kvsd_proto_set_peer(struct kvsd_proto_conn *c, const struct kvsd_peer *p);
+/* srv's connections, newest first: the first (c NULL) or the one after c; NULL after the last. */
+const struct kvsd_proto_conn *kvsd_proto_next(const struct kvsd_server *srv,
+                                              const struct kvsd_proto_conn *c);
+/* What CLIENTS says of c at now_ms (kvs_now_ms). */
+void kvsd_proto_info(const struct kvsd_proto_conn *c, uint64_t now_ms, struct kvsd_conn_info *out);
 /*
  * Drops everything the connection holds: pins, a half-written put, queued
  * replies, its shared region's mapping and a descriptor not yet used.

@@ -289,8 +289,14 @@ int kvsd_rdma_conn_accept(struct kvsd_rdma *r, struct rdma_cm_id *cid,
     r->ctr.conns_total++;
     rc = rdma_accept(cid, &p) != 0 ? (errno ? -errno : -EIO) : 0;
     if (own_qp) cid->qp = own_qp; /* from now on it is the id's, as rdma_create_qp's would be */
-    if (rc < 0) kvsd_rdma_conn_free(c); /* destroys cid (and the QP) too */
-    return rc;
+    if (rc < 0) {
+        kvsd_rdma_conn_free(c); /* destroys cid (and the QP) too */
+        return rc;
+    }
+    struct kvsd_peer peer = {.kind = KVSD_PEER_RDMA, .addr = "unknown", .pid = -1};
+    kvsd_rdma_peer_name(cid, peer.addr, sizeof(peer.addr)); /* CLIENTS lists it */
+    kvsd_proto_set_peer(c->proto, &peer);
+    return 0;
 }
 
 uint8_t *kvsd_rdma_send_buf(struct kvsd_rdma_conn *c)

@@ -11,7 +11,7 @@
 
 #include "store.h"
 
-#define KVSD_NOPCODES 18 /* counters are indexed by request opcode (1..17) */
+#define KVSD_NOPCODES 19 /* counters are indexed by request opcode (1..18) */
 
 struct kvsd_server_limits {
     uint64_t max_object;   /* value bytes */
@@ -65,6 +65,14 @@ struct kvsd_server {
      * its peak since net.c last gave freed heap back to the kernel.
      */
     size_t conn_memory, conn_memory_peak;
+    /* Every connection, newest first (proto.c links them; CLIENTS lists them). */
+    struct kvsd_proto_conn *conns;
+    uint64_t conns_made; /* the last connection id given */
+    /*
+     * When the event loop last woke (kvs_now_ms, net.c): what a request is
+     * stamped with for CLIENTS' idle time, one clock read per wake-up.
+     */
+    uint64_t loop_ms;
 };
 
 /* Creates the store (memory_bytes of pool) and fills srv. 0 or a negative errno. */

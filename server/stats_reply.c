@@ -94,6 +94,8 @@ static void counter_lines(struct text *t, const struct kvsd_server *srv)
                 (unsigned long long)k->requests[op]);
     appendf(t, "requests_%s %llu\n", kvs_wire_opcode_name(KVS_OP_REMOVE_MATCHING),
             (unsigned long long)k->requests[KVS_OP_REMOVE_MATCHING]);
+    appendf(t, "requests_%s %llu\n", kvs_wire_opcode_name(KVS_OP_CLIENTS),
+            (unsigned long long)k->requests[KVS_OP_CLIENTS]);
     for (uint8_t op = KVS_OP_PUT; op <= KVS_OP_REMOVE; op++)
         appendf(t, "keys_%s %llu\n", kvs_wire_opcode_name(op), (unsigned long long)k->keys[op]);
     line(t, "removed_matching", k->removed_matching);

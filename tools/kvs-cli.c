@@ -10,6 +10,7 @@
  *     kvs-cli [--server LIST] remove-matching REGEX
  *     kvs-cli [--server LIST] stats                (every STATS line, as sent)
  *     kvs-cli [--server LIST] info [SECTION...]    (the STATS, grouped and readable)
+ *     kvs-cli [--server LIST] clients [FIELD=VALUE...]  (the servers' connections)
  *
  * Exit status: 0 done (every key found / removed / present); 1 a key was not
  * found or does not exist; 2 bad usage; 3 the call failed (no server, a
@@ -40,7 +41,9 @@ static const char USAGE[] =
     "  stats                  every server's STATS counters, one 'name value' line each\n"
     "  info [SECTION...]      the counters grouped and readable, 'name:value' lines under\n"
     "                         '# Section' (server, clients, memory, operations, errors,\n"
-    "                         classes, rdma, shm, client, other)\n";
+    "                         classes, rdma, shm, client, other)\n"
+    "  clients [FIELD=VALUE...]  every server's connections, one 'id=... addr=...' line\n"
+    "                         each (only those matching every FIELD=VALUE given)\n";
 static const char FOOTER[] = "exit status: 0 done, 1 a key not found or absent, 2 bad usage,\n"
                              "3 the call failed (the reason on stderr)\n";
 
@@ -213,23 +216,38 @@ static int cmd_remove_matching(kvs_client *c, int argc, const char **argv)
     return 0;
 }
 
-/* Every server's STATS text (kvs_server_stats), malloc'ed; NULL after a message. */
-static char *stats_text(kvs_client *c)
+/*
+ * Every server's text from fetch (kvs_server_stats, kvs_server_clients),
+ * malloc'ed; NULL after a message naming what.
+ */
+static char *server_text(kvs_client *c, const char *what,
+                         ssize_t (*fetch)(kvs_client *c, char *buf, size_t cap))
 {
     for (size_t cap = 64 * 1024; cap <= ((size_t)64 << 20); cap *= 4) {
         char *buf = malloc(cap);
         if (!buf) break;
-        ssize_t n = kvs_server_stats(c, buf, cap);
+        ssize_t n = fetch(c, buf, cap);
         if (n < 0) {
             free(buf);
-            fail("stats", NULL, (int)n);
+            fail(what, NULL, (int)n);
             return NULL;
         }
         if ((size_t)n < cap - 1) return buf;
         free(buf);
     }
-    fail("stats", NULL, -ENOMEM);
+    fail(what, NULL, -ENOMEM);
     return NULL;
+}
+
+static char *stats_text(kvs_client *c)
+{
+    return server_text(c, "stats", kvs_server_stats);
+}
+
+/* 1 if a server block of text is an error ("# error ..." at a line's start). */
+static int has_error(const char *text)
+{
+    return strstr(text, "\n# error") || strncmp(text, "# error", 7) == 0;
 }
 
 /*
@@ -576,7 +594,57 @@ static int cmd_stats(kvs_client *c, int argc, const char **argv)
     char *text = stats_text(c);
     if (!text) return EXIT_FAILED;
     fputs(text, stdout);
-    int rc = strstr(text, "\n# error") || strncmp(text, "# error", 7) == 0 ? EXIT_FAILED : 0;
+    int rc = has_error(text) ? EXIT_FAILED : 0;
+    free(text);
+    return rc;
+}
+
+/* The fields of a CLIENTS line (docs/server.md "Clients"): what a filter may name. */
+static const char *const CLIENT_FIELDS[] = {
+    "id",       "addr",     "transport", "pid",       "uid",         "age",  "idle", "requests",
+    "keys_put", "keys_get", "bytes_in",  "bytes_out", "reply_queue", "auth", NULL};
+
+/* 1 if the connection line has every FIELD=VALUE of filters[0..n) among its fields. */
+static int line_matches(const char *line, int n, const char **filters)
+{
+    for (int i = 0; i < n; i++) {
+        size_t fl = strlen(filters[i]);
+        const char *p = line;
+        int found = 0;
+        while (!found && p && *p) {
+            found = strncmp(p, filters[i], fl) == 0 && (p[fl] == ' ' || p[fl] == '\0');
+            p = strchr(p, ' ');
+            if (p) p++;
+        }
+        if (!found) return 0;
+    }
+    return 1;
+}
+
+static int cmd_clients(kvs_client *c, int argc, const char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *eq = strchr(argv[i], '=');
+        int known = 0;
+        for (int f = 0; eq && eq > argv[i] && CLIENT_FIELDS[f]; f++)
+            known |= strlen(CLIENT_FIELDS[f]) == (size_t)(eq - argv[i]) &&
+                     strncmp(argv[i], CLIENT_FIELDS[f], (size_t)(eq - argv[i])) == 0;
+        if (!known) {
+            fprintf(stderr,
+                    "kvs-cli clients: '%s' is not FIELD=VALUE with FIELD one of id, addr, "
+                    "transport, pid, uid, age, idle, requests, keys_put, keys_get, bytes_in, "
+                    "bytes_out, reply_queue, auth\n",
+                    argv[i]);
+            return KVOPT_EXIT_USAGE;
+        }
+    }
+    char *text = server_text(c, "clients", kvs_server_clients);
+    if (!text) return EXIT_FAILED;
+    int rc = has_error(text) ? EXIT_FAILED : 0;
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        if (l[0] != '#' && !line_matches(l, argc, argv)) continue;
+        puts(l);
+    }
     free(text);
     return rc;
 }
@@ -587,7 +655,7 @@ static const struct {
 } COMMANDS[] = {
     {"put", cmd_put},       {"get", cmd_get},    {"exists", cmd_exists},
     {"remove", cmd_remove}, {"del", cmd_remove}, {"remove-matching", cmd_remove_matching},
-    {"stats", cmd_stats},   {"info", cmd_info},
+    {"stats", cmd_stats},   {"info", cmd_info},  {"clients", cmd_clients},
 };
 
 int main(int argc, char **argv)
@@ -623,7 +691,7 @@ int main(int argc, char **argv)
     if (i == sizeof(COMMANDS) / sizeof(COMMANDS[0])) {
         fprintf(stderr,
                 "kvs-cli: unknown command '%s' (accepted: put, get, exists, remove, del, "
-                "remove-matching, stats, info)\n",
+                "remove-matching, stats, info, clients)\n",
                 args[0]);
         return KVOPT_EXIT_USAGE;
     }

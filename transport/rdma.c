@@ -178,7 +178,7 @@ static void fail_request(struct kvs_rdma_conn *c, struct kvs_req *req, uint32_t 
         c->retry_at_ms = 0;
         pthread_cond_broadcast(&c->cv);
     }
-    if (req->opcode != KVS_OP_STATS) fail_keys(req->keys + done, req->n - done, st);
+    if (!kvs_wire_opcode_text(req->opcode)) fail_keys(req->keys + done, req->n - done, st);
     req->status = st;
 }
 
@@ -229,8 +229,8 @@ static void rdma_submit(struct kvs_conn *conn, struct kvs_req *req)
     int rc;
     struct kvs_rdma_lane *l = claim_lane(c, deadline, &rc);
     if (l)
-        rc = req->opcode == KVS_OP_STATS ? kvs_rdma_run_stats(c, l, req, deadline)
-                                         : kvs_rdma_run_keys(c, l, req, &done, deadline);
+        rc = kvs_wire_opcode_text(req->opcode) ? kvs_rdma_run_stats(c, l, req, deadline)
+                                               : kvs_rdma_run_keys(c, l, req, &done, deadline);
     if (rc < 0) fail_request(c, req, done, rc, l != NULL);
     if (l) release_lane(c, l);
     pthread_mutex_unlock(&c->mu);

@@ -244,7 +244,7 @@ void kvs_rdma_chain_add(const struct kvs_rdma_conn *c, struct kvs_rdma_chain *ch
  */
 int kvs_rdma_run_keys(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_req *req,
                       uint32_t *done, uint64_t deadline);
-/* STATS: one plain frame; fills req's text. 0 or a transport error. */
+/* STATS or CLIENTS (req->opcode): one plain frame; fills req's text. 0 or a transport error. */
 int kvs_rdma_run_stats(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_req *req,
                        uint64_t deadline);
 

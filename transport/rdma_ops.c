@@ -509,7 +509,10 @@ static int do_lease_release(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, st
 
 /* ---- plain frames ---- */
 
-/* EXISTS / REMOVE (len 0 entries) or STATS (n 0): the ordinary frame as one control message. */
+/*
+ * EXISTS / REMOVE (len 0 entries) or STATS / CLIENTS (n 0): the ordinary
+ * frame as one control message.
+ */
 static const uint8_t *plain_call(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, uint8_t op,
                                  const struct kvs_key_io *k, uint32_t n, uint32_t *blen,
                                  uint64_t deadline, int *rc)
@@ -522,7 +525,8 @@ static const uint8_t *plain_call(struct kvs_rdma_conn *c, struct kvs_rdma_lane *
             kvs_wire_key_entry_encode(out + len, (const uint8_t *)k[i].key, (uint16_t)k[i].klen, 0);
     kvs_rdma_put_hdr(out, op, n, (uint32_t)(len - KVS_WIRE_HDR_LEN), id);
     if ((*rc = kvs_rdma_call(c, l, NULL, len, 0, deadline)) < 0) return NULL;
-    return kvs_rdma_take_reply(c, l, op, n, op == KVS_OP_STATS ? 0 : KVS_WIRE_STATUS_LEN, blen, rc);
+    return kvs_rdma_take_reply(c, l, op, n, kvs_wire_opcode_text(op) ? 0 : KVS_WIRE_STATUS_LEN,
+                               blen, rc);
 }
 
 int kvs_rdma_run_stats(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_req *req,
@@ -530,7 +534,7 @@ int kvs_rdma_run_stats(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct 
 {
     uint32_t blen;
     int rc;
-    const uint8_t *body = plain_call(c, l, KVS_OP_STATS, NULL, 0, &blen, deadline, &rc);
+    const uint8_t *body = plain_call(c, l, req->opcode, NULL, 0, &blen, deadline, &rc);
     if (!body) return rc;
     req->text_len = blen;
     memcpy(req->text, body, blen < req->text_cap ? blen : req->text_cap);

@@ -22,7 +22,7 @@ void tcp_job_put(struct tcp_job *job)
 {
     if (atomic_fetch_sub_explicit(&job->refs, 1, memory_order_acq_rel) != 1) return;
     struct kvs_req *req = job->req;
-    if (req->opcode != KVS_OP_STATS) req->status = atomic_load(&job->first_error);
+    if (!kvs_wire_opcode_text(req->opcode)) req->status = atomic_load(&job->first_error);
     tcp_shm_unref(job->shm);
     free(job);
     req->done(req);
@@ -35,7 +35,7 @@ void tcp_frame_finish(struct tcp_frame *f, int status)
     if (status < 0) {
         int expected = 0;
         atomic_compare_exchange_strong(&f->job->first_error, &expected, status);
-        if (req->opcode == KVS_OP_STATS) req->status = status;
+        if (kvs_wire_opcode_text(req->opcode)) req->status = status;
     }
     for (uint32_t i = f->first; i < f->end; i++)
         if (req->keys[i].status == KEY_PENDING) req->keys[i].status = status;
@@ -117,7 +117,7 @@ static void plan_count(struct kvs_req *req, const struct kvs_limits *lim, struct
         sz->scratch += KVS_WIRE_ENTRY_LEN + k->klen;
         if (req->opcode == KVS_OP_PUT && k->len > 0) values += k->iovcnt ? k->iovcnt : 1;
     }
-    if (req->n == 0) { /* STATS: one empty frame */
+    if (req->n == 0) { /* STATS, CLIENTS: one empty frame */
         sz->nframes = 1;
         sz->scratch = KVS_WIRE_HDR_LEN;
     }
@@ -200,7 +200,7 @@ static void plan_fill(struct kvs_req *req, const struct kvs_limits *lim, struct 
         frame_add(&acc, rq, rp);
         write_entry(&w, req, k);
     }
-    if (!f) { /* STATS: one empty frame */
+    if (!f) { /* STATS, CLIENTS: one empty frame */
         f = job->frames;
         f->first = 0;
         hdr = scratch_take(&w, KVS_WIRE_HDR_LEN);

@@ -175,8 +175,8 @@ static int read_error_reply(struct tcp_conn *c, int fd, uint32_t body_len, int *
     return 0;
 }
 
-/* Reads a STATS reply's text into req (what does not fit text_cap is dropped). */
-static int read_stats_reply(struct tcp_conn *c, int fd, uint32_t body_len, struct kvs_req *req)
+/* Reads a STATS or CLIENTS reply's text into req (what does not fit text_cap is dropped). */
+static int read_text_reply(struct tcp_conn *c, int fd, uint32_t body_len, struct kvs_req *req)
 {
     size_t keep = body_len < req->text_cap ? body_len : req->text_cap;
     int rc = rx_read(c, fd, req->text, keep);
@@ -218,8 +218,8 @@ static int read_one_reply(struct tcp_conn *c, int fd)
         rc = read_error_reply(c, fd, h.body_len, &status);
     else if (h.opcode != (frame_opcode(f) | KVS_OP_REPLY))
         rc = -EPROTO;
-    else if (req->opcode == KVS_OP_STATS)
-        rc = read_stats_reply(c, fd, h.body_len, req);
+    else if (kvs_wire_opcode_text(req->opcode))
+        rc = read_text_reply(c, fd, h.body_len, req);
     else
         rc = read_key_replies(c, fd, &h, f);
     c->rx_frame = NULL;

@@ -99,18 +99,20 @@ typedef void (*kvs_req_done_fn)(struct kvs_req *req);
 
 /*
  * A sub-batch for one server. Keyed opcodes (PUT, GET, EXISTS, REMOVE) use
- * keys[0..n). KVS_OP_STATS uses n = 0 and the text fields. The transport
+ * keys[0..n). STATS and CLIENTS (kvs_wire_opcode_text) use n = 0 and the
+ * text fields. The transport
  * owns the req from a successful submit until it calls done.
  */
 struct kvs_req {
     uint8_t opcode; /* enum kvs_wire_opcode */
     uint32_t n;
     struct kvs_key_io *keys;
-    /* STATS only: the reply text (not NUL-terminated) goes to text[0..text_cap) */
+    /* STATS, CLIENTS: the reply text (not NUL-terminated) goes to text[0..text_cap) */
     char *text;
     size_t text_cap;
     size_t text_len; /* out: the whole reply's length (may exceed text_cap: truncated) */
-    int status;      /* out: STATS result; for keyed requests, the first transport error or 0 */
+    int status; /* out: STATS / CLIENTS result; for keyed requests, the first transport error or 0
+                 */
     kvs_req_done_fn done;
     void *arg; /* the caller's */
 };

@@ -25,10 +25,16 @@ int kvs_wire_opcode_known(uint8_t opcode)
     case KVS_OP_SHM_MAP:
     case KVS_OP_SHM_PUT:
     case KVS_OP_SHM_GET:
+    case KVS_OP_CLIENTS:
         return 1;
     default:
         return 0;
     }
+}
+
+int kvs_wire_opcode_text(uint8_t opcode)
+{
+    return opcode == KVS_OP_STATS || opcode == KVS_OP_CLIENTS;
 }
 
 const char *kvs_wire_opcode_name(uint8_t opcode)
@@ -56,6 +62,8 @@ const char *kvs_wire_opcode_name(uint8_t opcode)
         return "shm_put";
     case KVS_OP_SHM_GET:
         return "shm_get";
+    case KVS_OP_CLIENTS:
+        return "clients";
     case KVS_OP_ERROR:
         return "error";
     default:

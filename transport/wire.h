@@ -109,6 +109,12 @@ enum kvs_wire_opcode {
     KVS_OP_SHM_MAP = 15,
     KVS_OP_SHM_PUT = 16,
     KVS_OP_SHM_GET = 17,
+    /*
+     * The server's connections, one per line (redis's CLIENT LIST): count 0,
+     * empty body; reply body "key=value ..." text, at most KVS_WIRE_CLIENTS_MAX
+     * lines, then "# listed N omitted M" (docs/PROTOCOL.md "CLIENTS").
+     */
+    KVS_OP_CLIENTS = 18,
     KVS_OP_ERROR = 0x7f, /* reply only: body is i32 status | text */
     KVS_OP_REPLY = 0x80, /* flag or-ed into a reply's opcode */
 };
@@ -219,8 +225,16 @@ static inline uint64_t kvs_get_u64(const uint8_t *p)
 
 /* True for a request opcode this version understands. */
 int kvs_wire_opcode_known(uint8_t opcode);
+/* The most connections a CLIENTS reply lists (the rest are counted as omitted). */
+#define KVS_WIRE_CLIENTS_MAX 1024u
+
 /* True for a request opcode whose entries carry a length (PUT, GET, SHM_PUT, SHM_GET). */
 int kvs_wire_opcode_sized(uint8_t opcode);
+/*
+ * True for STATS and CLIENTS: a request without keys or body whose reply
+ * body is text (a transport hands it to the caller's text buffer).
+ */
+int kvs_wire_opcode_text(uint8_t opcode);
 /* "put", "get", ... or "unknown". */
 const char *kvs_wire_opcode_name(uint8_t opcode);
 

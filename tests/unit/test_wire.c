@@ -330,6 +330,33 @@ static void test_opcode_names(void **state)
     assert_false(kvs_wire_opcode_known(KVS_OP_ERROR));
 }
 
+/* CLIENTS: a request with no entries and no body; its reply's body is text of any length. */
+static void test_clients_header(void **state)
+{
+    (void)state;
+    uint8_t b[KVS_WIRE_HDR_LEN];
+    struct kvs_wire_hdr h = {.opcode = KVS_OP_CLIENTS, .id = 9};
+    kvs_wire_hdr_encode(b, &h);
+    assert_int_equal(kvs_wire_hdr_decode(b, &h, 4096), 0);
+    assert_int_equal(h.opcode, KVS_OP_CLIENTS);
+    assert_string_equal(kvs_wire_opcode_name(KVS_OP_CLIENTS), "clients");
+    assert_true(kvs_wire_opcode_known(KVS_OP_CLIENTS));
+    assert_true(kvs_wire_opcode_text(KVS_OP_CLIENTS));
+    assert_true(kvs_wire_opcode_text(KVS_OP_STATS));
+    assert_false(kvs_wire_opcode_text(KVS_OP_HELLO));
+    assert_false(kvs_wire_opcode_text(KVS_OP_GET));
+
+    struct kvs_wire_hdr bad[] = {{.opcode = KVS_OP_CLIENTS, .body_len = 4},
+                                 {.opcode = KVS_OP_CLIENTS, .count = 1, .body_len = 9}};
+    for (int i = 0; i < 2; i++) {
+        kvs_wire_hdr_encode(b, &bad[i]);
+        assert_int_equal(kvs_wire_hdr_decode(b, &h, 4096), -EBADMSG);
+    }
+    h = (struct kvs_wire_hdr){.opcode = KVS_OP_CLIENTS | KVS_OP_REPLY, .body_len = 3000};
+    kvs_wire_hdr_encode(b, &h);
+    assert_int_equal(kvs_wire_hdr_decode(b, &h, 4096), 0);
+}
+
 /* AUTH: a request with exactly a nonce and a MAC, count 0; its reply carries the server MAC. */
 static void test_auth_header(void **state)
 {
@@ -642,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_parse_get_carries_capacity),
         cmocka_unit_test(test_parse_refuses_lies),
         cmocka_unit_test(test_opcode_names),
+        cmocka_unit_test(test_clients_header),
         cmocka_unit_test(test_auth_header),
         cmocka_unit_test(test_auth_body_round_trip),
         cmocka_unit_test(test_shm_map_frame_round_trip),
