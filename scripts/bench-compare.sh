@@ -165,6 +165,12 @@ kvb() {
         echo "    (exit $? - see runs/kvbench.log)" >&2
 }
 
+# The SHM_PUT + SHM_GET frames kvstored has served: a part with shm rows checks that they grew.
+shm_frames() {
+    "$KVBENCH" --server-stats --servers "$KV_ADDR" 2>/dev/null |
+        awk '$1 == "requests_shm_put" || $1 == "requests_shm_get" {s += $2} END {print s + 0}'
+}
+
 # The link's limit: iperf3 over loopback with the same write size.
 if want iperf; then
     for size in $SIZES; do
@@ -316,6 +322,7 @@ gp_variant() { # gp_variant NAME ROUND
 GP_VARIANTS="iperf3 memcpy single batch batch-local batch-shm"
 [ -n "$SHIM" ] && GP_VARIANTS="$GP_VARIANTS shim shim-async"
 if want goodput; then
+    gp_frames0=$(shm_frames)
     for r in $(seq "$REPEAT"); do
         cut -d' ' -f1-3 /proc/loadavg >"$OUT/runs/gp__load__r$r"
         set -- $GP_VARIANTS
@@ -341,6 +348,8 @@ if want goodput; then
         done
         cut -d' ' -f1-3 /proc/loadavg >>"$OUT/runs/gp__load__r$r"
     done
+    [ "$(shm_frames)" -gt "$gp_frames0" ] ||
+        echo "bench-compare.sh: kvstored served no SHM frames: the goodput batch-shm rows went through the socket" >&2
 fi
 
 # The layerwise save with each I/O path kvbench offers (single, batch, async), without
@@ -418,10 +427,6 @@ fi
 # clients and value size; the shim over TCP loopback too, to show what the
 # transport gives. Interleaved rounds, order rotated; kvstored's STATS must show
 # SHM_PUT and SHM_GET frames, or the shm runs did not use the region.
-shm_frames() { # the SHM_PUT + SHM_GET frames kvstored has served
-    "$KVBENCH" --server-stats --servers "$KV_ADDR" 2>/dev/null |
-        awk '$1 == "requests_shm_put" || $1 == "requests_shm_get" {s += $2} END {print s + 0}'
-}
 sfl_variant() { # sfl_variant NAME ROUND: one kvbench run of one variant, put and get
     local name=$1 r=$2 servers=$KV_ADDR envs=(LD_PRELOAD="$SHIM")
     case "$name" in
