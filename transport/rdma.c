@@ -190,10 +190,8 @@ static struct kvs_rdma_lane *claim_lane(struct kvs_rdma_conn *c, uint64_t deadli
 {
     for (;;) {
         if ((*rc = settle_up(c, deadline)) < 0) return NULL;
-        for (uint32_t i = 0; i < c->nlanes; i++) {
-            struct kvs_rdma_lane *l = &c->lanes[i];
-            if (l->busy) continue;
-            l->busy = 1;
+        struct kvs_rdma_lane *l = kvs_rdma_lane_claim(c->lanes, c->nlanes);
+        if (l) {
             c->busy++;
             return l;
         }

@@ -33,24 +33,19 @@ int kvs_rdma_post_recv(struct kvs_rdma_conn *c, int idx)
 }
 
 /*
- * The lane whose message the reply in receive buffer idx answers (matched
- * by the id in its header), given the reply; or -EPROTO for a reply no
- * lane waits for (or one too short to carry an id).
+ * Gives the reply in receive buffer idx to the lane whose message it
+ * answers (by the id in its header). 0, or -EPROTO for a reply no lane
+ * waits for (or one too short to carry an id).
  */
 static int match_reply(struct kvs_rdma_conn *c, int idx, uint32_t len)
 {
     struct kvs_wire_hdr h;
     const uint8_t *m = c->ctrl + (size_t)idx * KVS_WIRE_CTRL_MAX;
-    if (kvs_wire_ctrl_hdr_decode(m, len, &h) == 0 && h.id != 0)
-        for (uint32_t i = 0; i < KVS_RDMA_LANES; i++) {
-            struct kvs_rdma_lane *l = &c->lanes[i];
-            if (l->want_id != h.id) continue;
-            l->want_id = 0;
-            l->reply_idx = idx;
-            l->reply_len = len;
-            c->inflight--;
-            return 0;
-        }
+    if (kvs_wire_ctrl_hdr_decode(m, len, &h) == 0 &&
+        kvs_rdma_lane_answer(c->lanes, KVS_RDMA_LANES, h.id, idx, len)) {
+        c->inflight--;
+        return 0;
+    }
     kvs_log(KVS_LOG_WARN, "rdma %s: a reply that answers no request in flight", c->ep.name);
     return -EPROTO;
 }
@@ -236,7 +231,7 @@ int kvs_rdma_post_chain(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct
     }
     int rc = post_room(c, l, head, nwr - i + 1, deadline);
     if (rc < 0) return rc;
-    l->want_id = h.id;
+    kvs_rdma_lane_expect(l, h.id);
     c->inflight++;
     if (c->inflight > atomic_load(&c->inflight_max)) atomic_store(&c->inflight_max, c->inflight);
     atomic_fetch_add(&c->round_trips, 1);

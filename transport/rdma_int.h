@@ -8,6 +8,7 @@
  *                 counters, fork; test hooks (KVS_TEST_HOOKS builds only)
  *   rdma_conn.c   a connection's life: rdma_cm set-up, QP and buffers,
  *                 HELLO and AUTH, teardown; registered memory, bounce buffers
+ *   rdma_lanes.c  which request holds which lane, which lane a reply answers
  *   rdma_chain.c  posting and waiting: control receives, a chain of WRs
  *                 behind one control SEND, send queue room, completions
  *                 polled by one waiter at a time and replies matched to
@@ -19,7 +20,8 @@
  * buffer, bounce buffer, the one control message it waits for). Everything
  * here runs with kvs_rdma_conn.mu held; a thread waiting for a reply or for
  * send queue room lets go of it (rdma_chain.c), except while the connection
- * is being opened (c->opening: the opener is its only user).
+ * is being opened (c->opening: the opener is its only user), and so does a
+ * thread copying values into or out of its lane's bounce buffer (rdma_ops.c).
  */
 #ifndef KVS_TRANSPORT_RDMA_INT_H
 #define KVS_TRANSPORT_RDMA_INT_H
@@ -188,6 +190,20 @@ int kvs_rdma_mr_access(const struct kvs_rdma_conn *c);
 int kvs_rdma_bounce_reserve(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, size_t need);
 /* The registration covering [p, p+len), if any. */
 struct ibv_mr *kvs_rdma_find_reg(struct kvs_rdma_conn *c, const void *p, size_t len);
+
+/* ---- rdma_lanes.c ---- */
+
+/* Claims a free lane among lanes[0..n); NULL when all are busy. */
+struct kvs_rdma_lane *kvs_rdma_lane_claim(struct kvs_rdma_lane *lanes, uint32_t n);
+/* Notes that l's message of this id (never 0) awaits its reply. */
+void kvs_rdma_lane_expect(struct kvs_rdma_lane *l, uint64_t id);
+/*
+ * Hands the reply carrying id (in receive buffer idx, len bytes) to the lane
+ * among lanes[0..n) awaiting it, which then awaits nothing: that lane, or
+ * NULL when none does (an unknown id, or one already answered).
+ */
+struct kvs_rdma_lane *kvs_rdma_lane_answer(struct kvs_rdma_lane *lanes, uint32_t n, uint64_t id,
+                                           int idx, uint32_t len);
 
 /* ---- rdma_chain.c ---- */
 

@@ -100,11 +100,13 @@ static int take_statuses(struct kvs_key_io *k, uint32_t n, uint8_t op, const uin
 }
 
 /*
- * Puts: copies the values that are not in registered memory into the
+ * Puts: copies the values that are not in registered memory into l's
  * bounce buffer, back to back in key order, and notes each one's offset
  * (UINT64_MAX: registered, no copy). Runs while a RESERVE is in flight, so
  * the copy costs no time of its own; the offsets do not depend on the reply
- * (a reserved slot has exactly the value's length).
+ * (a reserved slot has exactly the value's length). The copying itself runs
+ * with mu released: the lane's buffer is its own, and a connection with a
+ * busy lane is not torn down.
  */
 static int copy_puts_in(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l,
                         const struct kvs_key_io *k, uint32_t n, int remote, uint64_t *bounce_off)
@@ -119,10 +121,14 @@ static int copy_puts_in(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l,
     for (uint32_t i = 0; i < n; i++) {
         bounce_off[i] = UINT64_MAX;
         if (!k[i].len || zero_copy(c, &k[i], k[i].len, remote)) continue;
-        kvs_key_gather(&k[i], l->bounce + off); /* a scatter-gather value: gathered here */
         bounce_off[i] = off;
         off += k[i].len;
     }
+    pthread_mutex_unlock(&c->mu);
+    for (uint32_t i = 0; i < n; i++)
+        if (bounce_off[i] != UINT64_MAX)
+            kvs_key_gather(&k[i], l->bounce + bounce_off[i]); /* scatter-gather: gathered here */
+    pthread_mutex_lock(&c->mu);
     atomic_fetch_add(&c->copy_us, kvs_rdma_elapsed_us(t0));
     return 0;
 }
@@ -235,11 +241,13 @@ static int do_push(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_
     const uint8_t *body = remote_call(c, l, KVS_OP_RDMA_PUSH, n, len, deadline, &rc);
     if (!body || (rc = take_statuses(k, n, KVS_OP_RDMA_PUSH, body)) < 0) goto out;
     uint64_t t0 = kvs_now_ns();
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n; i++)
         if (k[i].status == 0 && k[i].vlen > k[i].len) {
             rc = -EPROTO; /* the server says it wrote more than the capacity */
             goto out;
         }
+    pthread_mutex_unlock(&c->mu); /* copies out of the lane's own buffer (see copy_puts_in) */
+    for (uint32_t i = 0; i < n; i++) {
         if (k[i].status != 0 || k[i].vlen == 0) continue;
         if (bounce_off[i] != UINT64_MAX) {
             kvs_key_scatter(&k[i], l->bounce + bounce_off[i], k[i].vlen);
@@ -248,6 +256,7 @@ static int do_push(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, struct kvs_
             atomic_fetch_add(&c->zero_copy_bytes, k[i].vlen);
         }
     }
+    pthread_mutex_lock(&c->mu);
     atomic_fetch_add(&c->copy_us, kvs_rdma_elapsed_us(t0));
 out:
     free(bounce_off);
@@ -499,10 +508,14 @@ static int do_lease_release(struct kvs_rdma_conn *c, struct kvs_rdma_lane *l, st
     }
     if (rc == 0) rc = finish_tokens(c, &ch, KVS_OP_RDMA_RELEASE, deadline);
     t0 = kvs_now_ns();
-    for (uint32_t i = 0; rc == 0 && i < n; i++)
-        if (k[i].status == 0 && ch.bounce_off[i] != UINT64_MAX)
-            kvs_key_scatter(&k[i], l->bounce + ch.bounce_off[i], k[i].vlen);
-    if (rc == 0) atomic_fetch_add(&c->copy_us, kvs_rdma_elapsed_us(t0));
+    if (rc == 0) {
+        pthread_mutex_unlock(&c->mu); /* copies out of the lane's own buffer (see copy_puts_in) */
+        for (uint32_t i = 0; i < n; i++)
+            if (k[i].status == 0 && ch.bounce_off[i] != UINT64_MAX)
+                kvs_key_scatter(&k[i], l->bounce + ch.bounce_off[i], k[i].vlen);
+        pthread_mutex_lock(&c->mu);
+        atomic_fetch_add(&c->copy_us, kvs_rdma_elapsed_us(t0));
+    }
     slot_chunk_free(&ch);
     return rc;
 }
