@@ -231,6 +231,14 @@ static void rdma_submit(struct kvs_conn *conn, struct kvs_req *req)
                                                : kvs_rdma_run_keys(c, l, req, &done, deadline);
     if (rc < 0) fail_request(c, req, done, rc, l != NULL);
     if (l) release_lane(c, l);
+    /*
+     * Until a cut connection is down, kvstored may still WRITE into this
+     * request's buffers (a PUSH whose reply never came): its caller hears of
+     * the failure only once the last lane out has torn it down (registrations
+     * and QP gone), at most one poller's sleep (100 ms) after the cut.
+     */
+    while (l && rc < 0 && c->broken)
+        kvs_rdma_cond_wait(c, UINT64_MAX);
     pthread_mutex_unlock(&c->mu);
     req->done(req);
 }
