@@ -36,11 +36,37 @@ struct mc_reg {
 };
 
 struct mc_store {
-    kvs_client *c;  /* NULL until setup */
-    char *hostname; /* setup's local_hostname */
-    pthread_mutex_t reg_mu;
-    struct mc_reg *regs;
+    kvs_client *c;       /* NULL until setup */
+    char *hostname;      /* setup's local_hostname */
+    struct mc_reg *regs; /* reg_mu */
 };
+
+/*
+ * The lock of every store's list of registered buffers: one for all stores
+ * (registering is rare: a buffer at a time), held across fork() by the
+ * handlers below, so that a child never starts with it taken by a thread it
+ * does not have (a submit thread registering its staging buffer): its own
+ * register and unregister calls, and its submit threads', would wait forever.
+ */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t reg_fork_once = PTHREAD_ONCE_INIT;
+
+static void reg_lock(void)
+{
+    pthread_mutex_lock(&reg_mu);
+}
+
+static void reg_unlock(void)
+{
+    pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_fork_handlers(void)
+{
+    if (pthread_atfork(reg_lock, reg_unlock, reg_unlock) != 0)
+        fprintf(stderr, "kvstore_mooncake: pthread_atfork failed: a forked child must not "
+                        "register buffers\n");
+}
 
 static void setup_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -107,7 +133,7 @@ MC_API mooncake_store_t mooncake_store_create(void)
 {
     struct mc_store *s = calloc(1, sizeof(*s));
     if (!s) return NULL;
-    pthread_mutex_init(&s->reg_mu, NULL);
+    pthread_once(&reg_fork_once, reg_fork_handlers);
     return s;
 }
 
@@ -120,7 +146,6 @@ MC_API void mooncake_store_destroy(mooncake_store_t store)
         next = r->next;
         free(r);
     }
-    pthread_mutex_destroy(&s->reg_mu);
     free(s->hostname);
     free(s);
 }
@@ -534,10 +559,10 @@ MC_API int mooncake_store_register_buffer(mooncake_store_t store, void *buffer, 
         return (int)kvsmc_code(rc);
     }
     r->ptr = buffer;
-    pthread_mutex_lock(&s->reg_mu);
+    reg_lock();
     r->next = s->regs;
     s->regs = r;
-    pthread_mutex_unlock(&s->reg_mu);
+    reg_unlock();
     return KVSMC_OK;
 }
 
@@ -547,14 +572,14 @@ MC_API int mooncake_store_unregister_buffer(mooncake_store_t store, void *buffer
     if (!s || !buffer) return KVSMC_INTERNAL_ERROR;
     if (!s->c) return KVSMC_INVALID_PARAMS;
     struct mc_reg *found = NULL;
-    pthread_mutex_lock(&s->reg_mu);
+    reg_lock();
     for (struct mc_reg **pp = &s->regs; *pp; pp = &(*pp)->next) {
         if ((*pp)->ptr != buffer) continue;
         found = *pp;
         *pp = found->next;
         break;
     }
-    pthread_mutex_unlock(&s->reg_mu);
+    reg_unlock();
     if (!found) return KVSMC_INVALID_PARAMS; /* never registered (Mooncake fails it too) */
     free(found);
     int rc = kvs_unregister_buffer(s->c, buffer);

@@ -3,11 +3,14 @@
  * Mooncake's own header, store_c.h, against a real kvstored: every call with
  * present and missing keys, buffers too small, batches of mixed keys,
  * removal, bad arguments (each with its Mooncake code), the lifecycle and
- * health check around a server that dies, 16 threads on one store, and that
- * the library exports exactly the header's functions.
+ * health check around a server that dies, 16 threads on one store, a fork
+ * while another thread registers buffers (the child registers its own), and
+ * that the library exports exactly the header's functions.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -404,6 +408,69 @@ static void test_register_buffer(void **state)
     mooncake_store_destroy(s);
 }
 
+/* Registers and unregisters one buffer on a store, round after round, until told to stop. */
+struct registrar {
+    mooncake_store_t s;
+    atomic_int stop;
+    int errors;
+};
+
+static void *registrar_main(void *arg)
+{
+    struct registrar *r = arg;
+    static char buf[4096];
+    for (long i = 0; i < 10000000 && !atomic_load(&r->stop); i++)
+        if (mooncake_store_register_buffer(r->s, buf, sizeof(buf)) != 0 ||
+            mooncake_store_unregister_buffer(r->s, buf) != 0)
+            r->errors++;
+    return NULL;
+}
+
+/*
+ * fork() while another thread is inside register/unregister: the child's
+ * registrations work (it does not inherit the registration lock held by a
+ * thread it does not have). 40 forks; a child that hangs is killed by its
+ * alarm and ends the loop.
+ */
+static void test_fork_while_registering(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    skip(); /* fork of a threaded process: see test_preload.c:test_fork */
+#endif
+    KVT_SKIP_ON_RDMA("registered RDMA memory and fork");
+    mooncake_store_t s = open_store();
+    struct registrar r = {.s = s};
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, registrar_main, &r), 0);
+    int bad = 0;
+    for (int i = 0; i < 40 && !bad; i++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            alarm(2);
+            static char mine[4096];
+            int ok = mooncake_store_register_buffer(s, mine, sizeof(mine)) == 0 &&
+                     mooncake_store_unregister_buffer(s, mine) == 0;
+            _exit(ok ? 0 : 1);
+        }
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "fork %d: the child %s\n", i,
+                    WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? "hung in register/unregister"
+                                                               : "failed");
+            bad = 1;
+        }
+    }
+    atomic_store(&r.stop, 1);
+    pthread_join(tid, NULL);
+    assert_int_equal(bad, 0);
+    assert_int_equal(r.errors, 0);
+    mooncake_store_destroy(s);
+}
+
 /* health_check is a real round trip: a dead server turns it to 2, a restart back to 0. */
 static void test_health_check_follows_server(void **state)
 {
@@ -576,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_remove_by_regex_and_all),
         cmocka_unit_test(test_hostname),
         cmocka_unit_test(test_register_buffer),
+        cmocka_unit_test(test_fork_while_registering),
         cmocka_unit_test(test_health_check_follows_server),
         cmocka_unit_test(test_sixteen_threads),
         cmocka_unit_test(test_exports_exactly_the_header),
