@@ -57,12 +57,14 @@ void kvb_ctl_init(struct kvb_ctl *c, uint64_t window_max_ns, uint32_t inflight_m
     memset(c, 0, sizeof(*c));
     if (inflight_max == 0) inflight_max = 1;
     c->target_ns = target_ns;
+    add_level(c, 0, KVB_CTL_PASS_INFLIGHT);
     add_level(c, 0, inflight_max);
     add_level(c, window_max_ns, inflight_max);
     for (uint32_t l = inflight_max; l > 1;) {
         l /= 2;
         add_level(c, window_max_ns, l);
     }
+    c->cur = KVB_CTL_START_LEVEL;
     c->reason = KVB_CTL_START;
     c->state = ST_WARMUP;
     c->why = KVB_CTL_EXPLORE;

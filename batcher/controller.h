@@ -107,10 +107,21 @@ struct kvb_ctl {
 };
 
 /*
+ * Level 0, pass-through: no window and KVB_CTL_PASS_INFLIGHT in flight, so
+ * every op of a synchronous caller goes direct, as without the shim: where
+ * merging saves nothing (large values: a round trip is small beside their
+ * copy) an in-flight limit below the callers' count would only make them
+ * queue. Auto starts at KVB_CTL_START_LEVEL.
+ */
+#define KVB_CTL_PASS_INFLIGHT 1024
+#define KVB_CTL_START_LEVEL   1
+
+/*
  * Builds the ladder under the ceilings (KVBATCH_WINDOW_US, KVBATCH_MAX_INFLIGHT):
- * level 0 is (inflight_max, no window): an op that finds a slot free and no
- * batch forming goes direct, ops merge only behind busy slots - where it
- * starts, as it adds no wait of its own; level 1 is (inflight_max,
+ * level 0 is pass-through (above); level 1 is (inflight_max, no window): an
+ * op that finds a slot free and no batch forming goes direct, ops merge only
+ * behind busy slots - where it starts, as it adds no wait of its own and
+ * still merges when callers outnumber the slots; level 2 is (inflight_max,
  * window_max), the static adaptive policy's setting; then the limit halves
  * down to 1 at window_max. (No windows between 0 and window_max: waiting for
  * a caller that comes back late pays only if the wait is long enough to

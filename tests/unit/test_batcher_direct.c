@@ -148,8 +148,8 @@ static void test_auto_starts_without_a_window(void **state)
     (void)state;
     struct kvb_params p = fake_params(KVB_BATCH_AUTO, 50000, 64, 1 << 20, 4);
     fake_env_up(&e, FAKE_SYNC, p);
-    assert_int_equal(atomic_load(&e.st.batcher[0].levels), 4);
-    assert_int_equal(atomic_load(&e.st.batcher[0].level), 0);
+    assert_int_equal(atomic_load(&e.st.batcher[0].levels), 5);
+    assert_int_equal(atomic_load(&e.st.batcher[0].level), KVB_CTL_START_LEVEL);
     assert_int_equal(atomic_load(&e.st.batcher[0].window_ns), 0);
     assert_int_equal(atomic_load(&e.st.batcher[0].max_inflight), 4);
     assert_int_equal(atomic_load(&e.st.batcher[0].reason), KVB_CTL_START);
@@ -188,16 +188,16 @@ static void test_each_batcher_shows_its_own_setting(void **state)
     assert_int_equal(atomic_load(&e.st.batcher[0].max_inflight), 2);
     assert_int_equal(atomic_load(&e.st.batcher[0].levels), 0);
     assert_int_equal(atomic_load(&e.st.batcher[1].used), 1);
-    assert_int_equal(atomic_load(&e.st.batcher[1].window_ns), 0); /* auto starts at level 0 */
+    assert_int_equal(atomic_load(&e.st.batcher[1].window_ns), 0); /* auto's start: no window */
     assert_int_equal(atomic_load(&e.st.batcher[1].max_inflight), 4);
-    assert_int_equal(atomic_load(&e.st.batcher[1].levels), 4);
+    assert_int_equal(atomic_load(&e.st.batcher[1].levels), 5);
     fake_env_down(&e);
     assert_int_equal(atomic_load(&e.st.batcher[0].used), 0);
     assert_int_equal(atomic_load(&e.st.batchers), 1);
     struct kvb_batcher *b3 = kvb_batcher_create(&p2, &be2, &e.st);
     assert_non_null(b3);
     assert_int_equal(atomic_load(&e.st.batcher[0].used), 1); /* the lowest free slot */
-    assert_int_equal(atomic_load(&e.st.batcher[0].levels), 4);
+    assert_int_equal(atomic_load(&e.st.batcher[0].levels), 5);
     assert_int_equal(kvb_batcher_destroy(b3, FAKE_LONG_WINDOW), 0);
     assert_int_equal(kvb_batcher_destroy(b2, FAKE_LONG_WINDOW), 0);
     assert_int_equal(atomic_load(&e.st.batchers), 0);

@@ -65,7 +65,11 @@ static double model_p99(const struct model *m, const struct kvb_ctl_level *l)
     return 1.5 * model_mean(m, l) + (m->callers > 1 ? (double)l->window_ns : 0);
 }
 
-/* The level with the lowest model mean (within target if one is set and can be met). */
+/*
+ * The level with the lowest model mean (within target if one is set and can
+ * be met); the start level if its mean is within KVB_CTL_SAME_PERCENT of that
+ * one's (the controller moves only on a difference beyond the margin).
+ */
 static unsigned model_best(const struct model *m, const struct kvb_ctl *c, uint64_t target)
 {
     unsigned best = 0;
@@ -75,6 +79,11 @@ static unsigned model_best(const struct model *m, const struct kvb_ctl *c, uint6
         double v = model_mean(m, &c->level[i]), bv = model_mean(m, &c->level[best]);
         if ((ok && !best_ok) || (ok == best_ok && v < bv)) best = i, best_ok = ok;
     }
+    unsigned st = c->nlevels > KVB_CTL_START_LEVEL ? KVB_CTL_START_LEVEL : 0;
+    bool st_ok = !target || model_p99(m, &c->level[st]) <= (double)target;
+    if (st_ok == best_ok && model_mean(m, &c->level[st]) * 100 <=
+                                model_mean(m, &c->level[best]) * (100 + KVB_CTL_SAME_PERCENT))
+        best = st;
     return best;
 }
 
@@ -149,21 +158,21 @@ static void test_ladder(void **state)
     struct kvb_ctl c;
     (void)state;
     kvb_ctl_init(&c, WMAX, 4, 0, 0);
-    assert_int_equal(c.nlevels, 4);
-    static const uint64_t w[] = {0, WMAX, WMAX, WMAX};
-    static const uint32_t l[] = {4, 4, 2, 1};
-    for (unsigned i = 0; i < 4; i++) {
+    assert_int_equal(c.nlevels, 5);
+    static const uint64_t w[] = {0, 0, WMAX, WMAX, WMAX};
+    static const uint32_t l[] = {KVB_CTL_PASS_INFLIGHT, 4, 4, 2, 1};
+    for (unsigned i = 0; i < 5; i++) {
         assert_int_equal(c.level[i].window_ns, w[i]);
         assert_int_equal(c.level[i].inflight, l[i]);
     }
-    /* It starts where no op waits for company: level 0. */
-    assert_int_equal(c.cur, 0);
+    /* It starts where no op waits for company and callers past the limit merge: level 1. */
+    assert_int_equal(c.cur, 1);
     assert_int_equal(c.reason, KVB_CTL_START);
     kvb_ctl_init(&c, 1000 * US, 64, 0, 0);
-    assert_int_equal(c.nlevels, 8);
-    assert_int_equal(c.level[7].inflight, 1);
-    kvb_ctl_init(&c, 0, 1, 0, 0); /* nothing to tune */
-    assert_int_equal(c.nlevels, 1);
+    assert_int_equal(c.nlevels, 9);
+    assert_int_equal(c.level[8].inflight, 1);
+    kvb_ctl_init(&c, 0, 1, 0, 0); /* only pass-through or one at a time */
+    assert_int_equal(c.nlevels, 2);
     assert_int_equal(kvb_ctl_setting(&c)->inflight, 1);
 }
 
@@ -216,11 +225,12 @@ static void test_single_caller_holds(void **state)
     assert_int_equal(c.changes, 0);
     assert_int_equal(c.reason, KVB_CTL_START);
     assert_int_equal(c.last.outstanding, 1);
-    /* A second caller arrives: now it walks (toward direct calls, which pay here). */
+    /* A second caller arrives: now it walks, and stays where ops go direct. */
     m.callers = 2;
     run(&c, &m, &now, 10);
     assert_true(c.changes > 0);
-    assert_int_equal(c.cur, 0);
+    assert_int_equal(c.cur, model_best(&m, &c, 0));
+    assert_int_equal(c.level[c.cur].window_ns, 0);
 }
 
 /* Two callers over a store that serves two at once: merging cannot pay, direct calls win. */
@@ -231,10 +241,11 @@ static void test_few_callers_fall_back_to_direct(void **state)
     struct model m = few_callers();
     (void)state;
     init(&c, 0, &now);
-    assert_int_equal(model_best(&m, &c, 0), 0);
+    unsigned best = model_best(&m, &c, 0);
+    assert_int_equal(c.level[best].window_ns, 0); /* a level of direct calls */
     run(&c, &m, &now, 6);
-    assert_int_equal(c.cur, 0);
-    assert_true(epochs_at(&c, &m, &now, 300, 0, 0) >= 290);
+    assert_int_equal(c.cur, best);
+    assert_true(epochs_at(&c, &m, &now, 300, best, 0) >= 290);
 }
 
 /* Sixteen callers over a 2-way store: merging pays; it finds the model's best and stays. */
@@ -247,8 +258,8 @@ static void test_many_callers_converge(void **state)
     m.callers = 16;
     init(&c, 0, &now);
     unsigned best = model_best(&m, &c, 0);
-    assert_int_equal(best, 1); /* the model's optimum is inside the ladder */
-    c.cur = 0;                 /* start away from it */
+    assert_int_equal(best, KVB_CTL_START_LEVEL + 1); /* the model's optimum is inside the ladder */
+    c.cur = 0;                                       /* start away from it */
     run(&c, &m, &now, 8);
     assert_int_equal(c.cur, best);
     assert_true(epochs_at(&c, &m, &now, 300, best, 0) >= 285);
@@ -270,6 +281,29 @@ static void test_wide_store_prefers_direct(void **state)
     assert_int_equal(c.cur, best);
 }
 
+/*
+ * Six callers, four slots, large values (a request costs little beside its
+ * ops): merging behind busy slots saves nothing and the limit only makes
+ * callers queue, so it goes to pass-through, every op direct, and stays.
+ */
+static void test_large_values_pass_through(void **state)
+{
+    struct kvb_ctl c;
+    uint64_t now;
+    struct model m = few_callers();
+    (void)state;
+    m.callers = 6;
+    m.a_ns = 2000;
+    m.c_ns = 30000;
+    m.parallel = 6;
+    init(&c, 0, &now);
+    assert_int_equal(model_best(&m, &c, 0), 0);
+    assert_int_equal(c.level[0].inflight, KVB_CTL_PASS_INFLIGHT);
+    run(&c, &m, &now, react(&c));
+    assert_int_equal(c.cur, 0);
+    assert_true(epochs_at(&c, &m, &now, 300, 0, 0) >= 285);
+}
+
 /* Load steps 2 -> 64 -> 2 callers: each time it walks to the new best within a few epochs. */
 static void test_load_step_up_and_down(void **state)
 {
@@ -278,16 +312,17 @@ static void test_load_step_up_and_down(void **state)
     struct model m = few_callers();
     (void)state;
     init(&c, 0, &now);
+    unsigned direct = model_best(&m, &c, 0);
     run(&c, &m, &now, 20);
-    assert_int_equal(c.cur, 0);
+    assert_int_equal(c.cur, direct);
     m.callers = 64;
     unsigned best = model_best(&m, &c, 0);
-    assert_true(best >= 1);
+    assert_true(best > KVB_CTL_START_LEVEL);
     run(&c, &m, &now, react(&c));
     assert_int_equal(c.cur, best);
     m.callers = 2;
     run(&c, &m, &now, react(&c));
-    assert_int_equal(c.cur, 0);
+    assert_int_equal(c.cur, direct);
 }
 
 /* A burst of 256 callers for three epochs, then 4: back to the best for 4 afterwards. */
@@ -447,12 +482,13 @@ static void test_plainly_worse_level_is_left_at_once(void **state)
     (void)state;
     m.callers = 256;
     init(&c, 0, &now);
-    c.cur = 1;           /* at adaptive's setting, where the step toward fuller batches hurts */
-    epoch(&c, &m, &now); /* warm-up */
+    c.cur = KVB_CTL_START_LEVEL + 1; /* adaptive's setting, where fuller batches hurt */
+    epoch(&c, &m, &now);             /* warm-up */
     epoch(&c, &m, &now); /* the start level scored; the walk steps toward fuller batches */
     unsigned tried = c.cur;
     assert_int_equal(c.reason, KVB_CTL_EXPLORE);
-    assert_true(model_mean(&m, &c.level[tried]) > 1.5 * model_mean(&m, &c.level[1]));
+    assert_true(model_mean(&m, &c.level[tried]) >
+                1.5 * model_mean(&m, &c.level[KVB_CTL_START_LEVEL + 1]));
     int n = 0;
     for (; n < 10000 && c.cur == tried; n++) {
         kvb_ctl_outstanding(&c, 256);
@@ -498,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_few_callers_fall_back_to_direct),
         cmocka_unit_test(test_many_callers_converge),
         cmocka_unit_test(test_wide_store_prefers_direct),
+        cmocka_unit_test(test_large_values_pass_through),
         cmocka_unit_test(test_load_step_up_and_down),
         cmocka_unit_test(test_burst),
         cmocka_unit_test(test_backend_gets_slower),

@@ -1,0 +1,392 @@
+/*
+ * controller.c - the ladder, the epoch score and the walk of
+ * KVBATCH_POLICY=auto (see controller.h).
+ *
+ * The walk is a hill climb on a noisy function, so it is built to stop and
+ * to move only on evidence: a walk scans while levels are not worse than the
+ * lowest it has seen (three ties in a row end it), turns once if the first
+ * side gave nothing, and settles on the lowest only if it beats the start by
+ * the margin twice (the second time in a confirming epoch); else it goes
+ * back. A parked controller moves again only when the load it sees changes
+ * (the ops outstanding by half for KVB_CTL_OUT_EPOCHS, the p99 crossing the
+ * target, its latency by KVB_CTL_LOAD_PERCENT for KVB_CTL_LOAD_EPOCHS after
+ * KVB_CTL_HOLD_EPOCHS) or once every KVB_CTL_PROBE_EPOCHS for a one-step
+ * probe. So between two load changes it changes level at most nlevels + 3
+ * times per walk plus twice per probe period.
+ */
+#include "controller.h"
+
+#include <string.h>
+
+enum { ST_WARMUP, ST_MEASURE, ST_WALK, ST_CONFIRM, ST_PARK };
+enum { BETTER = -1, SAME = 0, WORSE = 1 };
+
+#define KVB_CTL_SAME_STEPS 3 /* ties in a row before a walk stops */
+
+const char *kvb_ctl_reason_name(enum kvb_ctl_reason r)
+{
+    static const char *const names[KVB_CTL_REASONS] = {"start", "explore",     "better", "worse",
+                                                       "tie",   "over_target", "load",   "probe"};
+    return (unsigned)r < KVB_CTL_REASONS ? names[r] : "?";
+}
+
+static void add_level(struct kvb_ctl *c, uint64_t window_ns, uint32_t inflight)
+{
+    if (c->nlevels) {
+        const struct kvb_ctl_level *l = &c->level[c->nlevels - 1];
+        if (l->window_ns == window_ns && l->inflight == inflight) return;
+    }
+    if (c->nlevels == KVB_CTL_MAX_LEVELS) return;
+    c->level[c->nlevels].window_ns = window_ns;
+    c->level[c->nlevels].inflight = inflight;
+    c->nlevels++;
+}
+
+/* Clears the epoch's observations; the next epoch begins at now. */
+static void epoch_reset(struct kvb_ctl *c, uint64_t now)
+{
+    c->epoch_start = now;
+    c->ops = c->sum_ns = c->over = 0;
+    c->outstanding = 0;
+    memset(c->hist, 0, sizeof(c->hist));
+}
+
+void kvb_ctl_init(struct kvb_ctl *c, uint64_t window_max_ns, uint32_t inflight_max,
+                  uint64_t target_ns, uint64_t now)
+{
+    memset(c, 0, sizeof(*c));
+    if (inflight_max == 0) inflight_max = 1;
+    c->target_ns = target_ns;
+    add_level(c, 0, inflight_max);
+    add_level(c, window_max_ns, inflight_max);
+    for (uint32_t l = inflight_max; l > 1;) {
+        l /= 2;
+        add_level(c, window_max_ns, l);
+    }
+    c->reason = KVB_CTL_START;
+    c->state = ST_WARMUP;
+    c->why = KVB_CTL_EXPLORE;
+    c->probe_dir = -1;
+    epoch_reset(c, now);
+}
+
+/* Lower and upper bound of the latencies in bucket i (kvb_ctl_bucket's inverse). */
+static void bucket_bounds(unsigned i, uint64_t *lo, uint64_t *hi)
+{
+    const unsigned one = 1u << KVB_CTL_SUB_BITS;
+    if (i < one) {
+        *lo = i;
+        *hi = i + 1;
+        return;
+    }
+    unsigned e = i >> KVB_CTL_SUB_BITS, sub = i & (one - 1), shift = e - KVB_CTL_SUB_BITS;
+    *lo = (uint64_t)(one + sub) << shift;
+    *hi = e == 63 && sub == one - 1 ? UINT64_MAX : (uint64_t)(one + sub + 1) << shift;
+}
+
+/* The epoch's 99th percentile, interpolated inside its bucket. */
+static uint64_t epoch_p99(const struct kvb_ctl *c)
+{
+    uint64_t rank = (c->ops * 99 + 99) / 100, cum = 0; /* ceil(0.99 ops) */
+    for (unsigned i = 0; i < KVB_CTL_BUCKETS; i++) {
+        if (!c->hist[i]) continue;
+        if (cum + c->hist[i] >= rank) {
+            uint64_t lo, hi;
+            bucket_bounds(i, &lo, &hi);
+            return lo + (uint64_t)((double)(hi - lo) * (double)(rank - cum) / c->hist[i]);
+        }
+        cum += c->hist[i];
+    }
+    return 0;
+}
+
+/*
+ * The epoch's mean op latency without its slowest KVB_CTL_TRIM_PERCENT (from
+ * the histogram, each bucket at its middle): the mean is what waiting
+ * callers' throughput follows, and the few slowest ops of an epoch are most
+ * often the host's (a preemption, another program's burst), not the level's.
+ */
+static uint64_t epoch_mean(const struct kvb_ctl *c)
+{
+    uint64_t keep = c->ops - c->ops * KVB_CTL_TRIM_PERCENT / 100, left = keep;
+    double sum = 0;
+    for (unsigned i = 0; i < KVB_CTL_BUCKETS && left; i++) {
+        uint64_t n = c->hist[i] < left ? c->hist[i] : left, lo, hi;
+        if (!n) continue;
+        bucket_bounds(i, &lo, &hi);
+        sum += (double)n * ((double)lo + (double)(hi - lo) / 2);
+        left -= n;
+    }
+    return keep ? (uint64_t)(sum / (double)keep) : 0;
+}
+
+/* b against a when both are positive: BETTER if lower by more than SAME_PERCENT. */
+static int relative(uint64_t a, uint64_t b)
+{
+    if ((double)b * 100 < (double)a * (100 - KVB_CTL_SAME_PERCENT)) return BETTER;
+    if ((double)b * 100 > (double)a * (100 + KVB_CTL_SAME_PERCENT)) return WORSE;
+    return SAME;
+}
+
+/*
+ * s against ref: with a target, a p99 over it loses to one within it, and
+ * two over it compare by p99; otherwise the mean op latency decides (for
+ * callers that wait for each op, the lower mean is the higher throughput).
+ */
+static int compare(const struct kvb_ctl *c, const struct kvb_ctl_score *ref,
+                   const struct kvb_ctl_score *s)
+{
+    if (c->target_ns) {
+        bool rv = ref->p99_ns > c->target_ns, sv = s->p99_ns > c->target_ns;
+        if (rv != sv) return sv ? WORSE : BETTER;
+        if (rv) return relative(ref->p99_ns, s->p99_ns);
+    }
+    return relative(ref->mean_ns, s->mean_ns);
+}
+
+/*
+ * Strict order of two scores (no margin), the order compare() uses: within
+ * the target before over it, then the lower p99 over it, else the lower mean.
+ */
+static bool lower(const struct kvb_ctl *c, const struct kvb_ctl_score *a,
+                  const struct kvb_ctl_score *b)
+{
+    if (c->target_ns) {
+        bool av = a->p99_ns > c->target_ns, bv = b->p99_ns > c->target_ns;
+        if (av != bv) return bv;
+        if (av) return a->p99_ns < b->p99_ns;
+    }
+    return a->mean_ns < b->mean_ns;
+}
+
+/* Goes to level `to`; false (and no move) if there is none. */
+static bool go(struct kvb_ctl *c, int to, enum kvb_ctl_reason why)
+{
+    if (to < 0 || to >= (int)c->nlevels) return false;
+    if ((unsigned)to == c->cur) return true;
+    c->cur = (unsigned)to;
+    c->reason = why;
+    c->changes++;
+    return true;
+}
+
+static void park(struct kvb_ctl *c, const struct kvb_ctl_score *at)
+{
+    c->state = ST_PARK;
+    c->parked = 0;
+    c->moved = 0;
+    c->moved_out = 0;
+    c->over_epochs = 0;
+    c->ref = *at;
+}
+
+/* Stays one epoch at the level held, to score it afresh before a walk (why: the walk's reason). */
+static void measure(struct kvb_ctl *c, enum kvb_ctl_reason why)
+{
+    c->state = ST_MEASURE;
+    c->why = why;
+}
+
+/* Notes the score of the level held, and whether it is the walk's lowest. */
+static void walk_record(struct kvb_ctl *c, const struct kvb_ctl_score *s)
+{
+    c->seen[c->cur] = *s;
+    c->seen_mask |= 1u << c->cur;
+    if (c->cur != c->lowest && lower(c, s, &c->seen[c->lowest])) c->lowest = c->cur;
+}
+
+/*
+ * Starts a walk from the level just scored (s), toward dir (the other way at
+ * the end of the ladder). A walk scans levels one epoch each, keeping every
+ * score, while they are not worse than the lowest it has seen.
+ */
+static bool walk_from(struct kvb_ctl *c, const struct kvb_ctl_score *s, int dir,
+                      enum kvb_ctl_reason why)
+{
+    c->seen_mask = 0;
+    c->lowest = c->pivot = c->cur;
+    walk_record(c, s);
+    c->same = 0;
+    c->moved_out = 0;
+    c->turned = false;
+    c->probing = why == KVB_CTL_PROBE;
+    c->dir = dir;
+    if (!go(c, (int)c->cur + dir, why)) {
+        c->dir = -dir;
+        c->turned = true; /* only one way to go */
+        if (!go(c, (int)c->cur - dir, why)) {
+            park(c, s);
+            return false;
+        }
+    }
+    c->state = ST_WALK;
+    return true;
+}
+
+/* Toward direct calls when every op outstanding could have a slot of its own, else fuller batches.
+ */
+static int first_dir(const struct kvb_ctl *c, const struct kvb_ctl_score *s)
+{
+    return s->outstanding <= c->level[c->cur].inflight ? -1 : 1;
+}
+
+/*
+ * The walk stops (why: the step was worse, ties ran out, or the ladder
+ * ended). If nothing on this side beat where it started, it turns around
+ * once, straight to the other side of that level (a probe does not: it is
+ * one step). If the lowest score it saw beats the start by more than the
+ * margin it goes there to confirm it (one more epoch); else back where it
+ * started, and parks. It moves only on evidence seen twice.
+ */
+static bool walk_stop(struct kvb_ctl *c, enum kvb_ctl_reason why)
+{
+    if (c->lowest == c->pivot && !c->turned && !c->probing && go(c, (int)c->pivot - c->dir, why)) {
+        c->dir = -c->dir;
+        c->turned = true;
+        c->same = 0;
+        return true;
+    }
+    unsigned from = c->cur;
+    if (c->lowest != c->pivot && compare(c, &c->seen[c->pivot], &c->seen[c->lowest]) == BETTER) {
+        go(c, (int)c->lowest, KVB_CTL_BETTER);
+        c->state = ST_CONFIRM;
+    } else {
+        go(c, (int)c->pivot, why == KVB_CTL_BETTER ? KVB_CTL_TIE : why);
+        park(c, &c->seen[c->pivot]);
+    }
+    return c->cur != from;
+}
+
+/* True if a and b differ by half or more (ops outstanding: the load changed). */
+static bool load_moved(uint32_t a, uint32_t b)
+{
+    return (uint64_t)b * 2 >= (uint64_t)a * 3 || (uint64_t)a * 2 >= (uint64_t)b * 3;
+}
+
+/*
+ * The ops outstanding moved away from `ref` by half or more for
+ * KVB_CTL_OUT_EPOCHS in a row: a new load (one epoch can miss callers that
+ * were slow to come back).
+ */
+static bool outstanding_changed(struct kvb_ctl *c, uint32_t ref, const struct kvb_ctl_score *s)
+{
+    c->moved_out = load_moved(ref, s->outstanding) ? c->moved_out + 1 : 0;
+    return c->moved_out >= KVB_CTL_OUT_EPOCHS;
+}
+
+/*
+ * A step of the walk has been scored (s, at the level held). Under another
+ * load scores do not compare: back to where the walk started, to score it
+ * afresh. A probe that does not pay at once ends there.
+ */
+static bool walk_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
+{
+    if (outstanding_changed(c, c->seen[c->pivot].outstanding, s)) {
+        unsigned from = c->cur;
+        go(c, (int)c->pivot, KVB_CTL_LOAD);
+        measure(c, KVB_CTL_LOAD);
+        return c->cur != from;
+    }
+    int r = compare(c, &c->seen[c->lowest], s);
+    walk_record(c, s);
+    if (r == WORSE) return walk_stop(c, KVB_CTL_WORSE);
+    if (c->probing && r == SAME) return walk_stop(c, KVB_CTL_TIE);
+    c->probing = false;
+    c->same = r == SAME ? c->same + 1 : 0;
+    if (c->same >= KVB_CTL_SAME_STEPS) return walk_stop(c, KVB_CTL_TIE);
+    if (go(c, (int)c->cur + c->dir, r == BETTER ? KVB_CTL_BETTER : KVB_CTL_TIE)) return true;
+    return walk_stop(c, r == BETTER ? KVB_CTL_BETTER : KVB_CTL_TIE);
+}
+
+/* The level the walk settled on, scored again: kept if it still beats the start, else undone. */
+static bool confirm_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
+{
+    if (compare(c, &c->seen[c->pivot], s) == BETTER) {
+        park(c, s);
+        return false;
+    }
+    go(c, (int)c->pivot, KVB_CTL_TIE);
+    park(c, &c->seen[c->pivot]);
+    return true;
+}
+
+/* Parked, one more epoch scored: look again if the load moved, probe now and then. */
+static bool parked_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
+{
+    c->parked++;
+    bool over = c->target_ns && s->p99_ns > c->target_ns && c->ref.p99_ns <= c->target_ns;
+    c->over_epochs = over ? c->over_epochs + 1 : 0;
+    if (c->over_epochs >= KVB_CTL_OUT_EPOCHS) {
+        measure(c, KVB_CTL_OVER_TARGET);
+        return false;
+    }
+    if (outstanding_changed(c, c->ref.outstanding, s)) {
+        measure(c, KVB_CTL_LOAD);
+        return false;
+    }
+    /* The latency moved for LOAD_EPOCHS in a row (fewer: a hiccup of the host, not a new load). */
+    bool moved = (double)s->mean_ns * 100 > (double)c->ref.mean_ns * (100 + KVB_CTL_LOAD_PERCENT) ||
+                 (double)s->mean_ns * 100 < (double)c->ref.mean_ns * (100 - KVB_CTL_LOAD_PERCENT);
+    c->moved = moved ? c->moved + 1 : 0;
+    if (c->parked >= KVB_CTL_HOLD_EPOCHS && c->moved >= KVB_CTL_LOAD_EPOCHS) {
+        measure(c, KVB_CTL_LOAD);
+        return false;
+    }
+    if (moved || c->moved_out || over) return false; /* not folded into the reference */
+    if (c->parked >= KVB_CTL_PROBE_EPOCHS) {
+        int dir = c->probe_dir;
+        c->probe_dir = -dir;
+        return walk_from(c, s, dir, KVB_CTL_PROBE);
+    }
+    /* Follow slow drift of the parked level's latency (a step change is caught above first). */
+    c->ref.mean_ns = (3 * c->ref.mean_ns + s->mean_ns) / 4;
+    c->ref.p99_ns = (3 * c->ref.p99_ns + s->p99_ns) / 4;
+    return false;
+}
+
+/*
+ * A level being tried (walking, or confirming) that is already plainly
+ * worse than the one it is compared with - after EARLY_OPS ops, its mean
+ * over that one's by KVB_CTL_EARLY_PERCENT, or over 2 % of its ops over a
+ * target the other one meets - is judged at once, not after a whole epoch:
+ * trying a bad level costs a few hundred ops, not 20 ms of them (nor the
+ * p99 of the program's run).
+ */
+static bool plainly_worse(const struct kvb_ctl *c)
+{
+    if (c->ops < KVB_CTL_EARLY_OPS || (c->state != ST_WALK && c->state != ST_CONFIRM)) return false;
+    const struct kvb_ctl_score *ref = &c->seen[c->state == ST_WALK ? c->lowest : c->pivot];
+    if (c->target_ns && ref->p99_ns <= c->target_ns && c->over * 100 > c->ops * 2) return true;
+    return (double)c->sum_ns * 100 >
+           (double)c->ops * (double)ref->mean_ns * (100 + KVB_CTL_EARLY_PERCENT);
+}
+
+bool kvb_ctl_tick(struct kvb_ctl *c, uint64_t now)
+{
+    uint64_t elapsed = now - c->epoch_start;
+    bool early = plainly_worse(c);
+    if (elapsed < KVB_CTL_EPOCH_NS && !early) return false;
+    if (c->ops < KVB_CTL_EPOCH_OPS && !early) {
+        if (elapsed >= KVB_CTL_EPOCH_MAX_NS) epoch_reset(c, now); /* too thin to judge */
+        return false;
+    }
+    struct kvb_ctl_score s = {c->ops, epoch_mean(c), epoch_p99(c), c->outstanding};
+    c->last = s;
+    epoch_reset(c, now);
+    if (c->nlevels < 2) return false;
+    switch (c->state) {
+    case ST_WARMUP: /* the first epoch: connections, first touches */
+        c->state = ST_MEASURE;
+        return false;
+    case ST_MEASURE:
+        /* One op at a time goes direct at every level: nothing to choose, no walk to waste. */
+        if (s.outstanding <= 1) return false;
+        return walk_from(c, &s, first_dir(c, &s), c->why);
+    case ST_WALK:
+        return walk_scored(c, &s);
+    case ST_CONFIRM:
+        return confirm_scored(c, &s);
+    default:
+        return parked_scored(c, &s);
+    }
+}

@@ -1,0 +1,162 @@
+/*
+ * controller.h - the online tuner of KVBATCH_POLICY=auto: it picks the
+ * batcher's window and batches-in-flight limit while the program runs, from
+ * what the batcher observes, in the manner of a NIC's dynamic interrupt
+ * moderation (Linux's net_dim): settings sit on one ladder of levels from
+ * "every op that finds a free slot goes as its caller's own single-key call"
+ * to "fewest, fullest batches"; each epoch the controller scores the level it
+ * holds (mean op latency, and the p99 against a latency target); a walk
+ * scans neighbours, keeps a better level only when a second epoch confirms
+ * it, else goes back, and parks. Parked, it looks again when the load or the
+ * latency changes, and probes one neighbour now and then.
+ *
+ * Pure logic: no clock, no lock, no thread. The batcher feeds it each
+ * completed op's latency and the ops outstanding (under its own lock) and
+ * calls kvb_ctl_tick with the time at completions; tests feed it made-up
+ * observations with a made-up clock. Nothing runs while no op completes.
+ */
+#ifndef KVB_CONTROLLER_H
+#define KVB_CONTROLLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Why the controller last changed (or set) its level. */
+enum kvb_ctl_reason {
+    KVB_CTL_START,       /* the level it starts at */
+    KVB_CTL_EXPLORE,     /* first step of a walk: the neighbour toward the callers' needs */
+    KVB_CTL_BETTER,      /* the step lowered latency: one more, or settled on the best seen */
+    KVB_CTL_WORSE,       /* the step raised latency: the other way, or back, parked */
+    KVB_CTL_TIE,         /* no level scored better: back where the walk started */
+    KVB_CTL_OVER_TARGET, /* the p99 went over the latency target: walk again */
+    KVB_CTL_LOAD,        /* the ops outstanding or the latency changed: walk again */
+    KVB_CTL_PROBE,       /* parked a while: try a neighbour */
+    KVB_CTL_REASONS
+};
+
+/* One setting of the ladder. */
+struct kvb_ctl_level {
+    uint64_t window_ns; /* how long a forming batch may wait for expected company */
+    uint32_t inflight;  /* batches (and direct calls) in flight at once */
+};
+
+/* What one epoch measured at one level. */
+struct kvb_ctl_score {
+    uint64_t ops;         /* ops completed */
+    uint64_t mean_ns;     /* their mean latency, the slowest TRIM_PERCENT left out */
+    uint64_t p99_ns;      /* their 99th percentile (interpolated in a bucket under 6.25 % wide) */
+    uint32_t outstanding; /* most ops accepted and not completed at once */
+};
+
+#define KVB_CTL_MAX_LEVELS 16
+#define KVB_CTL_SUB_BITS   4                        /* 16 buckets per power of two: */
+#define KVB_CTL_BUCKETS    (64 << KVB_CTL_SUB_BITS) /* each under 6.25 % wide */
+
+/* Epochs: at least this long and this many ops (a slower epoch runs on, up to its cap). */
+#define KVB_CTL_EPOCH_NS     (20ull * 1000 * 1000)
+#define KVB_CTL_EPOCH_OPS    1024
+#define KVB_CTL_EPOCH_MAX_NS (1000ull * 1000 * 1000) /* still thinner than EPOCH_OPS: dropped */
+#define KVB_CTL_TRIM_PERCENT 2 /* an epoch's mean leaves out this share of its slowest ops */
+
+/* The walk's margins (percent) and patience (epochs). */
+#define KVB_CTL_SAME_PERCENT  8   /* scores within this are the same */
+#define KVB_CTL_EARLY_PERCENT 50  /* a level tried this much worse after EARLY_OPS ops ... */
+#define KVB_CTL_EARLY_OPS     256 /* ... is judged at once */
+#define KVB_CTL_OUT_EPOCHS    2   /* outstanding moved by half, or p99 over target, this long */
+#define KVB_CTL_LOAD_PERCENT  50  /* a parked level's mean latency moved by this ... */
+#define KVB_CTL_LOAD_EPOCHS   3   /* ... this many epochs in a row: walk again */
+#define KVB_CTL_HOLD_EPOCHS   10  /* parked at least this long before a latency move counts */
+#define KVB_CTL_PROBE_EPOCHS  50  /* parked this long: probe a neighbour */
+
+struct kvb_ctl {
+    /* The ladder (kvb_ctl_init), 0 = most direct. */
+    struct kvb_ctl_level level[KVB_CTL_MAX_LEVELS];
+    unsigned nlevels;
+    uint64_t target_ns; /* p99 bound, 0 = none */
+
+    /* What it holds and why. */
+    unsigned cur;
+    enum kvb_ctl_reason reason;
+    uint64_t changes;
+    struct kvb_ctl_score last; /* the last epoch's score */
+
+    /* The walk. */
+    int state;               /* enum in controller.c */
+    int dir;                 /* -1 toward direct, +1 toward fuller batches */
+    int probe_dir;           /* the next probe's direction (alternates) */
+    unsigned same;           /* "same" results in a row on this walk */
+    bool turned;             /* this walk has turned around */
+    bool probing;            /* this walk is a probe that has not paid yet */
+    enum kvb_ctl_reason why; /* measuring: the reason of the walk that follows */
+    unsigned moved_out;      /* epochs in a row whose ops outstanding moved by half */
+    unsigned over_epochs;    /* parked epochs in a row over the target the reference met */
+    unsigned pivot;          /* the level the walk started from */
+    unsigned lowest;         /* the level of the lowest score on this walk */
+    uint32_t seen_mask;      /* levels scored on this walk */
+    struct kvb_ctl_score seen[KVB_CTL_MAX_LEVELS];
+    unsigned parked;          /* epochs since it parked */
+    unsigned moved;           /* parked epochs in a row whose latency moved by LOAD_PERCENT */
+    struct kvb_ctl_score ref; /* the score the next epoch is compared with */
+
+    /* This epoch's observations. */
+    uint64_t epoch_start;
+    uint64_t ops, sum_ns;
+    uint64_t over; /* ops over the target */
+    uint32_t outstanding;
+    uint32_t hist[KVB_CTL_BUCKETS];
+};
+
+/*
+ * Builds the ladder under the ceilings (KVBATCH_WINDOW_US, KVBATCH_MAX_INFLIGHT):
+ * level 0 is (inflight_max, no window): an op that finds a slot free and no
+ * batch forming goes direct, ops merge only behind busy slots - where it
+ * starts, as it adds no wait of its own; level 1 is (inflight_max,
+ * window_max), the static adaptive policy's setting; then the limit halves
+ * down to 1 at window_max. (No windows between 0 and window_max: waiting for
+ * a caller that comes back late pays only if the wait is long enough to
+ * catch it, so a shorter window measured worse than both ends - not a slope
+ * a walk can climb.) The first epoch begins at now. target_ns: the p99
+ * bound, 0 for none.
+ */
+void kvb_ctl_init(struct kvb_ctl *c, uint64_t window_max_ns, uint32_t inflight_max,
+                  uint64_t target_ns, uint64_t now);
+
+/* Bucket of a latency in hist[]: its power of two, then the next KVB_CTL_SUB_BITS bits. */
+static inline unsigned kvb_ctl_bucket(uint64_t ns)
+{
+    if (ns < (1u << KVB_CTL_SUB_BITS)) return (unsigned)ns;
+    unsigned e = 63u - (unsigned)__builtin_clzll(ns); /* ns in [2^e, 2^(e+1)) */
+    unsigned sub = (unsigned)(ns >> (e - KVB_CTL_SUB_BITS)) & ((1u << KVB_CTL_SUB_BITS) - 1);
+    return (e << KVB_CTL_SUB_BITS) + sub;
+}
+
+/* One op completed after latency_ns. */
+static inline void kvb_ctl_op(struct kvb_ctl *c, uint64_t latency_ns)
+{
+    c->ops++;
+    c->sum_ns += latency_ns;
+    c->over += c->target_ns && latency_ns > c->target_ns;
+    c->hist[kvb_ctl_bucket(latency_ns)]++;
+}
+
+/* The ops accepted and not completed right now (the batcher's `active`). */
+static inline void kvb_ctl_outstanding(struct kvb_ctl *c, uint32_t n)
+{
+    if (n > c->outstanding) c->outstanding = n;
+}
+
+/*
+ * Called at completions with the time: ends the epoch if it is due and
+ * decides. True if the level changed (the caller applies kvb_ctl_setting).
+ */
+bool kvb_ctl_tick(struct kvb_ctl *c, uint64_t now);
+
+/* The setting it holds now. */
+static inline const struct kvb_ctl_level *kvb_ctl_setting(const struct kvb_ctl *c)
+{
+    return &c->level[c->cur];
+}
+
+const char *kvb_ctl_reason_name(enum kvb_ctl_reason r);
+
+#endif

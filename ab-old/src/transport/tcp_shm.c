@@ -1,0 +1,388 @@
+/*
+ * tcp_shm.c - values through a region shared with kvstored, on a connection
+ * over its local socket (docs/shm.md). The frames stay the wire protocol on
+ * the socket; only the values move through the region:
+ *
+ *   - at connection time (tcp_shm_attach, after HELLO and AUTH), when the
+ *     server announces KVS_FEAT_SHM: a memfd of KVSTORE_SHM_SIZE bytes is
+ *     created, sealed (no shrinking, no growing, no more seals), mapped, and
+ *     passed to kvstored with SHM_MAP (SCM_RIGHTS); kvstored checks and maps
+ *     it. Refused: the connection goes on with values in the stream.
+ *   - a PUT or GET request becomes one job of SHM_PUT / SHM_GET frames
+ *     (tcp_shm_job_new): its values' room is taken from the region in one
+ *     piece, PUT values are copied in before the frames go, each entry names
+ *     its value's offset. kvstored copies PUT values out into its pool and
+ *     GET values in; the reader copies GET values out to the caller's
+ *     buffers when the reply comes (tcp_recv.c).
+ *   - the room goes back when every frame of the job has been answered
+ *     (tcp_shm_answered, called by the reader for each reply, even for a
+ *     frame that timed out: kvstored may still be copying until it answers),
+ *     or with the whole region when its connection is gone.
+ *
+ * A request whose values do not fit the free room goes in the stream
+ * (tcp_job_new) as before, so the region bounds memory, never correctness.
+ *
+ * The region is a ring: jobs take room at its head, in any order of threads,
+ * and give it back in any order; the tail advances over room given back in
+ * order of taking. A job's room is one contiguous run, each value aligned.
+ */
+#include "tcp_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SHM_VALUE_ALIGN 64u   /* each value starts on a cache line */
+#define SHM_MAX_RUNS    4096u /* jobs holding room at once; more go in the stream */
+
+/* Room taken by one job: frames [first_id, first_id + nframes). */
+struct shm_run {
+    uint64_t first_id;
+    uint32_t nframes, answered;
+    uint64_t off, len;
+};
+
+struct tcp_shm {
+    atomic_uint refs; /* the connection's, and one per job and reader using it */
+    uint8_t *base;
+    uint64_t size;
+    pthread_mutex_t mu;                /* the ring below */
+    uint64_t head;                     /* where the next run starts (0 when none is held) */
+    struct shm_run runs[SHM_MAX_RUNS]; /* circular, in order of taking */
+    uint32_t first, nruns;
+};
+
+static void shm_free(struct tcp_shm *r)
+{
+    munmap(r->base, r->size);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+struct tcp_shm *tcp_shm_ref(struct tcp_shm *r)
+{
+    if (r) atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+    return r;
+}
+
+void tcp_shm_unref(struct tcp_shm *r)
+{
+    if (r && atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) shm_free(r);
+}
+
+/* A new region of size bytes: a sealed memfd, mapped; *memfd gets its descriptor. */
+static struct tcp_shm *shm_create(uint64_t size, int *memfd)
+{
+    struct tcp_shm *r = calloc(1, sizeof(*r));
+    if (!r) return NULL;
+    int fd = memfd_create("kvstore-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) goto fail;
+    if (ftruncate(fd, (off_t)size) < 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+        goto fail_fd;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) goto fail_fd;
+    /* A forked child must not write into its parent's region (tcp_fork_child forgets it). */
+    (void)madvise(p, size, MADV_DONTFORK);
+    r->base = p;
+    r->size = size;
+    atomic_init(&r->refs, 1);
+    pthread_mutex_init(&r->mu, NULL);
+    *memfd = fd;
+    return r;
+fail_fd:
+    close(fd);
+fail:
+    free(r);
+    return NULL;
+}
+
+/* Sends the SHM_MAP frame with fd attached; 0 or a negative code. */
+static int send_map(struct tcp_conn *c, int sock, int fd, uint64_t size)
+{
+    uint8_t out[KVS_WIRE_HDR_LEN + KVS_WIRE_SHM_MAP_LEN];
+    struct kvs_wire_hdr h = {.opcode = KVS_OP_SHM_MAP, .body_len = KVS_WIRE_SHM_MAP_LEN};
+    kvs_wire_hdr_encode(out, &h);
+    kvs_put_u64(out + KVS_WIRE_HDR_LEN, size);
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct iovec iov = {.iov_base = out, .iov_len = sizeof(out)};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    ssize_t n;
+    do
+        n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return tcp_sock_error(errno);
+    atomic_fetch_add_explicit(&c->n_send_calls, 1, memory_order_relaxed);
+    if ((size_t)n == sizeof(out)) return 0;
+    /* The descriptor went with the first byte; the rest of the frame as any bytes. */
+    struct iovec rest = {.iov_base = out + n, .iov_len = sizeof(out) - (size_t)n};
+    return tcp_send_all(c, sock, &rest, 1);
+}
+
+int tcp_shm_attach(struct tcp_conn *c, int sock, uint64_t deadline, struct tcp_shm **out)
+{
+    *out = NULL;
+    if (c->cfg.shm_size == 0) return 0;
+    int memfd = -1;
+    struct tcp_shm *r = shm_create(c->cfg.shm_size, &memfd);
+    if (!r) {
+        kvs_log(KVS_LOG_WARN,
+                "tcp %s: cannot make a shared region of %llu bytes (%s); values go "
+                "through the socket",
+                c->ep.name, (unsigned long long)c->cfg.shm_size, strerror(errno));
+        return 0;
+    }
+    int rc = send_map(c, sock, memfd, r->size);
+    close(memfd); /* kvstored has its own descriptor now; our mapping keeps the memory */
+    uint8_t in[KVS_WIRE_HDR_LEN], body[256] = {0};
+    struct kvs_wire_hdr h = {0};
+    if (rc == 0) rc = tcp_recv_exact(sock, in, sizeof(in), deadline);
+    if (rc == 0 && kvs_wire_hdr_decode(in, &h, sizeof(body)) < 0) rc = -EPROTO;
+    if (rc == 0) rc = tcp_recv_exact(sock, body, h.body_len, deadline);
+    if (rc == 0 && h.opcode == (KVS_OP_SHM_MAP | KVS_OP_REPLY) && h.body_len == 0) {
+        *out = r;
+        return 0;
+    }
+    tcp_shm_unref(r);
+    if (rc < 0) return rc;
+    if (h.opcode != (KVS_OP_ERROR | KVS_OP_REPLY)) return -EPROTO;
+    int32_t st;
+    const char *text;
+    size_t tlen;
+    if (kvs_wire_error_decode(body, h.body_len, &st, &text, &tlen) < 0) return -EPROTO;
+    kvs_log(KVS_LOG_WARN,
+            "tcp %s: kvstored refused the shared region: %.*s; values go through "
+            "the socket",
+            c->ep.name, (int)tlen, text);
+    return 0;
+}
+
+uint8_t *tcp_shm_base(const struct tcp_shm *r)
+{
+    return r->base;
+}
+
+/* With r->mu held: the offset of len free bytes, taking them; -1 if there is no such run. */
+static int64_t ring_take(struct tcp_shm *r, uint64_t len)
+{
+    if (r->nruns == SHM_MAX_RUNS) return -1;
+    uint64_t tail = r->nruns ? r->runs[r->first].off : 0;
+    if (r->nruns == 0) r->head = 0;
+    uint64_t off;
+    if (r->nruns == 0 || r->head > tail) {
+        /* Held: [tail, head). Free: [head, size), then [0, tail). */
+        if (r->size - r->head >= len)
+            off = r->head;
+        else if (tail >= len && r->nruns > 0)
+            off = 0;
+        else
+            return -1;
+    } else if (r->head < tail) {
+        /* Held: [tail, size) and [0, head). Free: [head, tail). */
+        if (tail - r->head < len) return -1;
+        off = r->head;
+    } else {
+        return -1; /* head == tail with runs held: full */
+    }
+    r->head = off + len;
+    return (int64_t)off;
+}
+
+/* Takes room for a job; 0 or -ENOSPC. */
+static int shm_take(struct tcp_shm *r, uint64_t len, uint64_t first_id, uint32_t nframes,
+                    uint64_t *off)
+{
+    pthread_mutex_lock(&r->mu);
+    int64_t at = ring_take(r, len);
+    if (at >= 0) {
+        uint32_t slot = (r->first + r->nruns) % SHM_MAX_RUNS;
+        r->runs[slot] = (struct shm_run){
+            .first_id = first_id, .nframes = nframes, .off = (uint64_t)at, .len = len};
+        r->nruns++;
+        *off = (uint64_t)at;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return at >= 0 ? 0 : -ENOSPC;
+}
+
+void tcp_shm_answered(struct tcp_shm *r, uint64_t id)
+{
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t i = 0; i < r->nruns; i++) {
+        struct shm_run *run = &r->runs[(r->first + i) % SHM_MAX_RUNS];
+        if (id >= run->first_id && id - run->first_id < run->nframes) {
+            run->answered++;
+            break;
+        }
+    }
+    /* Room given back in order of taking moves the tail. */
+    while (r->nruns > 0 && r->runs[r->first].answered == r->runs[r->first].nframes) {
+        r->first = (r->first + 1) % SHM_MAX_RUNS;
+        r->nruns--;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- jobs ---- */
+
+static uint64_t align_up(uint64_t n)
+{
+    return (n + SHM_VALUE_ALIGN - 1) / SHM_VALUE_ALIGN * SHM_VALUE_ALIGN;
+}
+
+/* A key's room in the region: its value (PUT) or its capacity, at most max_object (GET). */
+static uint64_t key_room(const struct kvs_req *req, const struct kvs_key_io *k,
+                         const struct kvs_limits *lim)
+{
+    if (req->opcode == KVS_OP_PUT) return k->len;
+    return k->len < lim->max_object ? k->len : lim->max_object;
+}
+
+/* True when another key of rq request bytes does not fit a frame holding body bytes, count keys. */
+static bool shm_frame_full(uint64_t body, uint32_t count, uint64_t rq, const struct kvs_limits *lim)
+{
+    return count == lim->max_keys || body + rq > lim->max_frame ||
+           (uint64_t)(count + 1) * KVS_WIRE_STATUS_LEN > lim->max_frame;
+}
+
+/* Ends frame f (NULL: none begun yet) at key end: its header at hdr. */
+static void frame_close(struct tcp_frame *f, uint8_t *hdr, uint8_t opcode, uint32_t count,
+                        uint64_t body, uint32_t end)
+{
+    if (!f) return;
+    f->end = end;
+    f->nsent = count;
+    struct kvs_wire_hdr h = {
+        .opcode = opcode, .count = count, .body_len = (uint32_t)body, .id = f->id};
+    kvs_wire_hdr_encode(hdr, &h);
+}
+
+/* What a request needs as SHM frames: how many, their header and entry bytes, its run's size. */
+struct shm_plan {
+    uint32_t nframes;
+    size_t scratch;
+    uint64_t room;
+};
+
+static void shm_measure(const struct kvs_req *req, const struct kvs_limits *lim,
+                        struct shm_plan *pl)
+{
+    uint32_t count = 0;
+    uint64_t body = 0;
+    *pl = (struct shm_plan){0};
+    for (uint32_t i = 0; i < req->n; i++) {
+        const struct kvs_key_io *k = &req->keys[i];
+        uint64_t rq = KVS_WIRE_ENTRY_LEN + k->klen + KVS_WIRE_SHM_OFF_LEN;
+        if (pl->nframes == 0 || shm_frame_full(body, count, rq, lim)) {
+            pl->nframes++;
+            pl->scratch += KVS_WIRE_HDR_LEN;
+            body = 0;
+            count = 0;
+        }
+        body += rq;
+        count++;
+        pl->scratch += rq;
+        pl->room += align_up(key_room(req, k, lim));
+    }
+}
+
+/*
+ * Writes the job's frames (header, then an entry per key naming its offset
+ * in the run at base) into its scratch, and each PUT value into the region,
+ * in key order; the same cuts as shm_measure.
+ */
+static void shm_fill(struct tcp_job *job, struct tcp_shm *r, const struct kvs_limits *lim,
+                     uint64_t first_id, uint64_t deadline, uint64_t base)
+{
+    struct kvs_req *req = job->req;
+    uint8_t opcode = req->opcode == KVS_OP_PUT ? KVS_OP_SHM_PUT : KVS_OP_SHM_GET;
+    uint8_t *p = job->scratch, *hdr = NULL;
+    struct tcp_frame *f = NULL;
+    uint64_t at = base, body = 0;
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < req->n; i++) {
+        struct kvs_key_io *k = &req->keys[i];
+        uint64_t rq = KVS_WIRE_ENTRY_LEN + k->klen + KVS_WIRE_SHM_OFF_LEN;
+        if (!f || shm_frame_full(body, count, rq, lim)) {
+            frame_close(f, hdr, opcode, count, body, i);
+            f = f ? f + 1 : job->frames;
+            f->id = first_id + (uint64_t)(f - job->frames);
+            f->job = job;
+            f->deadline_ms = deadline;
+            f->first = i;
+            hdr = p;
+            p += KVS_WIRE_HDR_LEN;
+            body = 0;
+            count = 0;
+        }
+        uint64_t len = key_room(req, k, lim);
+        k->status = KEY_PENDING;
+        job->shm_off[i] = at;
+        if (req->opcode == KVS_OP_PUT && len > 0) kvs_key_gather(k, r->base + at);
+        kvs_wire_entry_encode(p, (uint16_t)k->klen, (uint32_t)len);
+        memcpy(p + KVS_WIRE_ENTRY_LEN, k->key, k->klen);
+        kvs_wire_shm_off_encode(p + KVS_WIRE_ENTRY_LEN + k->klen, at);
+        p += rq;
+        at += align_up(len);
+        body += rq;
+        count++;
+    }
+    frame_close(f, hdr, opcode, count, body, req->n);
+    job->iov[0] = (struct iovec){job->scratch, (size_t)(p - job->scratch)};
+    job->niov = 1;
+}
+
+int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
+                    const struct kvs_limits *lim, struct tcp_job **out)
+{
+    *out = NULL;
+    if (!r || (req->opcode != KVS_OP_PUT && req->opcode != KVS_OP_GET) || req->n == 0) return 0;
+    struct shm_plan pl;
+    shm_measure(req, lim, &pl);
+    if (pl.room > r->size / 2) { /* a request this large would starve the others */
+        atomic_fetch_add_explicit(&c->n_shm_fallbacks, 1, memory_order_relaxed);
+        return 0;
+    }
+
+    size_t size = sizeof(struct tcp_job) + pl.nframes * sizeof(struct tcp_frame) +
+                  sizeof(struct iovec) + req->n * sizeof(uint64_t) + pl.scratch;
+    struct tcp_job *job = calloc(1, size);
+    if (!job) return -ENOMEM;
+    uint64_t first_id =
+        atomic_fetch_add_explicit(&c->next_id, pl.nframes, memory_order_relaxed) + 1;
+    uint64_t base;
+    if (shm_take(r, pl.room, first_id, pl.nframes, &base) < 0) {
+        free(job);
+        atomic_fetch_add_explicit(&c->n_shm_fallbacks, 1, memory_order_relaxed);
+        return 0;
+    }
+    job->req = req;
+    job->nframes = pl.nframes;
+    job->frames = (struct tcp_frame *)(job + 1);
+    job->iov = (struct iovec *)(job->frames + pl.nframes);
+    job->shm_off = (uint64_t *)(job->iov + 1);
+    job->scratch = (uint8_t *)(job->shm_off + req->n);
+    job->shm = tcp_shm_ref(r);
+    atomic_init(&job->refs, pl.nframes + 1);
+    atomic_init(&job->first_error, 0);
+    shm_fill(job, r, lim, first_id, kvs_now_ms() + (uint64_t)c->cfg.timeout_ms, base);
+    *out = job;
+    return 0;
+}
