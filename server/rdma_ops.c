@@ -541,7 +541,8 @@ static int must_wait(const struct kvsd_rdma_conn *c, uint32_t idx, uint32_t len)
 
 void kvsd_rdma_serve_queue(struct kvsd_rdma_conn *c)
 {
-    while (c->queue.n > 0 && !c->dead) {
+    /* A connection being closed (closing: once its last reply has left) serves nothing more. */
+    while (c->queue.n > 0 && !c->dead && !c->closing) {
         uint32_t idx = c->queue.idx[c->queue.head], len = c->queue.len[c->queue.head];
         if (must_wait(c, idx, len)) return;
         c->queue.head = (c->queue.head + 1) % KVSD_RDMA_NRECV;
