@@ -486,7 +486,8 @@ static PyObject *Client_batch_exists(ClientObject *self, PyObject *args)
     return res;
 }
 
-static PyObject *Client_server_stats(ClientObject *self, PyObject *Py_UNUSED(ignored))
+/* Every server's text from fetch (kvs_server_stats, kvs_server_clients) as a str. */
+static PyObject *server_text(ClientObject *self, ssize_t (*fetch)(kvs_client *, char *, size_t))
 {
     size_t cap = 1 << 20;
     char *buf = PyMem_Malloc(cap);
@@ -497,11 +498,21 @@ static PyObject *Client_server_stats(ClientObject *self, PyObject *Py_UNUSED(ign
         return NULL;
     }
     ssize_t n;
-    Py_BEGIN_ALLOW_THREADS n = kvs_server_stats(c, buf, cap);
+    Py_BEGIN_ALLOW_THREADS n = fetch(c, buf, cap);
     Py_END_ALLOW_THREADS leave(self);
     PyObject *res = n < 0 ? raise_status(n, "") : PyUnicode_FromString(buf);
     PyMem_Free(buf);
     return res;
+}
+
+static PyObject *Client_server_stats(ClientObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return server_text(self, kvs_server_stats);
+}
+
+static PyObject *Client_server_clients(ClientObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return server_text(self, kvs_server_clients);
 }
 
 static PyObject *Client_enter(ClientObject *self, PyObject *Py_UNUSED(ignored))
@@ -534,6 +545,8 @@ static PyMethodDef Client_methods[] = {
     {"flush", (PyCFunction)Client_flush, METH_NOARGS, "flush(): wait for outstanding ops"},
     {"server_stats", (PyCFunction)Client_server_stats, METH_NOARGS,
      "server_stats() -> str of 'name value' lines"},
+    {"server_clients", (PyCFunction)Client_server_clients, METH_NOARGS,
+     "server_clients() -> str: each server's connections, one 'id=... addr=...' line each"},
     {"close", (PyCFunction)Client_close, METH_NOARGS, "close(): release the client"},
     {"__enter__", (PyCFunction)Client_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Client_exit, METH_VARARGS, NULL},

@@ -196,6 +196,10 @@ class BindingTest(unittest.TestCase):
 
     def test_server_stats_and_flush(self):
         self.assertIn("# server", self.c.server_stats())
+        clients = self.c.server_clients()
+        self.assertIn("# server", clients)
+        self.assertIn("\n# listed ", clients)
+        self.assertRegex(clients, r"(?m)^id=[0-9]+ addr=\S+ transport=(tcp|local|shm) ")
         self.c.flush()
 
 
