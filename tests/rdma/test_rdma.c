@@ -4,7 +4,8 @@
  * KVS_RDMA_ADDR_A names the address kvstored's RDMA side binds.
  *
  * Through the public API (rdma://): round trips, mixed per-key statuses,
- * exists/remove/stats, a server killed mid-batch. Through the transport
+ * exists/remove/stats, the connection in kvstored's CLIENTS list, a server
+ * killed mid-batch. Through the transport
  * directly (its counters): one doorbell per chain, chain splitting at the
  * send queue depth, bounce vs registered buffers, lease expiry, a client
  * that dies between RESERVE and COMMIT. PUSH (gets in one round trip):
@@ -104,6 +105,34 @@ static void test_round_trip_sizes(void **state)
     assert_non_null(strstr(text, "items "));
     assert_non_null(strstr(text, "\nrdma_commits "));
     kvs_close(c);
+}
+
+/*
+ * kvs_server_clients over RDMA: CLIENTS goes as a plain control message and
+ * the connection is listed as rdma with its peer address and its frames
+ * through the common state machine (HELLO, CLIENTS).
+ */
+static void test_clients_lists_rdma_connection(void **state)
+{
+    (void)state;
+    kvs_client *c = kvs_open(rdma_url);
+    assert_non_null(c);
+    assert_int_equal(kvs_put(c, "cl-1", "v", 1), 0);
+    static char text[64 * 1024];
+    ssize_t n = kvs_server_clients(c, text, sizeof(text));
+    kvs_close(c);
+    assert_true(n > 0 && (size_t)n < sizeof(text));
+    fprintf(stderr, "%s", text);
+    const char *l = strstr(text, " transport=rdma ");
+    assert_non_null(l);
+    while (l > text && l[-1] != '\n')
+        l--;
+    /* the client's address and port as the connection manager gives it (not "unknown") */
+    unsigned a, b, cc, d, port;
+    assert_int_equal(sscanf(strstr(l, " addr=") + 6, "%u.%u.%u.%u:%u", &a, &b, &cc, &d, &port), 5);
+    assert_true(port > 0);
+    assert_true(strtoull(strstr(l, " requests=") + 10, NULL, 10) >= 2); /* HELLO, CLIENTS */
+    assert_non_null(strstr(text, "\n# listed "));
 }
 
 /* One batch, every outcome at once; no key's failure leaks into another. */
@@ -1335,6 +1364,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_sizes),
+        cmocka_unit_test(test_clients_lists_rdma_connection),
         cmocka_unit_test(test_mixed_batch),
         cmocka_unit_test(test_doorbells_per_batch),
         cmocka_unit_test(test_chain_split),
