@@ -18,6 +18,11 @@ line for line with one without.
            threads batch_get_into_multi_buffers (one block never saved).
 
   mooncake_connectors.py lmcache|sglang|vllm --servers HOST:PORT --prefix P [--chunks N]
+                         [--size BYTES] [--timing]
+
+--timing writes how long the lmcache shape's save (every put_from) and load
+(batch_get_into) took to stderr ("save_s S", "load_s S"), leaving stdout as
+it is: the store calls alone, without the set-up and checks around them.
 """
 import argparse
 import asyncio
@@ -25,6 +30,7 @@ import ctypes
 import hashlib
 import sys
 import threading
+import time
 
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
@@ -43,7 +49,7 @@ def open_store(servers):
     return store
 
 
-def lmcache(store, prefix, chunks, chunk_size):
+def lmcache(store, prefix, chunks, chunk_size, timing=False):
     pool = ctypes.create_string_buffer(chunks * chunk_size)  # the pinned CPU buffer
     base = ctypes.addressof(pool)
     print("register_buffer", store.register_buffer(base, len(pool)))
@@ -59,19 +65,27 @@ def lmcache(store, prefix, chunks, chunk_size):
             asyncio.to_thread(store.put_from, prefix + n, base + names.index(n) * chunk_size,
                               chunk_size, cfg) for n in saved])
 
-    print("put_from", asyncio.run(save_all()))
+    t0 = time.perf_counter()
+    saved_rc = asyncio.run(save_all())
+    t1 = time.perf_counter()
+    print("put_from", saved_rc)
     print("is_exist", [store.is_exist(prefix + n) for n in names])
 
     load = ctypes.create_string_buffer(chunks * chunk_size)
     lbase = ctypes.addressof(load)
-    got = store.batch_get_into([prefix + n for n in names],
-                               [lbase + i * chunk_size for i in range(chunks)],
-                               [chunk_size] * chunks)
+    keys = [prefix + n for n in names]
+    ptrs = [lbase + i * chunk_size for i in range(chunks)]
+    t2 = time.perf_counter()
+    got = store.batch_get_into(keys, ptrs, [chunk_size] * chunks)
+    t3 = time.perf_counter()
+    if timing:
+        print("save_s %.6f\nload_s %.6f" % (t1 - t0, t3 - t2), file=sys.stderr)
     print("batch_get_into", got)
-    ok = [load.raw[i * chunk_size:(i + 1) * chunk_size] == pattern(n, chunk_size)
+    raw = load.raw  # one copy of the buffer, not one per chunk
+    ok = [raw[i * chunk_size:(i + 1) * chunk_size] == pattern(n, chunk_size)
           for i, n in enumerate(names) if got[i] > 0]
     print("loaded_correct", all(ok), len(ok))
-    print("digest", hashlib.sha256(load.raw).hexdigest())
+    print("digest", hashlib.sha256(raw).hexdigest())
     print("unregister_buffer", store.unregister_buffer(base))
 
 
@@ -174,10 +188,11 @@ def main():
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--chunks", type=int, default=256)
     ap.add_argument("--size", type=int, default=16384)
+    ap.add_argument("--timing", action="store_true")
     a = ap.parse_args()
     store = open_store(a.servers)
     if a.shape == "lmcache":
-        lmcache(store, a.prefix, a.chunks, a.size)
+        lmcache(store, a.prefix, a.chunks, a.size, a.timing)
     elif a.shape == "vllm":
         vllm(store, a.prefix, a.chunks // 8 or 1)
     else:
