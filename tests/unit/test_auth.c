@@ -394,6 +394,17 @@ static void test_proto_auth_without_hello(void **state)
     expect_eacces(f);
 }
 
+/* CLIENTS (every peer's address and counters) is refused before AUTH like STATS. */
+static void test_proto_clients_before_auth(void **state)
+{
+    struct fixture *f = *state;
+    uint8_t sn[KVS_WIRE_NONCE_LEN];
+    hello(f, sn);
+    send_simple(f, KVS_OP_CLIENTS, 3);
+    expect_eacces(f);
+    assert_int_equal(f->srv.counters.requests[KVS_OP_CLIENTS], 0);
+}
+
 /* Opcodes proto does not know (RDMA control, unknown) are refused too before AUTH. */
 static void test_proto_unknown_opcode_before_auth(void **state)
 {
@@ -437,6 +448,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_proto_request_before_auth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proto_wrong_secret, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proto_auth_without_hello, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_proto_clients_before_auth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proto_unknown_opcode_before_auth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proto_no_secret, setup, teardown),
     };
