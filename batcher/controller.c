@@ -132,8 +132,13 @@ static int relative(uint64_t a, uint64_t b)
 
 /*
  * s against ref: with a target, a p99 over it loses to one within it, and
- * two over it compare by p99; otherwise the mean op latency decides (for
- * callers that wait for each op, the lower mean is the higher throughput).
+ * two over it compare by p99; otherwise the higher throughput (the lower
+ * time per op) wins, and where the two are the same, the lower mean op
+ * latency. Throughput first: a level whose ops look fast can still leave
+ * callers slower, when its results wait for their callers to be woken (a
+ * batch wakes several, one CPU after the other), which an op's latency, from
+ * call to result, does not see; callers whose rate is their own (the same
+ * throughput at every level) are told apart by their latency.
  */
 static int compare(const struct kvb_ctl *c, const struct kvb_ctl_score *ref,
                    const struct kvb_ctl_score *s)
@@ -143,12 +148,14 @@ static int compare(const struct kvb_ctl *c, const struct kvb_ctl_score *ref,
         if (rv != sv) return sv ? WORSE : BETTER;
         if (rv) return relative(ref->p99_ns, s->p99_ns);
     }
-    return relative(ref->mean_ns, s->mean_ns);
+    int r = relative(ref->per_op_ns, s->per_op_ns);
+    return r != SAME ? r : relative(ref->mean_ns, s->mean_ns);
 }
 
 /*
- * Strict order of two scores (no margin), the order compare() uses: within
- * the target before over it, then the lower p99 over it, else the lower mean.
+ * The order compare() uses, without its margin on the mean: within the
+ * target before over it, then the lower p99 over it, then a time per op
+ * lower by the margin, else the lower mean.
  */
 static bool lower(const struct kvb_ctl *c, const struct kvb_ctl_score *a,
                   const struct kvb_ctl_score *b)
@@ -158,6 +165,8 @@ static bool lower(const struct kvb_ctl *c, const struct kvb_ctl_score *a,
         if (av != bv) return bv;
         if (av) return a->p99_ns < b->p99_ns;
     }
+    int r = relative(b->per_op_ns, a->per_op_ns);
+    if (r != SAME) return r == BETTER;
     return a->mean_ns < b->mean_ns;
 }
 
@@ -372,7 +381,8 @@ bool kvb_ctl_tick(struct kvb_ctl *c, uint64_t now)
         if (elapsed >= KVB_CTL_EPOCH_MAX_NS) epoch_reset(c, now); /* too thin to judge */
         return false;
     }
-    struct kvb_ctl_score s = {c->ops, epoch_mean(c), epoch_p99(c), c->outstanding};
+    struct kvb_ctl_score s = {c->ops, elapsed / c->ops, epoch_mean(c), epoch_p99(c),
+                              c->outstanding};
     c->last = s;
     epoch_reset(c, now);
     if (c->nlevels < 2) return false;

@@ -43,6 +43,7 @@ struct kvb_ctl_level {
 /* What one epoch measured at one level. */
 struct kvb_ctl_score {
     uint64_t ops;         /* ops completed */
+    uint64_t per_op_ns;   /* the epoch's length / ops: the inverse of its throughput */
     uint64_t mean_ns;     /* their mean latency, the slowest TRIM_PERCENT left out */
     uint64_t p99_ns;      /* their 99th percentile (interpolated in a bucket under 6.25 % wide) */
     uint32_t outstanding; /* most ops accepted and not completed at once */

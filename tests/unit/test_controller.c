@@ -304,6 +304,33 @@ static void test_large_values_pass_through(void **state)
     assert_true(epochs_at(&c, &m, &now, 300, 0, 0) >= 285);
 }
 
+/*
+ * Batching levels whose ops look faster (lower mean, call to result) but
+ * whose callers get through fewer ops per second (their results wait for
+ * the callers to be woken, which an op's latency does not see): the
+ * throughput decides, and it stays where callers go direct.
+ */
+static void test_throughput_beats_a_lower_latency(void **state)
+{
+    struct kvb_ctl c;
+    uint64_t now;
+    (void)state;
+    init(&c, 0, &now);
+    int batched_epochs = 0;
+    for (int e = 0; e < 60; e++) {
+        bool batching = c.level[c.cur].window_ns > 0;
+        uint64_t mean = batching ? 50 * US : 60 * US, per_op = batching ? 16 * US : 11 * US;
+        batched_epochs += batching;
+        kvb_ctl_outstanding(&c, 6);
+        for (int i = 0; i < 2000; i++)
+            kvb_ctl_op(&c, mean - mean / 20 + (mean / 10) * (uint64_t)(i % 11) / 10);
+        now += 2000 * per_op;
+        kvb_ctl_tick(&c, now);
+    }
+    assert_int_equal(c.level[c.cur].window_ns, 0);
+    assert_true(batched_epochs <= 6); /* tried, and left */
+}
+
 /* Load steps 2 -> 64 -> 2 callers: each time it walks to the new best within a few epochs. */
 static void test_load_step_up_and_down(void **state)
 {
@@ -472,7 +499,7 @@ static void test_hiccups_do_not_move_it(void **state)
 /*
  * Trying a level that is plainly worse costs EPOCH_OPS ops, not an epoch:
  * 256 callers, the first step (half the batches in flight) doubles the
- * latency; fed op by op, 1 us apart, the walk moves on after EARLY_OPS of them.
+ * latency; fed op by op at epoch()'s rate, the walk moves on after EARLY_OPS of them.
  */
 static void test_plainly_worse_level_is_left_at_once(void **state)
 {
@@ -493,7 +520,7 @@ static void test_plainly_worse_level_is_left_at_once(void **state)
     for (; n < 10000 && c.cur == tried; n++) {
         kvb_ctl_outstanding(&c, 256);
         kvb_ctl_op(&c, (uint64_t)model_mean(&m, &c.level[tried]));
-        now += 1000;
+        now += (KVB_CTL_EPOCH_NS + 1000) / 2000; /* the ops per second of epoch(): the same rate */
         kvb_ctl_tick(&c, now);
     }
     assert_int_equal(n, KVB_CTL_EARLY_OPS);
@@ -535,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_many_callers_converge),
         cmocka_unit_test(test_wide_store_prefers_direct),
         cmocka_unit_test(test_large_values_pass_through),
+        cmocka_unit_test(test_throughput_beats_a_lower_latency),
         cmocka_unit_test(test_load_step_up_and_down),
         cmocka_unit_test(test_burst),
         cmocka_unit_test(test_backend_gets_slower),
