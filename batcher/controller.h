@@ -5,7 +5,7 @@
  * moderation (Linux's net_dim): settings sit on one ladder of levels from
  * "every op that finds a free slot goes as its caller's own single-key call"
  * to "fewest, fullest batches"; each epoch the controller scores the level it
- * holds (mean op latency, and the p99 against a latency target); a walk
+ * holds (ops per second, mean op latency, the p99 against a latency target); a walk
  * scans neighbours, keeps a better level only when a second epoch confirms
  * it, else goes back, and parks. Parked, it looks again when the load or the
  * latency changes, and probes one neighbour now and then.
