@@ -18,17 +18,19 @@ struct kvs_backend {
  * inside the call (every RDMA batch does): done_cb never nests a send in
  * there (batcher.c, submit_depth) and the batcher holds no lock while it
  * submits, so the hand-off to libkvstore's completion thread would only add
- * a wake-up to each batch.
+ * a wake-up to each batch. The thread is the program's: batch_call_end puts
+ * back the setting batch_call_begin found (returned), whatever the program
+ * chose for its own calls.
  */
-static void batch_call_begin(const struct kvs_backend *k)
+static int batch_call_begin(const struct kvs_backend *k)
 {
     kvb_backend_call_begin();
-    if (k->calls->inline_callbacks) k->calls->inline_callbacks(1);
+    return k->calls->inline_callbacks ? k->calls->inline_callbacks(1) : 0;
 }
 
-static void batch_call_end(const struct kvs_backend *k)
+static void batch_call_end(const struct kvs_backend *k, int was)
 {
-    if (k->calls->inline_callbacks) k->calls->inline_callbacks(0);
+    if (k->calls->inline_callbacks) k->calls->inline_callbacks(was);
     kvb_backend_call_end();
 }
 
@@ -39,9 +41,9 @@ static int kvs_be_put(void *ctx, unsigned group, size_t n, const char *const key
     struct kvs_backend *k = ctx;
     (void)group; /* libkvstore's puts have one kind */
     kvs_op *op = NULL;
-    batch_call_begin(k);
+    int was = batch_call_begin(k);
     int rc = k->calls->batch_put_async(k->client, n, keys, vals, lens, status, done, arg, &op);
-    batch_call_end(k);
+    batch_call_end(k, was);
     return rc;
 }
 
@@ -50,9 +52,9 @@ static int kvs_be_get(void *ctx, size_t n, const char *const keys[], void *const
 {
     struct kvs_backend *k = ctx;
     kvs_op *op = NULL;
-    batch_call_begin(k);
+    int was = batch_call_begin(k);
     int rc = k->calls->batch_get_async(k->client, n, keys, bufs, caps, results, done, arg, &op);
-    batch_call_end(k);
+    batch_call_end(k, was);
     return rc;
 }
 
@@ -61,9 +63,9 @@ static int kvs_be_exists(void *ctx, size_t n, const char *const keys[], int resu
 {
     struct kvs_backend *k = ctx;
     kvs_op *op = NULL;
-    batch_call_begin(k);
+    int was = batch_call_begin(k);
     int rc = k->calls->batch_exists_async(k->client, n, keys, results, done, arg, &op);
-    batch_call_end(k);
+    batch_call_end(k, was);
     return rc;
 }
 

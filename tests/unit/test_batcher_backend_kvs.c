@@ -138,7 +138,7 @@ static void test_each_op_reaches_its_call_inside_the_guard(void **state)
     assert_int_equal(seen.n, 2);
     assert_true(seen.guarded);
     assert_true(seen.inline_ok);
-    assert_false(inline_setting); /* turned off again after the call */
+    assert_false(inline_setting); /* back to what it was after the call */
     assert_int_equal(st[0], 0);
     assert_int_equal(st[1], -EINVAL);
     assert_int_equal(done_nok, 2);
@@ -174,6 +174,13 @@ static void test_each_op_reaches_its_call_inside_the_guard(void **state)
     assert_false(inline_setting);
 
     assert_false(kvb_in_backend_call()); /* cleared after every call */
+
+    /* A program thread that turned inline callbacks on itself keeps them on. */
+    inline_setting = 1;
+    assert_int_equal(be.ops->put(be.ctx, 0, 2, keys, vals, lens, st, done, NULL), 0);
+    assert_true(seen.inline_ok);
+    assert_true(inline_setting);
+    inline_setting = 0;
     kvb_backend_release(&be);
     assert_null(be.ops);
 }
