@@ -630,11 +630,10 @@ static int cmd_clients(kvs_client *c, int argc, const char **argv)
             known |= strlen(CLIENT_FIELDS[f]) == (size_t)(eq - argv[i]) &&
                      strncmp(argv[i], CLIENT_FIELDS[f], (size_t)(eq - argv[i])) == 0;
         if (!known) {
-            fprintf(stderr,
-                    "kvs-cli clients: '%s' is not FIELD=VALUE with FIELD one of id, addr, "
-                    "transport, pid, uid, age, idle, requests, keys_put, keys_get, bytes_in, "
-                    "bytes_out, reply_queue, auth\n",
-                    argv[i]);
+            fprintf(stderr, "kvs-cli clients: '%s' is not FIELD=VALUE with FIELD one of ", argv[i]);
+            for (int f = 0; CLIENT_FIELDS[f]; f++)
+                fprintf(stderr, "%s%s", f ? ", " : "", CLIENT_FIELDS[f]);
+            fputc('\n', stderr);
             return KVOPT_EXIT_USAGE;
         }
     }
