@@ -486,23 +486,37 @@ static PyObject *Client_batch_exists(ClientObject *self, PyObject *args)
     return res;
 }
 
-/* Every server's text from fetch (kvs_server_stats, kvs_server_clients) as a str. */
+/*
+ * Every server's text from fetch (kvs_server_stats, kvs_server_clients) as a
+ * str. fetch truncates to the buffer, so a text that fills it is fetched
+ * again into one four times larger, up to SERVER_TEXT_MAX: a str that was cut
+ * short would look complete.
+ */
+#define SERVER_TEXT_MAX ((size_t)1 << 30)
+
 static PyObject *server_text(ClientObject *self, ssize_t (*fetch)(kvs_client *, char *, size_t))
 {
-    size_t cap = 1 << 20;
-    char *buf = PyMem_Malloc(cap);
-    if (!buf) return PyErr_NoMemory();
-    kvs_client *c = enter(self);
-    if (!c) {
+    for (size_t cap = 4096;; cap *= 4) {
+        char *buf = PyMem_Malloc(cap);
+        if (!buf) return PyErr_NoMemory();
+        kvs_client *c = enter(self);
+        if (!c) {
+            PyMem_Free(buf);
+            return NULL;
+        }
+        ssize_t n;
+        Py_BEGIN_ALLOW_THREADS n = fetch(c, buf, cap);
+        Py_END_ALLOW_THREADS leave(self);
+        PyObject *res = NULL;
+        if (n < 0)
+            res = raise_status(n, "");
+        else if ((size_t)n + 1 < cap)
+            res = PyUnicode_FromStringAndSize(buf, n);
+        else if (cap >= SERVER_TEXT_MAX)
+            PyErr_Format(PyExc_MemoryError, "server text longer than %zu bytes", cap - 1);
         PyMem_Free(buf);
-        return NULL;
+        if (res || PyErr_Occurred()) return res;
     }
-    ssize_t n;
-    Py_BEGIN_ALLOW_THREADS n = fetch(c, buf, cap);
-    Py_END_ALLOW_THREADS leave(self);
-    PyObject *res = n < 0 ? raise_status(n, "") : PyUnicode_FromString(buf);
-    PyMem_Free(buf);
-    return res;
 }
 
 static PyObject *Client_server_stats(ClientObject *self, PyObject *Py_UNUSED(ignored))

@@ -202,6 +202,23 @@ class BindingTest(unittest.TestCase):
         self.assertRegex(clients, r"(?m)^id=[0-9]+ addr=\S+ transport=(tcp|local|shm) ")
         self.c.flush()
 
+    def test_server_clients_longer_than_a_first_buffer(self):
+        # 60 more connections make the list about 8 KiB: every line arrives, none cut.
+        others = [kvstore.Client(SERVERS) for _ in range(60)]
+        try:
+            for i, o in enumerate(others):
+                o.put(PREFIX + "conn%d" % i, b"v")
+            text = self.c.server_clients()
+        finally:
+            for o in others:
+                o.close()
+        lines = [ln for ln in text.splitlines() if ln.startswith("id=")]
+        self.assertGreaterEqual(len(lines), 61)
+        self.assertGreater(len(text), 4096)
+        self.assertRegex(text, r"\n# listed %d omitted 0\n?$" % len(lines))
+        for ln in lines:
+            self.assertRegex(ln, r" auth=[01]$")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
