@@ -13,7 +13,8 @@
 # Under a loaded host the speed of the emulated VM drifts from second to
 # second, so the goodput rows are taken in interleaved rounds: each round
 # runs ib_write_bw, kvbench put (PULL), kvbench put with KVSTORE_RDMA_PULL_MAX=0
-# (RESERVE + WRITEs), ib_read_bw and kvbench get once each, back to back;
+# (RESERVE + WRITEs), ib_read_bw and kvbench get once each, back to back
+# (at 16 KiB also put and get from 2 threads: 2 batches in flight);
 # a ratio is computed per round, and the medians over REPEAT rounds are
 # printed (ratios: median of the per-round ratios). Bytes/s are computed as
 # ops/s x size for both.
@@ -56,20 +57,32 @@ for size in 16384 65536; do
             --mode batch --batch 32 --size $size --keys $keys --ops $ops)
         rd=$(perftest_bps ib_read_bw $size $((ops / 2)))
         g=$(KVB_RUNS=1 kvb get --servers "$URL" --mode batch --batch 32 --size $size --keys $keys --ops $ops)
-        echo "$w $p $q $rd $g"
+        # two threads: two batches in flight on the one connection (default paths)
+        p2=0 g2=0
+        if [ $size = 16384 ]; then
+            p2=$(KVB_RUNS=1 kvb put --servers "$URL" --mode batch --batch 32 --threads 2 --size $size \
+                --keys $keys --ops $ops)
+            g2=$(KVB_RUNS=1 kvb get --servers "$URL" --mode batch --batch 32 --threads 2 --size $size \
+                --keys $keys --ops $ops)
+        fi
+        echo "$w $p $q $rd $g $p2 $g2"
     done)
-    echo "$rounds" | sed "s/^/  round (size $size): ib_write_bw B\/s, put\/pull ops\/s, put\/rsv ops\/s, ib_read_bw B\/s, get ops\/s: /" \
+    echo "$rounds" | sed "s/^/  round (size $size): ib_write_bw B\/s, put\/pull ops\/s, put\/rsv ops\/s, ib_read_bw B\/s, get ops\/s, put and get with 2 threads: /" \
         >>"$BUILD/rxe-bench.log"
     echo "$rounds" | awk -v s=$size '
         function med(a, n,   i, j, t) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n ? a[int(n / 2)] : 0 }
         BEGIN { n = 0 }  # numeric: an unset n would key the first round as ""
-        NF == 5 { w[n] = $1; p[n] = $2 * s; q[n] = $3 * s; rd[n] = $4; g[n] = $5 * s
+        NF == 7 { w[n] = $1; p[n] = $2 * s; q[n] = $3 * s; rd[n] = $4; g[n] = $5 * s
                   rp[n] = $1 > 0 ? $2 * s / $1 : 0; rq[n] = $1 > 0 ? $3 * s / $1 : 0; rg[n] = $4 > 0 ? $5 * s / $4 : 0
-                  pq[n] = $3 > 0 ? $2 / $3 : 0; n++ }
+                  pq[n] = $3 > 0 ? $2 / $3 : 0
+                  p2[n] = $6 * s; g2[n] = $7 * s; rp2[n] = $1 > 0 ? $6 * s / $1 : 0; rg2[n] = $4 > 0 ? $7 * s / $4 : 0; n++ }
         END {
             printf "%-7d %-8s %12.1f %14.1f  %.2f\n", s, "put/pull", med(p, n) / 1e6, med(w, n) / 1e6, med(rp, n)
             printf "%-7d %-8s %12.1f %14.1f  %.2f\n", s, "put/rsv", med(q, n) / 1e6, med(w, n) / 1e6, med(rq, n)
             printf "%-7d %-8s %12.1f %14.1f  %.2f\n", s, "get", med(g, n) / 1e6, med(rd, n) / 1e6, med(rg, n)
+            if (med(p2, n) > 0) {
+                printf "%-7d %-8s %12.1f %14.1f  %.2f  (2 threads: 2 batches in flight)\n", s, "put", med(p2, n) / 1e6, med(w, n) / 1e6, med(rp2, n)
+                printf "%-7d %-8s %12.1f %14.1f  %.2f  (2 threads)\n", s, "get", med(g2, n) / 1e6, med(rd, n) / 1e6, med(rg2, n) }
             printf "%-7d put/pull over put/rsv per round: median %.2f\n", s, med(pq, n) }'
 done
 # Where a batch's time goes: more runs of the 16 KiB put batches, each way

@@ -19,7 +19,7 @@
  *              it, so when the server sees COMMIT every value has landed; it
  *              links the items and answers a status per key. 2 round trips.
  *   get batch: a chunk of at most KVSTORE_RDMA_PUSH_MAX bytes of capacity
- *              (default 256 KiB) as PUSH: ONE SEND naming, per key, where its
+ *              (default 512 KiB, e.g. 32 x 16 KiB) as PUSH: ONE SEND naming, per key, where its
  *              value must land (the caller's buffer when it lies in a
  *              kvs_register_buffer region, else the bounce buffer); the
  *              server pins the items, RDMA WRITEs the values there and then
@@ -58,7 +58,7 @@
 #include <string.h>
 
 #define PULL_MAX_DEFAULT (256u << 10) /* largest put chunk (value bytes) sent as PULL */
-#define PUSH_MAX_DEFAULT (256u << 10) /* largest get chunk (capacity bytes) sent as PUSH */
+#define PUSH_MAX_DEFAULT (512u << 10) /* largest get chunk (capacity bytes) sent as PUSH */
 
 /*
  * A count (kvs_parse_uint) or a size (kvs_parse_size) from the environment,

@@ -889,7 +889,7 @@ static void test_push_off_uses_lease(void **state)
     struct kvs_conn *conn = open_conn();
     struct kvs_conn *off = open_conn_lease();
     enum { N = 32 };
-    const size_t len = 16384; /* 512 KiB a batch: over the default limit */
+    const size_t len = 32768; /* 1 MiB a batch: over the default limit */
     uint8_t *bufs[N];
     int32_t st[N];
     uint8_t *region = carve(bufs, N, len, len, "poff", 3);
@@ -900,7 +900,7 @@ static void test_push_off_uses_lease(void **state)
 
     memset(region, 0, (size_t)N * len);
     struct counters a = read_counters(off);
-    run_batch(off, KVS_OP_GET, "poff", 8, bufs, len, st); /* 128 KiB: PUSH size, but off */
+    run_batch(off, KVS_OP_GET, "poff", 8, bufs, len, st); /* 256 KiB: PUSH size, but off */
     struct counters b = read_counters(off);
     for (int i = 0; i < 8; i++)
         assert_int_equal(st[i], 0);
@@ -909,7 +909,7 @@ static void test_push_off_uses_lease(void **state)
 
     memset(region, 0, (size_t)N * len);
     a = read_counters(conn);
-    run_batch(conn, KVS_OP_GET, "poff", N, bufs, len, st); /* on, but 512 KiB */
+    run_batch(conn, KVS_OP_GET, "poff", N, bufs, len, st); /* on, but 1 MiB */
     b = read_counters(conn);
     for (int i = 0; i < N; i++)
         assert_int_equal(st[i], 0);
