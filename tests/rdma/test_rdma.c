@@ -1267,8 +1267,8 @@ static void *cut_worker(void *p)
         }
         a->first_error = st[0];
         a->bad = failed != N;
-        a->took_ms = (uint64_t)(ts1.tv_sec - ts0.tv_sec) * 1000u +
-                     (uint64_t)(ts1.tv_nsec - ts0.tv_nsec) / 1000000u;
+        int64_t ns = (int64_t)(ts1.tv_sec - ts0.tv_sec) * 1000000000 + (ts1.tv_nsec - ts0.tv_nsec);
+        a->took_ms = (uint64_t)ns / 1000000u; /* tv_nsec alone goes back at each second */
         break;
     }
     pthread_mutex_lock(&a->s->mu);
