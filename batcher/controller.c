@@ -7,15 +7,18 @@
  * lowest it has seen (three ties in a row end it), turns once if the first
  * side gave nothing, and settles on the lowest only if it beats the start by
  * the margin twice (the second time in a confirming epoch); else it goes
- * back. A parked controller moves again only when the load it sees changes
- * (the ops outstanding by half for KVB_CTL_OUT_EPOCHS, the p99 crossing the
- * target, its latency by KVB_CTL_LOAD_PERCENT for KVB_CTL_LOAD_EPOCHS after
+ * back, or to pass-through where that tied (confirmed the same way). The
+ * margin is SAME_PERCENT, wider where the epochs' own noise (the standard
+ * error of their means: thin or scattered epochs) says so. A parked controller moves again only
+ * when the load it sees changes (the ops outstanding by half for KVB_CTL_OUT_EPOCHS, the p99
+ * crossing the target, its latency by KVB_CTL_LOAD_PERCENT for KVB_CTL_LOAD_EPOCHS after
  * KVB_CTL_HOLD_EPOCHS) or once every KVB_CTL_PROBE_EPOCHS for a one-step
  * probe. So between two load changes it changes level at most nlevels + 3
  * times per walk plus twice per probe period.
  */
 #include "controller.h"
 
+#include <math.h>
 #include <string.h>
 
 enum { ST_WARMUP, ST_MEASURE, ST_WALK, ST_CONFIRM, ST_PARK };
@@ -103,30 +106,52 @@ static uint64_t epoch_p99(const struct kvb_ctl *c)
 }
 
 /*
- * The epoch's mean op latency without its slowest KVB_CTL_TRIM_PERCENT (from
- * the histogram, each bucket at its middle): the mean is what waiting
- * callers' throughput follows, and the few slowest ops of an epoch are most
- * often the host's (a preemption, another program's burst), not the level's.
+ * The epoch's mean op latency without its slowest KVB_CTL_TRIM_PERCENT, and
+ * that mean's standard error (from the histogram, each bucket at its middle):
+ * the mean is what waiting callers' throughput follows, and the few slowest
+ * ops of an epoch are most often the host's (a preemption, another program's
+ * burst), not the level's. The error is what a thin epoch's few ops leave
+ * uncertain.
  */
-static uint64_t epoch_mean(const struct kvb_ctl *c)
+static uint64_t epoch_mean(const struct kvb_ctl *c, uint64_t *err)
 {
     uint64_t keep = c->ops - c->ops * KVB_CTL_TRIM_PERCENT / 100, left = keep;
-    double sum = 0;
+    double sum = 0, sq = 0;
     for (unsigned i = 0; i < KVB_CTL_BUCKETS && left; i++) {
         uint64_t n = c->hist[i] < left ? c->hist[i] : left, lo, hi;
         if (!n) continue;
         bucket_bounds(i, &lo, &hi);
-        sum += (double)n * ((double)lo + (double)(hi - lo) / 2);
+        double mid = (double)lo + (double)(hi - lo) / 2;
+        sum += (double)n * mid;
+        sq += (double)n * mid * mid;
         left -= n;
     }
-    return keep ? (uint64_t)(sum / (double)keep) : 0;
+    *err = 0;
+    if (!keep) return 0;
+    double mean = sum / (double)keep, var = sq / (double)keep - mean * mean;
+    if (keep > 1 && var > 0) *err = (uint64_t)sqrt(var / (double)(keep - 1));
+    return (uint64_t)mean;
 }
 
-/* b against a when both are positive: BETTER if lower by more than SAME_PERCENT. */
-static int relative(uint64_t a, uint64_t b)
+/*
+ * The margin (percent) within which two scores are the same: SAME_PERCENT,
+ * or NOISE_SIGMAS standard errors of the difference of their means where
+ * that is wider (thin or scattered epochs), at most NOISE_PERCENT.
+ */
+static double margin(const struct kvb_ctl_score *a, const struct kvb_ctl_score *b)
 {
-    if ((double)b * 100 < (double)a * (100 - KVB_CTL_SAME_PERCENT)) return BETTER;
-    if ((double)b * 100 > (double)a * (100 + KVB_CTL_SAME_PERCENT)) return WORSE;
+    double ra = a->mean_ns ? (double)a->err_ns / (double)a->mean_ns : 0;
+    double rb = b->mean_ns ? (double)b->err_ns / (double)b->mean_ns : 0;
+    double m = 100.0 * KVB_CTL_NOISE_SIGMAS * sqrt(ra * ra + rb * rb);
+    if (m < KVB_CTL_SAME_PERCENT) return KVB_CTL_SAME_PERCENT;
+    return m < KVB_CTL_NOISE_PERCENT ? m : KVB_CTL_NOISE_PERCENT;
+}
+
+/* b against a when both are positive: BETTER if lower by more than pct percent. */
+static int relative(uint64_t a, uint64_t b, double pct)
+{
+    if ((double)b * 100 < (double)a * (100 - pct)) return BETTER;
+    if ((double)b * 100 > (double)a * (100 + pct)) return WORSE;
     return SAME;
 }
 
@@ -143,13 +168,14 @@ static int relative(uint64_t a, uint64_t b)
 static int compare(const struct kvb_ctl *c, const struct kvb_ctl_score *ref,
                    const struct kvb_ctl_score *s)
 {
+    double m = margin(ref, s);
     if (c->target_ns) {
         bool rv = ref->p99_ns > c->target_ns, sv = s->p99_ns > c->target_ns;
         if (rv != sv) return sv ? WORSE : BETTER;
-        if (rv) return relative(ref->p99_ns, s->p99_ns);
+        if (rv) return relative(ref->p99_ns, s->p99_ns, m);
     }
-    int r = relative(ref->per_op_ns, s->per_op_ns);
-    return r != SAME ? r : relative(ref->mean_ns, s->mean_ns);
+    int r = relative(ref->per_op_ns, s->per_op_ns, m);
+    return r != SAME ? r : relative(ref->mean_ns, s->mean_ns, m);
 }
 
 /*
@@ -165,7 +191,7 @@ static bool lower(const struct kvb_ctl *c, const struct kvb_ctl_score *a,
         if (av != bv) return bv;
         if (av) return a->p99_ns < b->p99_ns;
     }
-    int r = relative(b->per_op_ns, a->per_op_ns);
+    int r = relative(b->per_op_ns, a->per_op_ns, margin(a, b));
     if (r != SAME) return r == BETTER;
     return a->mean_ns < b->mean_ns;
 }
@@ -242,12 +268,30 @@ static int first_dir(const struct kvb_ctl *c, const struct kvb_ctl_score *s)
 }
 
 /*
+ * Level 0 (pass-through), if this walk scored it below `than` and its
+ * score is not worse than that level's, and - when `better` - beats the
+ * walk's start: else -1. Where merging measured no gain at all, ops go as
+ * the program's own calls: the shim adds nothing it has not seen pay.
+ * (Between two batching levels that tie, the walk keeps where it started.)
+ */
+static int tied_direct(const struct kvb_ctl *c, unsigned than, bool better)
+{
+    if (than == 0 || !(c->seen_mask & 1u)) return -1;
+    if (compare(c, &c->seen[than], &c->seen[0]) == WORSE) return -1;
+    if (better && compare(c, &c->seen[c->pivot], &c->seen[0]) != BETTER) return -1;
+    return 0;
+}
+
+/*
  * The walk stops (why: the step was worse, ties ran out, or the ladder
  * ended). If nothing on this side beat where it started, it turns around
  * once, straight to the other side of that level (a probe does not: it is
  * one step). If the lowest score it saw beats the start by more than the
- * margin it goes there to confirm it (one more epoch); else back where it
- * started, and parks. It moves only on evidence seen twice.
+ * margin it goes there - or to pass-through if that tied with it - to
+ * confirm it (one more epoch); else to pass-through if that tied with the
+ * start, to confirm that it is not worse; else back where it started, and
+ * parks. It moves only on evidence seen twice, and where merging measured
+ * no gain it passes through.
  */
 static bool walk_stop(struct kvb_ctl *c, enum kvb_ctl_reason why)
 {
@@ -258,8 +302,15 @@ static bool walk_stop(struct kvb_ctl *c, enum kvb_ctl_reason why)
         return true;
     }
     unsigned from = c->cur;
+    int direct;
+    c->tie_direct = false;
     if (c->lowest != c->pivot && compare(c, &c->seen[c->pivot], &c->seen[c->lowest]) == BETTER) {
-        go(c, (int)c->lowest, KVB_CTL_BETTER);
+        direct = tied_direct(c, c->lowest, true);
+        go(c, direct >= 0 ? direct : (int)c->lowest, KVB_CTL_BETTER);
+        c->state = ST_CONFIRM;
+    } else if ((direct = tied_direct(c, c->pivot, false)) >= 0) {
+        go(c, direct, KVB_CTL_TIE);
+        c->tie_direct = true;
         c->state = ST_CONFIRM;
     } else {
         go(c, (int)c->pivot, why == KVB_CTL_BETTER ? KVB_CTL_TIE : why);
@@ -309,10 +360,15 @@ static bool walk_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
     return walk_stop(c, r == BETTER ? KVB_CTL_BETTER : KVB_CTL_TIE);
 }
 
-/* The level the walk settled on, scored again: kept if it still beats the start, else undone. */
+/*
+ * The level the walk settled on, scored again: kept if it still beats the
+ * start (a more direct level that tied: if it is still not worse), else
+ * undone.
+ */
 static bool confirm_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
 {
-    if (compare(c, &c->seen[c->pivot], s) == BETTER) {
+    int r = compare(c, &c->seen[c->pivot], s);
+    if (r == BETTER || (c->tie_direct && r == SAME)) {
         park(c, s);
         return false;
     }
@@ -377,12 +433,16 @@ bool kvb_ctl_tick(struct kvb_ctl *c, uint64_t now)
     uint64_t elapsed = now - c->epoch_start;
     bool early = plainly_worse(c);
     if (elapsed < KVB_CTL_EPOCH_NS && !early) return false;
-    if (c->ops < KVB_CTL_EPOCH_OPS && !early) {
+    /* Due: it ends with EPOCH_OPS ops, or on time alone with THIN_OPS (its margin is its noise). */
+    if (c->ops < KVB_CTL_THIN_OPS && !early) {
         if (elapsed >= KVB_CTL_EPOCH_MAX_NS) epoch_reset(c, now); /* too thin to judge */
         return false;
     }
-    struct kvb_ctl_score s = {c->ops, elapsed / c->ops, epoch_mean(c), epoch_p99(c),
-                              c->outstanding};
+    struct kvb_ctl_score s = {.ops = c->ops,
+                              .per_op_ns = elapsed / c->ops,
+                              .p99_ns = epoch_p99(c),
+                              .outstanding = c->outstanding};
+    s.mean_ns = epoch_mean(c, &s.err_ns);
     c->last = s;
     epoch_reset(c, now);
     if (c->nlevels < 2) return false;

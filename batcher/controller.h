@@ -27,7 +27,7 @@ enum kvb_ctl_reason {
     KVB_CTL_EXPLORE,     /* first step of a walk: the neighbour toward the callers' needs */
     KVB_CTL_BETTER,      /* the step lowered latency: one more, or settled on the best seen */
     KVB_CTL_WORSE,       /* the step raised latency: the other way, or back, parked */
-    KVB_CTL_TIE,         /* no level scored better: back where the walk started */
+    KVB_CTL_TIE,         /* no level scored better: back to the start, or pass-through if it tied */
     KVB_CTL_OVER_TARGET, /* the p99 went over the latency target: walk again */
     KVB_CTL_LOAD,        /* the ops outstanding or the latency changed: walk again */
     KVB_CTL_PROBE,       /* parked a while: try a neighbour */
@@ -45,6 +45,7 @@ struct kvb_ctl_score {
     uint64_t ops;         /* ops completed */
     uint64_t per_op_ns;   /* the epoch's length / ops: the inverse of its throughput */
     uint64_t mean_ns;     /* their mean latency, the slowest TRIM_PERCENT left out */
+    uint64_t err_ns;      /* that mean's standard error (their spread / sqrt(ops)) */
     uint64_t p99_ns;      /* their 99th percentile (interpolated in a bucket under 6.25 % wide) */
     uint32_t outstanding; /* most ops accepted and not completed at once */
 };
@@ -53,14 +54,22 @@ struct kvb_ctl_score {
 #define KVB_CTL_SUB_BITS   4                        /* 16 buckets per power of two: */
 #define KVB_CTL_BUCKETS    (64 << KVB_CTL_SUB_BITS) /* each under 6.25 % wide */
 
-/* Epochs: at least this long and this many ops (a slower epoch runs on, up to its cap). */
+/*
+ * Epochs: at least this long and this many ops. One that is due with fewer
+ * ops ends on time alone once it has THIN_OPS (a thin epoch: its scores
+ * compare with a margin widened by their standard error); thinner still, it
+ * runs on, and one that has not reached THIN_OPS by its cap is dropped.
+ */
 #define KVB_CTL_EPOCH_NS     (20ull * 1000 * 1000)
 #define KVB_CTL_EPOCH_OPS    1024
-#define KVB_CTL_EPOCH_MAX_NS (1000ull * 1000 * 1000) /* still thinner than EPOCH_OPS: dropped */
+#define KVB_CTL_THIN_OPS     32
+#define KVB_CTL_EPOCH_MAX_NS (1000ull * 1000 * 1000) /* still thinner than THIN_OPS: dropped */
 #define KVB_CTL_TRIM_PERCENT 2 /* an epoch's mean leaves out this share of its slowest ops */
 
 /* The walk's margins (percent) and patience (epochs). */
-#define KVB_CTL_SAME_PERCENT  8   /* scores within this are the same */
+#define KVB_CTL_SAME_PERCENT  8   /* scores within this are the same ... */
+#define KVB_CTL_NOISE_SIGMAS  2   /* ... or within this many standard errors of their difference */
+#define KVB_CTL_NOISE_PERCENT 50  /* (a margin capped at this) */
 #define KVB_CTL_EARLY_PERCENT 50  /* a level tried this much worse after EARLY_OPS ops ... */
 #define KVB_CTL_EARLY_OPS     256 /* ... is judged at once */
 #define KVB_CTL_OUT_EPOCHS    2   /* outstanding moved by half, or p99 over target, this long */
@@ -88,6 +97,7 @@ struct kvb_ctl {
     unsigned same;           /* "same" results in a row on this walk */
     bool turned;             /* this walk has turned around */
     bool probing;            /* this walk is a probe that has not paid yet */
+    bool tie_direct;         /* confirming pass-through, which tied with the start */
     enum kvb_ctl_reason why; /* measuring: the reason of the walk that follows */
     unsigned moved_out;      /* epochs in a row whose ops outstanding moved by half */
     unsigned over_epochs;    /* parked epochs in a row over the target the reference met */
