@@ -345,10 +345,12 @@ static void nudge_flusher(struct kvb_batcher *b, uint64_t by)
  */
 static void arm_window_timers(struct kvb_batcher *b)
 {
-    uint64_t now = kvs_now_ns();
+    uint64_t now =
+        0; /* read once, and only with a batch forming (not on a direct call's way out) */
     for (int k = 0; k < KVB_OP_KINDS; k++) {
         struct batch *bt = b->open[k];
         if (!bt) continue;
+        if (!now) now = kvs_now_ns();
         if (slot_free(b) && now >= bt->window_end) {
             seal(b, k, KVB_FLUSH_WINDOW); /* its window passed while no slot was free */
             b->peak = b->active;
