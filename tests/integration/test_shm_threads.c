@@ -1,15 +1,24 @@
 /*
- * test_shm_threads.c - the shared region's ring under threads (docs/shm.md
- * "The region"): 8 threads share one client and one connection over the
- * local socket with a small region (256 KiB), each with its own keys,
- * sending batch puts and gets (sync and async, 1 to 8 keys of 8 bytes to
- * 48 KiB), so runs are taken and given back out of order, the ring wraps,
- * and requests that find no room go through the socket. Every value read is
- * the one its thread last wrote. Runs under TSan (tests/threaded.txt).
+ * test_shm_threads.c - the shared region under threads (docs/shm.md "The
+ * region", "Copies per value"), one client and one connection over the local
+ * socket:
+ *
+ *   - the ring: 8 threads with a small region (256 KiB), each with its own
+ *     keys, send batch puts and gets (sync and async, 1 to 8 keys of 8 bytes
+ *     to 48 KiB), so runs are taken and given back out of order, the ring
+ *     wraps, and requests that find no room go through the socket;
+ *   - GETs: 16 threads (a 4 MiB region) get distinct values by every call
+ *     (sync batch, single-key, async single-key waited, async batch with a
+ *     callback checking its values on the library's thread) while they
+ *     change them.
+ *
+ * Every value read is whole and the version its thread last wrote. Runs
+ * under TSan (tests/threaded.txt).
  */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,7 +33,7 @@
 #include "kvtest.h"
 #include "values.h"
 
-enum { THREADS = 8, ROUNDS = 150, MAXK = 8, MAXLEN = 48 * 1024 };
+enum { RING_THREADS = 8, RING_ROUNDS = 150, MAXK = 8, RING_MAXLEN = 48 * 1024 };
 
 struct worker {
     kvs_client *c;
@@ -38,7 +47,28 @@ static size_t pick(unsigned *seed, size_t lo, size_t hi)
     return lo + (size_t)rand_r(seed) % (hi - lo + 1);
 }
 
-static void *worker_main(void *arg)
+/* n threads of fn on c, worker i seeded seed0 + i; the checks that did not hold, summed. */
+static int run_workers(kvs_client *c, int n, unsigned seed0, void *(*fn)(void *))
+{
+    enum { MAX_WORKERS = 16 };
+    pthread_t th[MAX_WORKERS];
+    struct worker w[MAX_WORKERS];
+    assert_true(n <= MAX_WORKERS);
+    for (int i = 0; i < n; i++) {
+        w[i] = (struct worker){.c = c, .id = i, .seed = seed0 + (unsigned)i};
+        assert_int_equal(pthread_create(&th[i], NULL, fn, &w[i]), 0);
+    }
+    int failures = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        failures += w[i].failures;
+    }
+    return failures;
+}
+
+/* ---- the ring: batch puts and gets of every size ---- */
+
+static void *ring_worker(void *arg)
 {
     struct worker *w = arg;
     char names[MAXK][32];
@@ -48,20 +78,20 @@ static void *worker_main(void *arg)
     int st[MAXK];
     ssize_t got[MAXK];
     for (int i = 0; i < MAXK; i++) {
-        vals[i] = malloc(MAXLEN);
-        bufs[i] = malloc(MAXLEN);
+        vals[i] = malloc(RING_MAXLEN);
+        bufs[i] = malloc(RING_MAXLEN);
         if (!vals[i] || !bufs[i]) w->failures++;
         keys[i] = names[i];
     }
-    for (unsigned round = 1; round <= ROUNDS && !w->failures; round++) {
+    for (unsigned round = 1; round <= RING_ROUNDS && !w->failures; round++) {
         size_t n = pick(&w->seed, 1, MAXK);
         for (size_t i = 0; i < n; i++) {
             snprintf(names[i], sizeof(names[i]), "t%d-k%zu", w->id, pick(&w->seed, 0, 15));
             for (size_t j = 0; j < i; j++) /* one key once per batch */
                 if (strcmp(names[i], names[j]) == 0) snprintf(names[i], 32, "t%d-u%zu", w->id, i);
-            lens[i] = pick(&w->seed, 8, MAXLEN); /* 8 bytes at least: room for a version */
+            lens[i] = pick(&w->seed, 8, RING_MAXLEN); /* 8 bytes at least: room for a version */
             kvval_fill(vals[i], lens[i], names[i], round);
-            caps[i] = MAXLEN;
+            caps[i] = RING_MAXLEN;
         }
         int async = (int)pick(&w->seed, 0, 1);
         if (async) {
@@ -100,18 +130,7 @@ static void test_ring_under_threads(void **state)
     kvs_client *c = kvs_open(s.addr); /* auto: the local socket, with a region */
     unsetenv("KVSTORE_SHM_SIZE");
     assert_non_null(c);
-    pthread_t th[THREADS];
-    struct worker w[THREADS];
-    for (int i = 0; i < THREADS; i++) {
-        w[i] = (struct worker){.c = c, .id = i, .seed = 1234u + (unsigned)i};
-        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
-    }
-    int failures = 0;
-    for (int i = 0; i < THREADS; i++) {
-        assert_int_equal(pthread_join(th[i], NULL), 0);
-        failures += w[i].failures;
-    }
-    assert_int_equal(failures, 0);
+    assert_int_equal(run_workers(c, RING_THREADS, 1234u, ring_worker), 0);
     assert_int_equal(kvt_server_counter(c, "client_shm_connects"), 1);
     assert_true(kvt_server_counter(c, "requests_shm_put") > 0);
     assert_true(kvt_server_counter(c, "requests_shm_get") > 0);
@@ -121,10 +140,146 @@ static void test_ring_under_threads(void **state)
     kvt_server_stop(&s);
 }
 
+/* ---- GETs: many threads getting distinct values ---- */
+
+enum { GET_THREADS = 16, GET_ROUNDS = 60, NK = 4, GET_MAXLEN = 64 * 1024 };
+
+/* An async batch's callback state: it checks the values on the thread it runs on. */
+struct cb_state {
+    struct worker *w;
+    size_t n;
+    const char *const *keys;
+    void *const *bufs;
+    const size_t *lens;
+    const ssize_t *got;
+    const unsigned *versions;
+    atomic_int done;
+    atomic_int bad;
+};
+
+/* 1 when bufs[i] holds the whole value of keys[i] at versions[i], len lens[i] (got[i]). */
+static int value_ok(const char *key, const void *buf, size_t len, ssize_t got, unsigned want)
+{
+    unsigned version = 0;
+    if (got != (ssize_t)len || !kvval_check(buf, len, key, &version) || version != want) {
+        fprintf(stderr, "key %s: got %zd of %zu, version %u (want %u)\n", key, got, len, version,
+                want);
+        return 0;
+    }
+    return 1;
+}
+
+static void batch_checked(void *arg, ssize_t nok)
+{
+    struct cb_state *cb = arg;
+    int bad = nok != (ssize_t)cb->n;
+    for (size_t i = 0; i < cb->n; i++)
+        if (!value_ok(cb->keys[i], cb->bufs[i], cb->lens[i], cb->got[i], cb->versions[i])) bad = 1;
+    atomic_store(&cb->bad, bad);
+    atomic_store(&cb->done, 1);
+}
+
+static void *get_worker(void *arg)
+{
+    struct worker *w = arg;
+    char names[NK][32];
+    const char *keys[NK];
+    void *vals[NK], *bufs[NK];
+    size_t lens[NK], caps[NK];
+    unsigned versions[NK];
+    ssize_t got[NK];
+    for (int i = 0; i < NK; i++) {
+        snprintf(names[i], sizeof(names[i]), "g%d-%d", w->id, i);
+        keys[i] = names[i];
+        vals[i] = malloc(GET_MAXLEN);
+        bufs[i] = malloc(GET_MAXLEN);
+        if (!vals[i] || !bufs[i]) w->failures++;
+        caps[i] = GET_MAXLEN;
+        versions[i] = 0;
+    }
+    for (unsigned round = 1; round <= GET_ROUNDS && !w->failures; round++) {
+        /* A new version of some of the keys, of a new length (8 bytes at least: a version). */
+        for (int i = 0; i < NK; i++) {
+            if (versions[i] && pick(&w->seed, 0, 1)) continue;
+            versions[i] = round;
+            lens[i] = pick(&w->seed, 8, GET_MAXLEN);
+            kvval_fill(vals[i], lens[i], names[i], round);
+            if (kvs_put(w->c, names[i], vals[i], lens[i]) != 0) w->failures++;
+        }
+        for (int i = 0; i < NK; i++)
+            memset(bufs[i], 0, GET_MAXLEN);
+        switch (round % 4) {
+        case 0:
+            if (kvs_batch_get(w->c, NK, keys, bufs, caps, got) != NK) w->failures++;
+            break;
+        case 1:
+            for (int i = 0; i < NK; i++)
+                got[i] = kvs_get(w->c, keys[i], bufs[i], caps[i]);
+            break;
+        case 2: {
+            kvs_op *ops[NK];
+            for (int i = 0; i < NK; i++)
+                if (kvs_get_async(w->c, keys[i], bufs[i], caps[i], &ops[i]) != 0) w->failures++;
+            for (int i = 0; i < NK && !w->failures; i++)
+                got[i] = kvs_wait(ops[i]);
+            break;
+        }
+        default: {
+            struct cb_state cb = {.w = w,
+                                  .n = NK,
+                                  .keys = keys,
+                                  .bufs = bufs,
+                                  .lens = lens,
+                                  .got = got,
+                                  .versions = versions};
+            atomic_init(&cb.done, 0);
+            atomic_init(&cb.bad, 0);
+            if (kvs_batch_get_async(w->c, NK, keys, bufs, caps, got, batch_checked, &cb, NULL) !=
+                0) {
+                w->failures++;
+                break;
+            }
+            for (int spin = 0; !atomic_load(&cb.done) && spin < 20000; spin++)
+                usleep(500);
+            if (!atomic_load(&cb.done) || atomic_load(&cb.bad)) w->failures++;
+            break;
+        }
+        }
+        for (int i = 0; i < NK && !w->failures; i++)
+            if (!value_ok(keys[i], bufs[i], lens[i], got[i], versions[i])) w->failures++;
+    }
+    for (int i = 0; i < NK; i++) {
+        free(vals[i]);
+        free(bufs[i]);
+    }
+    return NULL;
+}
+
+static void test_threads_get_distinct_values(void **state)
+{
+    (void)state;
+    struct kvt_server s;
+    assert_int_equal(kvt_server_start(&s, 0, "--memory 128M"), 0);
+    setenv("KVSTORE_SHM_SIZE", "4M", 1); /* the ring goes round many times */
+    kvs_client *c = kvs_open(s.addr);
+    unsetenv("KVSTORE_SHM_SIZE");
+    assert_non_null(c);
+    assert_int_equal(run_workers(c, GET_THREADS, 777u, get_worker), 0);
+    if (!kvt_over_rdma()) {
+        assert_int_equal(kvt_server_counter(c, "client_shm_connects"), 1);
+        assert_true(kvt_server_counter(c, "requests_shm_get") > GET_THREADS * GET_ROUNDS);
+        assert_int_equal(kvt_server_counter(c, "shm_bad_ranges"), 0);
+    }
+    assert_int_equal(kvt_server_counter(c, "pinned_items"), 0);
+    kvs_close(c);
+    kvt_server_stop(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_under_threads),
+        cmocka_unit_test(test_threads_get_distinct_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
