@@ -345,8 +345,8 @@ static void nudge_flusher(struct kvb_batcher *b, uint64_t by)
  */
 static void arm_window_timers(struct kvb_batcher *b)
 {
-    uint64_t now =
-        0; /* read once, and only with a batch forming (not on a direct call's way out) */
+    /* Read once, and only with a batch forming (not on a direct call's way out). */
+    uint64_t now = 0;
     for (int k = 0; k < KVB_OP_KINDS; k++) {
         struct batch *bt = b->open[k];
         if (!bt) continue;
