@@ -21,9 +21,11 @@
  * Batched: put, put_from (one group per replicate config and copy mode:
  * put's values and write-behind copies are staged by the backend),
  * get_into, is_exist, get_size (the batcher's size probe, ordered behind
- * write-behind puts). Passed through after the write-behind puts of their
- * keys: remove (of its key), remove_by_regex and remove_all (of every key),
- * and the program's own batch_put_from / batch_get_into / batch_is_exist.
+ * write-behind puts), and the program's own batch_put_from / batch_get_into
+ * / batch_is_exist when small (mc_merged: they join the forming batches,
+ * docs/shim.md "Small batch calls, merged"). Passed through after the
+ * write-behind puts of their keys: larger batch calls, remove (of its key),
+ * remove_by_regex and remove_all (of every key).
  * Everything else of the API is not interposed. A call goes straight to the
  * real function - counted as a direct call - when the shim cannot batch it:
  * not batching (policy off, a bad variable, after the exit flush), a NULL
