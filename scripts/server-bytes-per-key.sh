@@ -47,16 +47,16 @@ klen=$(printf 'k.%d' $((KEYS - 1)) | wc -c) # kvbench's keys: PREFIX.INDEX
 awk -v r0="$r0" -v r1="$r1" -v used="$used" -v items="$items" -v pages="$pages" \
     -v klen="$klen" 'BEGIN {
     if (items == 0) { print "no items stored"; exit 1 }
-    # glibc chunk of a 64-byte item header plus its key; index slots of 8 bytes at <= 3/4 load
+    # glibc chunk of a 64-byte item header plus its key; index slots of 16 bytes (item pointer and hash) at <= 3/4 load
     item = int((64 + klen + 8 + 15) / 16) * 16; if (item < 32) item = 32
     cap = 16; while (items * 4 > cap * 3) cap *= 2
-    idx = cap * 8 / items
+    idx = cap * 16 / items
     pagetab = pages * 16 / items # per page: its item list head (8) and pin count (4), rounded
     printf "keys %d, key %d bytes, RSS %.1f -> %.1f MiB, values use %.1f MiB of pool\n",
         items, klen, r0 / 1048576, r1 / 1048576, used / 1048576
     printf "beyond the values: %.1f bytes per key\n", (r1 - r0 - used) / items
     printf "  item header and key (heap chunk)   %6.1f\n", item
-    printf "  index (%d slots of 8 bytes)    %6.1f\n", cap, idx
+    printf "  index (%d slots of 16 bytes)   %6.1f\n", cap, idx
     printf "  page tables                        %6.1f\n", pagetab
     printf "  the rest (heap slack, connection)  %6.1f\n", (r1 - r0 - used) / items - item - idx - pagetab
 }'

@@ -41,9 +41,20 @@ struct kvsd_item {
 
 _Static_assert(KVSD_POOL_MAX_CLASSES + 1 <= UINT8_MAX, "lru index must fit a byte");
 
-/* The key index: slots[hash & (cap - 1)] onwards, NULL where free. */
+/*
+ * The key index: open addressing with linear probing from hash & (cap - 1),
+ * it == NULL where free. Each slot keeps its item's hash beside the pointer,
+ * so a probe passes the other keys of its run without loading their items
+ * (a cache miss each, in a pool of scattered items): a lookup touches the
+ * slot's line and then only the item it finds.
+ */
+struct index_slot {
+    struct kvsd_item *it;
+    uint32_t hash;
+};
+
 struct index {
-    struct kvsd_item **slots;
+    struct index_slot *slots;
     uint32_t cap; /* 0 (nothing allocated yet) or a power of two */
     uint32_t count;
 };
@@ -113,15 +124,15 @@ static uint32_t index_probe(const struct index *x, const uint8_t *key, uint16_t 
 {
     uint32_t mask = x->cap - 1;
     uint32_t i = h & mask;
-    for (const struct kvsd_item *it; (it = x->slots[i]) != NULL; i = (i + 1) & mask)
-        if (it->hash == h && it->klen == klen && memcmp(it->key, key, klen) == 0) return i;
+    for (const struct kvsd_item *it; (it = x->slots[i].it) != NULL; i = (i + 1) & mask)
+        if (x->slots[i].hash == h && it->klen == klen && memcmp(it->key, key, klen) == 0) return i;
     return i;
 }
 
 static struct kvsd_item *index_find(const struct index *x, const uint8_t *key, uint16_t klen)
 {
     if (x->count == 0) return NULL;
-    return x->slots[index_probe(x, key, klen, key_hash(key, klen))];
+    return x->slots[index_probe(x, key, klen, key_hash(key, klen))].it;
 }
 
 /*
@@ -133,15 +144,14 @@ static int index_reserve(struct index *x)
     if ((uint64_t)(x->count + 1) * 4 <= (uint64_t)x->cap * 3) return 0;
     if (x->cap >= (1u << 31)) return -ENOMEM;
     uint32_t cap = x->cap ? x->cap * 2 : 16;
-    struct kvsd_item **slots = calloc(cap, sizeof(struct kvsd_item *));
+    struct index_slot *slots = calloc(cap, sizeof(*slots));
     if (!slots) return -ENOMEM;
     for (uint32_t i = 0; i < x->cap; i++) {
-        struct kvsd_item *it = x->slots[i];
-        if (!it) continue;
-        uint32_t j = it->hash & (cap - 1);
-        while (slots[j])
+        if (!x->slots[i].it) continue;
+        uint32_t j = x->slots[i].hash & (cap - 1);
+        while (slots[j].it)
             j = (j + 1) & (cap - 1);
-        slots[j] = it;
+        slots[j] = x->slots[i];
     }
     free(x->slots);
     x->slots = slots;
@@ -156,16 +166,15 @@ static void index_delete_at(struct index *x, uint32_t i)
     uint32_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        struct kvsd_item *it = x->slots[j];
-        if (!it) break;
-        uint32_t home = it->hash & mask;
+        if (!x->slots[j].it) break;
+        uint32_t home = x->slots[j].hash & mask;
         /* it stays if its home lies cyclically in (i, j]: a probe for it never passes i. */
         int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
         if (stays) continue;
-        x->slots[i] = it;
+        x->slots[i] = x->slots[j];
         i = j;
     }
-    x->slots[i] = NULL;
+    x->slots[i] = (struct index_slot){0};
     x->count--;
 }
 
@@ -174,7 +183,7 @@ static void index_delete(struct index *x, const struct kvsd_item *it)
 {
     uint32_t mask = x->cap - 1;
     uint32_t i = it->hash & mask;
-    while (x->slots[i] != it)
+    while (x->slots[i].it != it)
         i = (i + 1) & mask;
     index_delete_at(x, i);
 }
@@ -209,7 +218,7 @@ void kvsd_store_destroy(struct kvsd_store *s)
     if (!s) return;
     struct kvsd_item *it;
     for (uint32_t i = 0; i < s->index.cap; i++)
-        if (s->index.slots[i]) free_item(s, s->index.slots[i]);
+        if (s->index.slots[i].it) free_item(s, s->index.slots[i].it);
     free(s->index.slots);
     while (s->limbo) {
         it = s->limbo;
@@ -470,7 +479,7 @@ int kvsd_store_commit(struct kvsd_store *s, struct kvsd_item *it)
     }
     limbo_unlink(s, it);
     if (old) unlink_item(s, old); /* frees its slot: it goes to the same place or before */
-    x->slots[index_probe(x, it->key, it->klen, it->hash)] = it;
+    x->slots[index_probe(x, it->key, it->klen, it->hash)] = (struct index_slot){it, it->hash};
     x->count++;
     it->linked = 1;
     it->atime = ++s->clock;
@@ -488,6 +497,13 @@ void kvsd_store_abort(struct kvsd_store *s, struct kvsd_item *it)
         drop_pin(s, it);
     }
     free_item(s, it);
+}
+
+void kvsd_store_prefetch(const struct kvsd_store *s, const uint8_t *key, uint16_t klen)
+{
+    const struct index *x = &s->index;
+    if (x->count == 0) return;
+    __builtin_prefetch(&x->slots[key_hash(key, klen) & (x->cap - 1)]);
 }
 
 struct kvsd_item *kvsd_store_lookup(struct kvsd_store *s, const uint8_t *key, uint16_t klen,

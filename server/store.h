@@ -71,6 +71,13 @@ int kvsd_store_commit(struct kvsd_store *s, struct kvsd_item *it);
 void kvsd_store_abort(struct kvsd_store *s, struct kvsd_item *it);
 
 /*
+ * A hint that key will be looked up soon: starts loading its index slot, so
+ * that a frame's next lookup overlaps the current entry's work instead of
+ * waiting for the cache miss. Changes nothing.
+ */
+void kvsd_store_prefetch(const struct kvsd_store *s, const uint8_t *key, uint16_t klen);
+
+/*
  * Finds key; with pin, the item is pinned (the caller must kvsd_store_unpin
  * it) and becomes the most recently used. NULL if absent.
  */
