@@ -52,11 +52,15 @@ awk -v r0="$r0" -v r1="$r1" -v used="$used" -v items="$items" -v pages="$pages" 
     cap = 16; while (items * 4 > cap * 3) cap *= 2
     idx = cap * 16 / items
     pagetab = pages * 16 / items # per page: its item list head (8) and pin count (4), rounded
+    # slab free-list links: 2 bytes per chunk of every page in use
+    per_page = int(1048576 / (used / items)); upages = int((items + per_page - 1) / per_page)
+    links = upages * per_page * 2 / items
     printf "keys %d, key %d bytes, RSS %.1f -> %.1f MiB, values use %.1f MiB of pool\n",
         items, klen, r0 / 1048576, r1 / 1048576, used / 1048576
     printf "beyond the values: %.1f bytes per key\n", (r1 - r0 - used) / items
     printf "  item header and key (heap chunk)   %6.1f\n", item
     printf "  index (%d slots of 16 bytes)   %6.1f\n", cap, idx
     printf "  page tables                        %6.1f\n", pagetab
-    printf "  the rest (heap slack, connection)  %6.1f\n", (r1 - r0 - used) / items - item - idx - pagetab
+    printf "  free-list links                    %6.1f\n", links
+    printf "  the rest (heap slack, connection)  %6.1f\n", (r1 - r0 - used) / items - item - idx - pagetab - links
 }'

@@ -2,10 +2,13 @@
  * pool.c - one mmap'd region, 1 MiB pages, slab classes of fixed-size chunks
  * and runs of whole pages for large values. See pool.h.
  *
- * Free chunks of a page are kept on a list threaded through the free chunks
- * themselves (a u32 chunk index at the start of each), and chunks are carved
- * lazily, so a page costs nothing until it is used. Each class keeps a list
- * of its pages that still have room.
+ * Free chunks of a page are kept on a list whose links live beside the page's
+ * metadata in heap memory (a u16 per chunk), not in the chunks: freeing and
+ * reusing a chunk touches no pool memory (each such touch a cache and TLB
+ * miss in a pool larger than the caches), and an RDMA peer that can write
+ * the pool cannot reach the allocator's state (docs/SECURITY.md). Chunks are
+ * carved lazily, so a page costs nothing until it is used. Each class keeps
+ * a list of its pages that still have room.
  */
 #include "pool.h"
 
@@ -17,6 +20,7 @@
 #define PAGE_FREE   KVSD_POOL_FREE /* page owner: nobody */
 #define MAX_PAGES   (1u << 24)     /* 16 TiB: keeps page indices in 24 bits of headroom */
 #define NO_CHUNK    UINT32_MAX
+#define NO_LINK     UINT16_MAX /* links[] end; chunks per page are at most PAGE / MIN_CHUNK */
 #define MAX_CLASSES KVSD_POOL_MAX_CLASSES
 #define LEARN_SLOTS 8  /* sizes tracked as candidates for an exact class */
 #define LEARN_AFTER 16 /* reservations of one size that make its exact class */
@@ -28,7 +32,10 @@ struct page {
     uint32_t carved;     /* chunks ever handed out (the rest are untouched) */
     uint32_t free_chunk; /* first chunk on the page's free list, or NO_CHUNK */
     uint32_t prev, next; /* the class's list of pages with room */
+    uint16_t *links;     /* a slab page's free list: links[chunk] = next free chunk, or NO_LINK */
 };
+
+_Static_assert(KVSD_POOL_PAGE / KVSD_POOL_MIN_CHUNK < NO_LINK, "a chunk index must fit a link");
 
 struct slab_class {
     uint32_t chunk_size;
@@ -53,6 +60,9 @@ struct kvsd_pool {
         uint32_t seen;
     } candidates[LEARN_SLOTS];
     struct page *pages;
+    /* The class of the last length learned: KV-cache slices are uniform, so nearly every lookup. */
+    size_t memo_len; /* SIZE_MAX: none */
+    int memo_cls;
 };
 
 /* Chunk sizes: 64 bytes growing by 1.25 (8-byte aligned), the last one half a page. */
@@ -94,6 +104,7 @@ int kvsd_pool_create(size_t bytes, struct kvsd_pool **out)
         p->pages[i].owner = PAGE_FREE;
     p->pages_free = p->npages;
     init_classes(p);
+    p->memo_len = SIZE_MAX;
     *out = p;
     return 0;
 
@@ -109,6 +120,8 @@ void kvsd_pool_destroy(struct kvsd_pool *p)
 {
     if (!p) return;
     munmap(p->base, p->size);
+    for (uint32_t i = 0; i < p->npages; i++)
+        free(p->pages[i].links);
     free(p->pages);
     free(p);
 }
@@ -128,9 +141,8 @@ int kvsd_pool_nclasses(const struct kvsd_pool *p)
     return p->nclasses;
 }
 
-int kvsd_pool_class_of(const struct kvsd_pool *p, size_t len)
+static int class_walk(const struct kvsd_pool *p, size_t len)
 {
-    if (len > KVSD_POOL_PAGE / 2) return KVSD_POOL_LARGE;
     /*
      * Classes are few (at most 64): a linear walk is as fast as a search. The
      * growth classes are sorted, so the first that holds len is theirs; a
@@ -151,6 +163,12 @@ int kvsd_pool_class_of(const struct kvsd_pool *p, size_t len)
     return best;
 }
 
+int kvsd_pool_class_of(const struct kvsd_pool *p, size_t len)
+{
+    if (len > KVSD_POOL_PAGE / 2) return KVSD_POOL_LARGE;
+    return len == p->memo_len ? p->memo_cls : class_walk(p, len);
+}
+
 /* A chunk size that holds len exactly (8-byte aligned, at least the smallest chunk). */
 static uint32_t exact_chunk(size_t len)
 {
@@ -158,7 +176,7 @@ static uint32_t exact_chunk(size_t len)
     return size < KVSD_POOL_MIN_CHUNK ? KVSD_POOL_MIN_CHUNK : size;
 }
 
-int kvsd_pool_learn(struct kvsd_pool *p, size_t len)
+static int learn_size(struct kvsd_pool *p, size_t len)
 {
     if (len > KVSD_POOL_PAGE / 2 || p->nclasses == MAX_CLASSES) return 0;
     uint32_t exact = exact_chunk(len);
@@ -188,6 +206,17 @@ int kvsd_pool_learn(struct kvsd_pool *p, size_t len)
     *c = (struct slab_class){
         .chunk_size = exact, .per_page = KVSD_POOL_PAGE / exact, .room_head = KVSD_POOL_NO_PAGE};
     return 1;
+}
+
+int kvsd_pool_learn(struct kvsd_pool *p, size_t len)
+{
+    int added = learn_size(p, len);
+    /* classes change only here, so the memo stays the walk's answer */
+    if (len <= KVSD_POOL_PAGE / 2 && (added || len != p->memo_len)) {
+        p->memo_len = len;
+        p->memo_cls = class_walk(p, len);
+    }
+    return added;
 }
 
 static size_t run_pages(size_t len)
@@ -233,8 +262,10 @@ static void take_pages(struct kvsd_pool *p, uint32_t first, uint32_t n, int32_t 
 
 static void release_pages(struct kvsd_pool *p, uint32_t first, uint32_t n)
 {
-    for (uint32_t i = first; i < first + n; i++)
+    for (uint32_t i = first; i < first + n; i++) {
+        free(p->pages[i].links);
         p->pages[i] = (struct page){.owner = PAGE_FREE};
+    }
     p->pages_free += n;
     if (first < p->free_hint) p->free_hint = first;
 }
@@ -259,28 +290,6 @@ static void room_unlink(struct kvsd_pool *p, struct slab_class *c, uint32_t pg)
     page->prev = page->next = KVSD_POOL_NO_PAGE;
 }
 
-static uint8_t *chunk_addr(const struct kvsd_pool *p, uint32_t pg, uint32_t idx, uint32_t size)
-{
-    return p->base + (size_t)pg * KVSD_POOL_PAGE + (size_t)idx * size;
-}
-
-/*
- * Free-list links live in the pool, which an RDMA peer holding the pool's
- * rkey can write (docs/SECURITY.md). A link that names no carved chunk is
- * not followed, as it would place a value outside its page: the page's
- * remaining room is written off as used instead (the page is never emptied,
- * so it stays with this class; chunks freed later are reused normally).
- */
-static void write_off_room(struct kvsd_pool *p, struct slab_class *c, struct page *page)
-{
-    uint32_t lost = c->per_page - page->used - 1; /* the chunk being taken is not lost */
-    page->free_chunk = NO_CHUNK;
-    page->carved = c->per_page;
-    page->used += lost;
-    c->chunks_used += lost;
-    p->bytes_used += (uint64_t)lost * c->chunk_size;
-}
-
 /* A chunk from a page of class cls that has room, taking a free page if none has. */
 static int alloc_chunk(struct kvsd_pool *p, int cls, uint64_t *off)
 {
@@ -289,7 +298,11 @@ static int alloc_chunk(struct kvsd_pool *p, int cls, uint64_t *off)
     if (pg == KVSD_POOL_NO_PAGE) {
         pg = find_free_run(p, 1);
         if (pg == KVSD_POOL_NO_PAGE) return -ENOSPC;
+        /* links of chunks not yet freed are never read: no need to clear them */
+        uint16_t *links = malloc(c->per_page * sizeof(*links));
+        if (!links) return -ENOMEM;
         take_pages(p, pg, 1, cls);
+        p->pages[pg].links = links;
         c->pages++;
         room_push(p, c, pg);
     }
@@ -297,9 +310,8 @@ static int alloc_chunk(struct kvsd_pool *p, int cls, uint64_t *off)
     uint32_t idx;
     if (page->free_chunk != NO_CHUNK) {
         idx = page->free_chunk;
-        memcpy(&page->free_chunk, chunk_addr(p, pg, idx, c->chunk_size), sizeof(uint32_t));
-        if (page->free_chunk != NO_CHUNK && page->free_chunk >= page->carved)
-            write_off_room(p, c, page);
+        uint16_t next = page->links[idx];
+        page->free_chunk = next == NO_LINK ? NO_CHUNK : next;
     } else {
         idx = page->carved++;
     }
@@ -353,7 +365,7 @@ void kvsd_pool_free(struct kvsd_pool *p, uint64_t off, size_t len)
         release_pages(p, pg, 1);
         return;
     }
-    memcpy(chunk_addr(p, pg, idx, c->chunk_size), &page->free_chunk, sizeof(uint32_t));
+    page->links[idx] = page->free_chunk == NO_CHUNK ? NO_LINK : (uint16_t)page->free_chunk;
     page->free_chunk = idx;
 }
 

@@ -282,9 +282,9 @@ static void limbo_unlink(struct kvsd_store *s, struct kvsd_item *it)
 }
 
 /* Takes a linked item out of the index; frees it, or leaves it in limbo for its pin holders. */
-static void unlink_item(struct kvsd_store *s, struct kvsd_item *it)
+/* Takes a linked item out of everything but the index (whose slot its caller reuses or clears). */
+static void detach_item(struct kvsd_store *s, struct kvsd_item *it)
 {
-    index_delete(&s->index, it);
     lru_unlink(&s->lrus[it->lru], it);
     it->linked = 0;
     s->value_bytes -= it->len;
@@ -292,6 +292,12 @@ static void unlink_item(struct kvsd_store *s, struct kvsd_item *it)
         free_item(s, it);
     else
         limbo_push(s, it);
+}
+
+static void unlink_item(struct kvsd_store *s, struct kvsd_item *it)
+{
+    index_delete(&s->index, it);
+    detach_item(s, it);
 }
 
 /* ---- pins ---- */
@@ -469,18 +475,24 @@ int kvsd_store_reserve(struct kvsd_store *s, const uint8_t *key, uint16_t klen, 
 int kvsd_store_commit(struct kvsd_store *s, struct kvsd_item *it)
 {
     struct index *x = &s->index;
-    struct kvsd_item *old = index_find(x, it->key, it->klen);
-    /* A new key needs room first: if the index cannot grow, nothing changes. */
-    if (!old && index_reserve(x) < 0) {
-        limbo_unlink(s, it);
-        drop_pin(s, it);
-        free_item(s, it);
-        return -ENOMEM;
+    /* One probe: a replaced key's slot takes the new item as it is. */
+    uint32_t i = x->cap ? index_probe(x, it->key, it->klen, it->hash) : 0;
+    struct kvsd_item *old = x->cap ? x->slots[i].it : NULL;
+    if (!old) {
+        /* A new key needs room first: if the index cannot grow, nothing changes. */
+        uint32_t cap = x->cap;
+        if (index_reserve(x) < 0) {
+            limbo_unlink(s, it);
+            drop_pin(s, it);
+            free_item(s, it);
+            return -ENOMEM;
+        }
+        if (x->cap != cap) i = index_probe(x, it->key, it->klen, it->hash);
+        x->count++;
     }
     limbo_unlink(s, it);
-    if (old) unlink_item(s, old); /* frees its slot: it goes to the same place or before */
-    x->slots[index_probe(x, it->key, it->klen, it->hash)] = (struct index_slot){it, it->hash};
-    x->count++;
+    if (old) detach_item(s, old);
+    x->slots[i] = (struct index_slot){it, it->hash};
     it->linked = 1;
     it->atime = ++s->clock;
     s->value_bytes += it->len;

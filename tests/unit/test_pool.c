@@ -334,6 +334,47 @@ static void test_learning_rules(void **state)
     kvsd_pool_destroy(p);
 }
 
+/* The smallest class whose chunk holds len, found the slow way. */
+static int smallest_class(const struct kvsd_pool *p, size_t len)
+{
+    int best = KVSD_POOL_LARGE;
+    uint32_t best_size = 0;
+    for (int i = 0; i < kvsd_pool_nclasses(p); i++) {
+        struct kvsd_pool_class_stats cs;
+        kvsd_pool_class_stats(p, i, &cs);
+        if (len <= cs.chunk_size && (best == KVSD_POOL_LARGE || cs.chunk_size < best_size)) {
+            best = i;
+            best_size = cs.chunk_size;
+        }
+    }
+    return best;
+}
+
+/* Lengths repeated (memoised lookups), interleaved and learned in turn: always the smallest class. */
+static void test_class_of_after_learning(void **state)
+{
+    (void)state;
+    struct kvsd_pool *p;
+    assert_int_equal(kvsd_pool_create(64 * MIB, &p), 0);
+    for (int i = 0; i < 40; i++) { /* one length in a row: its class is learned mid-run */
+        kvsd_pool_learn(p, 12000);
+        assert_int_equal(kvsd_pool_class_of(p, 12000), smallest_class(p, 12000));
+    }
+    static const size_t lens[] = {20480, 20480, 100, 20480, 5000, 5000, 0, 20480, 333000, 5000};
+    for (int round = 0; round < 40; round++) {
+        for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+            size_t len = lens[i];
+            kvsd_pool_learn(p, len);
+            assert_int_equal(kvsd_pool_class_of(p, len), smallest_class(p, len));
+            /* a lookup of another length between learns is not answered by the memo */
+            assert_int_equal(kvsd_pool_class_of(p, len + 8), smallest_class(p, len + 8));
+        }
+    }
+    assert_true(kvsd_pool_nclasses(p) > 42); /* 12000, 20480 and 5000 were learned meanwhile */
+    assert_int_equal(kvsd_pool_class_of(p, KVSD_POOL_PAGE / 2 + 1), KVSD_POOL_LARGE);
+    kvsd_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -346,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_class_fills_pages),
         cmocka_unit_test(test_learned_classes_fill_the_pool),
         cmocka_unit_test(test_learning_rules),
+        cmocka_unit_test(test_class_of_after_learning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
