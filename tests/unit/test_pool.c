@@ -350,7 +350,7 @@ static int smallest_class(const struct kvsd_pool *p, size_t len)
     return best;
 }
 
-/* Lengths repeated (memoised lookups), interleaved and learned in turn: always the smallest class. */
+/* Lengths repeated (memoised), interleaved and learned in turn: always the smallest class. */
 static void test_class_of_after_learning(void **state)
 {
     (void)state;

@@ -36,7 +36,7 @@ static void test_writes_into_free_chunks_change_nothing(void **state)
         assert_int_equal(kvsd_pool_alloc(p, len, &off[i]), 0);
     uint32_t page = kvsd_pool_page_of(off[0]);
     assert_int_equal(kvsd_pool_page_of(off[N - 1]), page);
-    /* free every other chunk, then scribble over each: a link past the page, one to a chunk in use */
+    /* free every other chunk, then scribble over each: a link past the page, then 0xff */
     for (int i = 1; i < N; i += 2)
         kvsd_pool_free(p, off[i], len);
     for (int i = 1; i < N; i += 2) {
