@@ -1022,8 +1022,7 @@ static void prefetch_next_entry(const struct kvsd_proto_conn *c)
     size_t avail = c->rend - c->rpos;
     struct kvs_wire_entry e;
     if (c->body_left < KVS_WIRE_ENTRY_LEN || avail < KVS_WIRE_ENTRY_LEN ||
-        kvs_wire_entry_decode(c->rbuf + c->rpos, &e) < 0 || e.klen > KVS_WIRE_MAX_KEY ||
-        avail - KVS_WIRE_ENTRY_LEN < e.klen)
+        kvs_wire_entry_decode(c->rbuf + c->rpos, &e) < 0 || avail - KVS_WIRE_ENTRY_LEN < e.klen)
         return;
     kvsd_store_prefetch(c->srv->store, c->rbuf + c->rpos + KVS_WIRE_ENTRY_LEN, e.klen);
 }

@@ -281,7 +281,6 @@ static void limbo_unlink(struct kvsd_store *s, struct kvsd_item *it)
     it->prev = it->next = NULL;
 }
 
-/* Takes a linked item out of the index; frees it, or leaves it in limbo for its pin holders. */
 /* Takes a linked item out of everything but the index (whose slot its caller reuses or clears). */
 static void detach_item(struct kvsd_store *s, struct kvsd_item *it)
 {
@@ -294,6 +293,7 @@ static void detach_item(struct kvsd_store *s, struct kvsd_item *it)
         limbo_push(s, it);
 }
 
+/* Takes a linked item out of the index; frees it, or leaves it in limbo for its pin holders. */
 static void unlink_item(struct kvsd_store *s, struct kvsd_item *it)
 {
     index_delete(&s->index, it);
@@ -476,8 +476,12 @@ int kvsd_store_commit(struct kvsd_store *s, struct kvsd_item *it)
 {
     struct index *x = &s->index;
     /* One probe: a replaced key's slot takes the new item as it is. */
-    uint32_t i = x->cap ? index_probe(x, it->key, it->klen, it->hash) : 0;
-    struct kvsd_item *old = x->cap ? x->slots[i].it : NULL;
+    uint32_t i = 0;
+    struct kvsd_item *old = NULL;
+    if (x->cap) {
+        i = index_probe(x, it->key, it->klen, it->hash);
+        old = x->slots[i].it;
+    }
     if (!old) {
         /* A new key needs room first: if the index cannot grow, nothing changes. */
         uint32_t cap = x->cap;
