@@ -22,6 +22,7 @@
 
 static void client_free(kvs_client *c)
 {
+    kvc_buffers_fini(c); /* before the connections go: each unmaps them */
     kvs_auth_wipe(c->cfg.auth_secret, sizeof(c->cfg.auth_secret));
     for (size_t s = 0; s < c->nservers; s++)
         if (c->servers[s].conn) c->servers[s].ops->destroy(c->servers[s].conn);
@@ -40,6 +41,7 @@ kvs_client *kvs_open(const char *servers)
         return NULL;
     }
     kvc_flush_init(c);
+    kvc_buffers_init(c);
     pthread_mutex_init(&c->defer_mu, NULL);
     kvc_defer_init(c);
     int rc = kvc_config_load(c, servers);

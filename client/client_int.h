@@ -15,6 +15,7 @@
  *   config.c   the environment (timeouts, auth secret) and the server list
  *   fork.c     the live clients and the pthread_atfork handlers
  *   route.c    rendezvous hashing of keys onto servers
+ *   buffer.c   kvs_alloc_buffer / kvs_free_buffer: memory shared with a same-host kvstored
  *
  * Internals never call the exported kvs_* functions: a shim interposing on
  * them sees only the application's calls.
@@ -69,7 +70,19 @@ struct kvs_client {
     pthread_t defer_thread;
 
     struct kvs_client *next_client; /* all live clients, for fork (fork.c) */
+
+    /* Buffers of kvs_alloc_buffer (buffer.c): ptr NULL for a free slot. */
+    pthread_mutex_t buf_mu;
+    struct kvc_buffer {
+        void *ptr;
+        size_t len;
+        int fd;
+    } bufs[KVS_MAX_SHARED_BUFFERS];
 };
+
+/* buffer.c: at kvs_open, and at kvs_close (frees what the caller left allocated). */
+void kvc_buffers_init(kvs_client *c);
+void kvc_buffers_fini(kvs_client *c);
 
 /* One call in flight over n keys (a kvs_op of the API). */
 struct kvs_op {

@@ -152,6 +152,23 @@ int kvs_register_buffer(kvs_client *c, void *ptr, size_t len);
 int kvs_unregister_buffer(kvs_client *c, void *ptr);
 
 /*
+ * Memory a kvstored on this host can reach (docs/shm.md "Buffer regions"):
+ * *out gets len bytes (rounded up to the page size), zeroed and
+ * page-aligned. Over shared memory, a value put from such a buffer or got
+ * into it crosses memory once (kvstored's copy) instead of twice; over TCP
+ * or RDMA it is ordinary memory, registered as by kvs_register_buffer. A
+ * forked child shares it with its parent (MAP_SHARED). 0, -EINVAL (len 0
+ * or over 16 GiB), -ENOMEM (no memory, or KVS_MAX_SHARED_BUFFERS in use).
+ */
+#define KVS_MAX_SHARED_BUFFERS 64
+int kvs_alloc_buffer(kvs_client *c, size_t len, void **out);
+/*
+ * Frees a buffer of kvs_alloc_buffer; no op may be in flight from or into
+ * it. kvs_close frees those left. 0, or -EINVAL (not such a buffer).
+ */
+int kvs_free_buffer(kvs_client *c, void *ptr);
+
+/*
  * Removes every key, on every server, that the POSIX extended regular
  * expression pattern matches anywhere in the key (regexec's search; "^"
  * matches every key). Returns how many keys were removed, or a negative

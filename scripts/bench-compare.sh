@@ -287,7 +287,8 @@ fi
 # 64 KiB goodput side by side: iperf3 with 64 KiB writes (one stream), one thread's
 # memcpy of 64 KiB blocks (kvbench memcpy), and kvbatch put/get of 64 KiB values
 # (16 clients; explicit batches over TCP loopback, over the local socket with the
-# values in the socket and through shared memory: docs/shm.md) in interleaved
+# values in the socket, through shared memory, and from and into buffers of
+# kvs_alloc_buffer that kvstored maps: docs/shm.md) in interleaved
 # rounds, order rotated; for
 # each kvbench run also kvstored's CPU time (utime + stime from /proc), so that
 # the server's cost per byte is visible beside the goodput.
@@ -300,6 +301,7 @@ gp_variant() { # gp_variant NAME ROUND
     batch) args=(--mode batch --batch 16) ;;
     batch-local) envs=(KVSTORE_TRANSPORT= KVSTORE_SHM_SIZE=0); args=(--mode batch --batch 16) ;;
     batch-shm) envs=(KVSTORE_TRANSPORT=); args=(--mode batch --batch 16) ;;
+    batch-shmbuf) envs=(KVSTORE_TRANSPORT=); args=(--mode batch --batch 16 --shared-buffers) ;;
     shim-async) envs=(LD_PRELOAD="$SHIM"); args=(--mode async --batch 4) ;;
     esac
     for op in put get; do
@@ -319,7 +321,7 @@ gp_variant() { # gp_variant NAME ROUND
             >"$OUT/runs/gp__${name}__${op}__r$r.cpu"
     done
 }
-GP_VARIANTS="iperf3 memcpy single batch batch-local batch-shm"
+GP_VARIANTS="iperf3 memcpy single batch batch-local batch-shm batch-shmbuf"
 [ -n "$SHIM" ] && GP_VARIANTS="$GP_VARIANTS shim shim-async"
 if want goodput; then
     gp_frames0=$(shm_frames)

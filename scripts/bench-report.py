@@ -263,6 +263,7 @@ GP_ROWS = (
     ("batch", "kvbatch explicit batch of 16"),
     ("batch-local", "kvbatch explicit batch of 16, local socket, values in the socket"),
     ("batch-shm", "kvbatch explicit batch of 16, local socket, values through shared memory"),
+    ("batch-shmbuf", "kvbatch explicit batch of 16, shared memory, values in kvs_alloc_buffer buffers"),
 )
 
 # The like-for-like rows: (variant, requests in flight per client, label).
@@ -377,11 +378,15 @@ def main():
         if any(("batch-shm", op) in rd for rd in rates.values() for op in ("put", "get")):
             md.append("\n| shared memory (median of per-round ratios) | put | get |")
             md.append("|---|---|---|")
-            for b, label in (("memcpy", "batch over shm / one-thread memcpy"),
-                             ("batch", "batch over shm / batch over TCP loopback"),
-                             ("batch-local", "batch over shm / batch over the local socket")):
-                md.append("| %s | %s | %s |" % (label, fmt(gp_pair(rates, "batch-shm", b, "put"), 2),
-                                                fmt(gp_pair(rates, "batch-shm", b, "get"), 2)))
+            for a, b, label in (
+                    ("batch-shm", "memcpy", "batch over shm / one-thread memcpy"),
+                    ("batch-shm", "batch", "batch over shm / batch over TCP loopback"),
+                    ("batch-shm", "batch-local", "batch over shm / batch over the local socket"),
+                    ("batch-shmbuf", "memcpy", "batch over shm, shared buffers / one-thread memcpy"),
+                    ("batch-shmbuf", "batch", "batch over shm, shared buffers / batch over TCP loopback"),
+                    ("batch-shmbuf", "batch-shm", "shared buffers / the caller's own buffers, over shm")):
+                md.append("| %s | %s | %s |" % (label, fmt(gp_pair(rates, a, b, "put"), 2),
+                                                fmt(gp_pair(rates, a, b, "get"), 2)))
 
     if any(("shim-fixed-w%d" % w, op, 4096, clients) in kv for w in windows for op in ("put", "get")):
         md.append("\n## Window sweep (fixed policy, 4 KiB, %d clients)\n" % clients)
@@ -576,6 +581,10 @@ def main():
                    gp_pair(gp[0], "batch-shm", "memcpy", op), 0.5)
             target("issue 16: 64 KiB batched %s over shm / the same over TCP loopback" % op,
                    gp_pair(gp[0], "batch-shm", "batch", op), 3)
+            target("issue 16: 64 KiB batched %s over shm from/into kvs_alloc_buffer / one-thread memcpy"
+                   % op, gp_pair(gp[0], "batch-shmbuf", "memcpy", op), 0.5)
+            target("issue 16: 64 KiB batched %s over shm from/into kvs_alloc_buffer / the same over TCP"
+                   % op, gp_pair(gp[0], "batch-shmbuf", "batch", op), 3)
     if sfl[0]:
         for op, rop in (("put", "SET"), ("get", "GET")):
             target("issue 16: 4 KiB %s, %d threads, shim 32 async in flight over shm / redis -P 32 %s "

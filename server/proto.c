@@ -55,6 +55,7 @@ enum rstate {
     RS_AUTH,   /* waiting for an AUTH body */
     RS_ADMIT,  /* an entry frame's header is in; its reply waits for heap (frame_fits) */
     RS_SHM,    /* waiting for an SHM_MAP body */
+    RS_SHM_BUF, /* waiting for an SHM_BUF body */
     RS_CLOSED, /* a malformed frame was seen: no more input */
 };
 
@@ -105,8 +106,10 @@ struct kvsd_proto_conn {
 
     /* Shared memory (docs/shm.md): only on a local connection (kvsd_proto_allow_shm). */
     int shm_allowed;
-    int shm_fd;          /* the descriptor the peer passed last, not yet used by SHM_MAP; -1 */
-    struct kvsd_shm shm; /* the region SHM_MAP mapped; unmapped when the connection goes */
+    int shm_fd;          /* the descriptor the peer passed last, not yet used by SHM_MAP/BUF; -1 */
+    struct kvsd_shm shm; /* the ring SHM_MAP mapped (region 0); unmapped when the connection goes */
+    struct kvsd_shm *bufs; /* buffer regions 1..KVS_WIRE_SHM_BUFFERS (SHM_BUF), from the first */
+    uint64_t shm_mapped;   /* bytes of ring and buffers mapped: at most --shm-max */
 
     /* Authentication (only with srv->auth_secret). */
     int authed;
@@ -291,6 +294,10 @@ void kvsd_proto_conn_free(struct kvsd_proto_conn *c)
     free(c->rbuf);
     if (c->shm_fd >= 0) close(c->shm_fd);
     kvsd_shm_unmap(&c->shm);
+    for (size_t i = 0; c->bufs && i < KVS_WIRE_SHM_BUFFERS; i++)
+        kvsd_shm_unmap(&c->bufs[i]);
+    if (c->bufs) mem_sub(c->srv, heap_cost(KVS_WIRE_SHM_BUFFERS * sizeof(*c->bufs)));
+    free(c->bufs);
     mem_sub(c->srv, heap_cost(sizeof(*c)) + heap_cost(c->rcap));
     if (c->prev)
         c->prev->next = c->next;
@@ -307,8 +314,8 @@ void kvsd_proto_allow_shm(struct kvsd_proto_conn *c)
 
 void kvsd_proto_take_fd(struct kvsd_proto_conn *c, int fd)
 {
-    /* One descriptor waits for its SHM_MAP; any other is closed at once. */
-    if (!c->shm_allowed || c->shm.base || c->shm_fd >= 0 || !kvsd_proto_authenticated(c)) {
+    /* One descriptor waits for its SHM_MAP or SHM_BUF; any other is closed at once. */
+    if (!c->shm_allowed || c->shm_fd >= 0 || !kvsd_proto_authenticated(c)) {
         c->srv->counters.shm_refused++;
         close(fd);
         return;
@@ -787,26 +794,29 @@ static void do_simple(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t kl
  * key alone (-EINVAL, counted in shm_bad_ranges).
  */
 static void do_shm(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen, uint32_t len,
-                   uint64_t off)
+                   uint32_t region, uint64_t off)
 {
     struct kvsd_server *srv = c->srv;
+    /* The decoder bounds region to 0..KVS_WIRE_SHM_BUFFERS; an unmapped one fails the range. */
+    static const struct kvsd_shm none;
+    const struct kvsd_shm *r = region == 0 ? &c->shm : c->bufs ? &c->bufs[region - 1] : &none;
     int32_t status;
     uint32_t vlen = 0;
-    if (!kvsd_shm_range_ok(&c->shm, off, len)) {
+    if (!kvsd_shm_range_ok(r, off, len)) {
         srv->counters.shm_bad_ranges++;
         status = -EINVAL;
     } else if (c->hdr.opcode == KVS_OP_SHM_PUT) {
         struct kvsd_item *it = NULL;
         status = kvsd_ops_put_reserve(srv, key, klen, len, &it);
         if (it) {
-            memcpy(kvsd_item_data(srv->store, it), c->shm.base + off, len);
+            memcpy(kvsd_item_data(srv->store, it), r->base + off, len);
             status = kvsd_ops_put_commit(srv, it);
         }
     } else {
         struct kvsd_item *it = NULL;
         status = kvsd_ops_get(srv, key, klen, len, &it, &vlen);
         if (status == 0 && it && vlen > 0)
-            memcpy(c->shm.base + off, kvsd_item_data(srv->store, it), vlen);
+            memcpy(r->base + off, kvsd_item_data(srv->store, it), vlen);
         if (it) kvsd_ops_get_done(srv, it);
     }
     if (set_status(c, status, vlen, NULL) < 0) {
@@ -814,6 +824,20 @@ static void do_shm(struct kvsd_proto_conn *c, const uint8_t *key, uint16_t klen,
         return;
     }
     next_entry(c);
+}
+
+/* The reply to an SHM_MAP or SHM_BUF (rc 0: done; else refused for why), counted. */
+static void answer_shm_map(struct kvsd_proto_conn *c, int rc, const char *why)
+{
+    struct kvsd_server *srv = c->srv;
+    if (rc == 0) {
+        srv->counters.shm_maps++;
+        rc = queue_reply(c, c->hdr.opcode, c->hdr.id, NULL, 0);
+    } else {
+        srv->counters.shm_refused++;
+        rc = queue_error(c, c->hdr.id, rc, why);
+    }
+    if (rc < 0) fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
 }
 
 /*
@@ -833,17 +857,59 @@ static void on_shm_map(struct kvsd_proto_conn *c, const uint8_t *body)
         why = "a region is mapped already";
         rc = -EBUSY;
     } else if (fd >= 0) {
-        rc = kvsd_shm_map(fd, kvs_wire_shm_map_decode(body), srv->limits.shm_max, &c->shm, &why);
+        rc = kvsd_shm_map(fd, kvs_wire_shm_map_decode(body), srv->limits.shm_max - c->shm_mapped,
+                          &c->shm, &why);
     }
     if (fd >= 0) close(fd); /* the mapping keeps the memory */
-    if (rc == 0) {
-        srv->counters.shm_maps++;
-        rc = queue_reply(c, KVS_OP_SHM_MAP, c->hdr.id, NULL, 0);
-    } else {
-        srv->counters.shm_refused++;
-        rc = queue_error(c, c->hdr.id, rc, why);
+    if (rc == 0) c->shm_mapped += c->shm.size;
+    answer_shm_map(c, rc, why);
+}
+
+/*
+ * An SHM_BUF body: buffer region n mapped from the descriptor that came
+ * with it (checked as the ring is, within what --shm-max leaves), or, with
+ * size 0 and no descriptor, unmapped. Refusals as SHM_MAP's; the entries
+ * that name an unmapped region fail alone (do_shm).
+ */
+static void on_shm_buf(struct kvsd_proto_conn *c, const uint8_t *body)
+{
+    struct kvsd_server *srv = c->srv;
+    int fd = c->shm_fd;
+    c->shm_fd = -1;
+    c->st = RS_HDR;
+    uint32_t region;
+    uint64_t size;
+    const char *why = "no descriptor came with it";
+    int rc = -EINVAL;
+    if (kvs_wire_shm_buf_decode(body, &region, &size) < 0) {
+        if (fd >= 0) close(fd);
+        fail_conn(c, c->hdr.id, -EBADMSG, "bad buffer region number");
+        return;
     }
-    if (rc < 0) fail_conn(c, c->hdr.id, -ENOMEM, "out of memory");
+    if (c->shm.base && !c->bufs && (c->bufs = calloc(KVS_WIRE_SHM_BUFFERS, sizeof(*c->bufs))))
+        mem_add(srv, heap_cost(KVS_WIRE_SHM_BUFFERS * sizeof(*c->bufs)));
+    struct kvsd_shm *r = c->bufs ? &c->bufs[region - 1] : NULL;
+    if (!c->shm.base) {
+        why = "no ring is mapped";
+        rc = -ENOTSUP;
+    } else if (!r) {
+        why = "out of memory";
+        rc = -ENOMEM;
+    } else if (size == 0 && fd < 0) {
+        c->shm_mapped -= r->size;
+        kvsd_shm_unmap(r);
+        rc = 0;
+    } else if (r->base) {
+        why = "that region number is mapped already";
+        rc = -EBUSY;
+    } else if (fd >= 0 && size > srv->limits.shm_max - c->shm_mapped) {
+        why = "the connection's shared regions would pass --shm-max";
+    } else if (fd >= 0) {
+        rc = kvsd_shm_map(fd, size, srv->limits.shm_max - c->shm_mapped, r, &why);
+        if (rc == 0) c->shm_mapped += r->size;
+    }
+    if (fd >= 0) close(fd);
+    answer_shm_map(c, rc, why);
 }
 
 /*
@@ -977,6 +1043,11 @@ static void on_header(struct kvsd_proto_conn *c, const uint8_t *p)
         c->srv->counters.requests[KVS_OP_SHM_MAP]++;
         c->st = RS_SHM;
         return;
+    case KVS_OP_SHM_BUF:
+        if (!c->shm_allowed) break;
+        c->srv->counters.requests[KVS_OP_SHM_BUF]++;
+        c->st = RS_SHM_BUF;
+        return;
     case KVS_OP_SHM_PUT:
     case KVS_OP_SHM_GET:
         if (!c->shm.base) break;
@@ -1063,11 +1134,12 @@ static int on_entry(struct kvsd_proto_conn *c)
     prefetch_next_entry(c);
     if (shm) {
         uint64_t off;
-        if (kvs_wire_shm_off_decode(key + e.klen, &off) < 0) {
+        uint32_t region;
+        if (kvs_wire_shm_off_decode(key + e.klen, &region, &off) < 0) {
             fail_conn(c, c->hdr.id, -EBADMSG, "bad shared-memory entry");
             return 1;
         }
-        do_shm(c, key, e.klen, e.len, off);
+        do_shm(c, key, e.klen, e.len, region, off);
         return 1;
     }
     switch (c->hdr.opcode) {
@@ -1155,6 +1227,11 @@ void kvsd_proto_process(struct kvsd_proto_conn *c)
             if (avail < KVS_WIRE_SHM_MAP_LEN) return;
             c->rpos += KVS_WIRE_SHM_MAP_LEN;
             on_shm_map(c, c->rbuf + c->rpos - KVS_WIRE_SHM_MAP_LEN);
+            break;
+        case RS_SHM_BUF:
+            if (avail < KVS_WIRE_SHM_BUF_LEN) return;
+            c->rpos += KVS_WIRE_SHM_BUF_LEN;
+            on_shm_buf(c, c->rbuf + c->rpos - KVS_WIRE_SHM_BUF_LEN);
             break;
         case RS_CLOSED:
             c->rpos = c->rend;

@@ -11,7 +11,7 @@
 
 #include "store.h"
 
-#define KVSD_NOPCODES 19 /* counters are indexed by request opcode (1..18) */
+#define KVSD_NOPCODES 20 /* counters are indexed by request opcode (1..19) */
 
 struct kvsd_server_limits {
     uint64_t max_object;   /* value bytes */
@@ -36,8 +36,8 @@ struct kvsd_server_counters {
     uint64_t conns_refused_peer; /* of conns_refused: a local peer of another uid (SO_PEERCRED) */
     uint64_t auth_ok;            /* connections that passed AUTH */
     uint64_t auth_failures;      /* closed for a wrong MAC or a request before AUTH */
-    uint64_t shm_maps;           /* shared regions mapped (SHM_MAP accepted) */
-    uint64_t shm_refused;        /* SHM_MAPs refused, and descriptors closed unused */
+    uint64_t shm_maps;           /* shared regions mapped or unmapped (SHM_MAP, SHM_BUF accepted) */
+    uint64_t shm_refused;        /* SHM_MAP/SHM_BUFs refused, and descriptors closed unused */
     uint64_t shm_bad_ranges;     /* SHM_PUT/SHM_GET keys naming a range outside the region */
 };
 

@@ -84,6 +84,8 @@ static int basic_parse(struct basic_cmd *bc, const char *who, int argc, char **a
          .accepted = "1..10^8"},
         {"prefix", 0, KVOPT_STRING, KVOPT_TO(b->prefix), "P", "key prefix", .lo = 1, .hi = 40,
          .dflt = "kvb.<pid>"},
+        {"shared-buffers", 0, KVOPT_FLAG, KVOPT_TO(b->shared_buffers), NULL,
+         "values in kvs_alloc_buffer memory: over shm they cross memory once"},
         BENCH_OPTS_OUTPUT(bc->common),
         {0}};
     const struct kvopt_cmd cmd = {.name = who,

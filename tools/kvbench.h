@@ -188,6 +188,7 @@ struct bench_basic {
     uint64_t keys;
     const char *prefix;
     int quiet;
+    int shared_buffers; /* values in kvs_alloc_buffer memory (one copy over shm) */
 };
 
 /* Most memory one basic run may take for buffers: batch x size x threads (not for single). */

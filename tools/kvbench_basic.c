@@ -220,15 +220,19 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     const struct bench_basic *b = w->b;
     size_t nbufs = b->mode == BENCH_SINGLE ? 1 : (size_t)b->batch;
-    void *bufs = malloc(nbufs * (b->size ? b->size : 1));
-    if (!bufs) {
-        w->first_error = -ENOMEM;
+    void *bufs = NULL;
+    int rc = 0;
+    if (b->shared_buffers)
+        rc = kvs_alloc_buffer(b->client, nbufs * (b->size ? b->size : 1), &bufs);
+    else if (!(bufs = malloc(nbufs * (b->size ? b->size : 1))))
+        rc = -ENOMEM;
+    if (rc < 0) {
+        w->first_error = rc;
         w->errors = 1;
         goto done;
     }
     memset(bufs, 0xa5, nbufs * (b->size ? b->size : 1));
     w->start_ns = kvs_now_ns();
-    int rc = 0;
     if (b->mode == BENCH_SINGLE)
         run_single(w, bufs);
     else if (b->mode == BENCH_BATCH)
@@ -237,7 +241,10 @@ static void *worker_main(void *arg)
         rc = run_async(w, bufs);
     w->end_ns = kvs_now_ns();
     if (rc < 0 && !w->first_error) w->first_error = rc, w->errors++;
-    free(bufs);
+    if (b->shared_buffers)
+        kvs_free_buffer(b->client, bufs);
+    else
+        free(bufs);
 done:
     atomic_fetch_add(w->finished, 1);
     return NULL;

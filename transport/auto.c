@@ -164,6 +164,17 @@ static int auto_unreg_mem(struct kvs_conn *c, void *ptr)
     return kvs_rdma_transport.unreg_mem(a->rdma, ptr);
 }
 
+/* Shared buffers are TCP's business (its local socket), whichever is chosen later. */
+static int auto_share_mem(struct kvs_conn *c, void *ptr, size_t len, int fd)
+{
+    return kvs_tcp_transport.share_mem(auto_of(c)->tcp, ptr, len, fd);
+}
+
+static void auto_unshare_mem(struct kvs_conn *c, void *ptr)
+{
+    kvs_tcp_transport.unshare_mem(auto_of(c)->tcp, ptr);
+}
+
 /* The chosen transport's counters (RDMA's until a choice is made). */
 static void auto_counters(struct kvs_conn *c, kvs_counter_fn emit, void *arg)
 {
@@ -208,6 +219,8 @@ const struct kvs_transport_ops kvs_auto_transport = {
     .destroy = auto_destroy,
     .reg_mem = auto_reg_mem,
     .unreg_mem = auto_unreg_mem,
+    .share_mem = auto_share_mem,
+    .unshare_mem = auto_unshare_mem,
     .counters = auto_counters,
     .fork_prepare = auto_fork_prepare,
     .fork_parent = auto_fork_parent,

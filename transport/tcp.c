@@ -201,6 +201,105 @@ static void tcp_destroy(struct kvs_conn *conn)
     free(c);
 }
 
+/* ---- buffer regions (kvs_alloc_buffer, tcp_shm.c) ---- */
+
+struct buf_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+};
+
+static void buf_done(struct kvs_req *req)
+{
+    struct buf_wait *w = req->arg;
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/*
+ * With connect_mu held, not on a reader thread: has kvstored map (map) or
+ * unmap buffer region n on the current connection, in the stream, and
+ * waits for its answer. A connection without a ring has nothing to do (the
+ * next one maps c->bufs at its handshake). 0 or kvstored's refusal.
+ */
+static int buf_update(struct tcp_conn *c, uint32_t n, bool map)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t gen = c->gen;
+    struct tcp_shm *shm = c->up ? tcp_shm_ref(c->shm) : NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (!shm) return 0;
+    if (!map) tcp_shm_buf_mapped(shm, n, NULL, false); /* no key goes there from now on */
+    struct buf_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    struct kvs_req req = {.opcode = KVS_OP_SHM_BUF, .done = buf_done, .arg = &w};
+    struct tcp_job *job;
+    int rc = tcp_shm_buf_job_new(c, &req, n, map, &job);
+    if (rc == 0) {
+        tcp_send_job(c, job, gen);
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+            pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        rc = req.status;
+    }
+    if (rc == 0 && map) {
+        pthread_mutex_lock(&c->mu);
+        tcp_shm_buf_mapped(shm, n, &c->bufs[n - 1], true);
+        pthread_mutex_unlock(&c->mu);
+    }
+    tcp_shm_unref(shm);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    return rc;
+}
+
+/*
+ * Sharing and unsharing edit c->bufs under mu. Off a reader thread they
+ * also hold connect_mu, so that the in-stream (un)mapping and a handshake's
+ * do not cross; a reader thread (a callback calling kvs_alloc_buffer) must
+ * wait for neither, so there the next connection maps a new buffer, and an
+ * unshared one stays mapped in kvstored until the connection ends.
+ */
+static int tcp_share_mem(struct kvs_conn *conn, void *ptr, size_t len, int fd)
+{
+    struct tcp_conn *c = tcp_of(conn);
+    bool reader = tcp_on_reader_thread;
+    if (!reader) pthread_mutex_lock(&c->connect_mu);
+    pthread_mutex_lock(&c->mu);
+    uint32_t n = 1;
+    while (n <= KVS_WIRE_SHM_BUFFERS && c->bufs[n - 1].base)
+        n++;
+    if (n <= KVS_WIRE_SHM_BUFFERS) c->bufs[n - 1] = (struct tcp_buf){.base = ptr, .size = len, .fd = fd};
+    pthread_mutex_unlock(&c->mu);
+    int rc = n > KVS_WIRE_SHM_BUFFERS ? -ENOMEM : reader ? 0 : buf_update(c, n, true);
+    if (!reader) pthread_mutex_unlock(&c->connect_mu);
+    if (rc == -ENOMEM && n > KVS_WIRE_SHM_BUFFERS) return rc;
+    if (rc < 0)
+        kvs_log(KVS_LOG_WARN, "tcp %s: buffer region not mapped (%s); its values go through the ring",
+                c->ep.name, strerror(-rc));
+    return 0;
+}
+
+static void tcp_unshare_mem(struct kvs_conn *conn, void *ptr)
+{
+    struct tcp_conn *c = tcp_of(conn);
+    bool reader = tcp_on_reader_thread;
+    if (!reader) pthread_mutex_lock(&c->connect_mu);
+    uint32_t n = 1;
+    pthread_mutex_lock(&c->mu);
+    while (n <= KVS_WIRE_SHM_BUFFERS && c->bufs[n - 1].base != ptr)
+        n++;
+    if (n <= KVS_WIRE_SHM_BUFFERS && reader && c->shm) tcp_shm_buf_mapped(c->shm, n, NULL, false);
+    pthread_mutex_unlock(&c->mu);
+    if (n <= KVS_WIRE_SHM_BUFFERS && !reader) (void)buf_update(c, n, false);
+    pthread_mutex_lock(&c->mu);
+    if (n <= KVS_WIRE_SHM_BUFFERS) c->bufs[n - 1] = (struct tcp_buf){.fd = -1};
+    pthread_mutex_unlock(&c->mu);
+    if (!reader) pthread_mutex_unlock(&c->connect_mu);
+}
+
 static void tcp_counters(struct kvs_conn *conn, kvs_counter_fn emit, void *arg)
 {
     struct tcp_conn *c = tcp_of(conn);
@@ -215,6 +314,7 @@ static void tcp_counters(struct kvs_conn *conn, kvs_counter_fn emit, void *arg)
     emit(arg, "local_connects", atomic_load(&c->n_local_connects));
     emit(arg, "shm_connects", atomic_load(&c->n_shm_connects));
     emit(arg, "shm_fallbacks", atomic_load(&c->n_shm_fallbacks));
+    emit(arg, "shm_in_place", atomic_load(&c->n_shm_in_place));
 }
 
 static void tcp_fork_prepare(struct kvs_conn *conn)
@@ -268,6 +368,8 @@ const struct kvs_transport_ops kvs_tcp_transport = {
     .submit = tcp_submit,
     .disconnect = tcp_disconnect,
     .destroy = tcp_destroy,
+    .share_mem = tcp_share_mem,
+    .unshare_mem = tcp_unshare_mem,
     .counters = tcp_counters,
     .fork_prepare = tcp_fork_prepare,
     .fork_parent = tcp_fork_parent,

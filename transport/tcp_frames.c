@@ -219,6 +219,7 @@ int tcp_job_new(struct tcp_conn *c, struct kvs_req *req, const struct kvs_limits
                   (size_t)sz.niov * sizeof(struct iovec) + sz.scratch;
     struct tcp_job *job = calloc(1, size);
     if (!job) return -ENOMEM;
+    job->pass_fd = -1;
     job->req = req;
     job->nframes = sz.nframes;
     job->frames = (struct tcp_frame *)(job + 1);

@@ -150,6 +150,7 @@ static int finish_connection(struct tcp_conn *c, int fd, int local, struct kvs_l
     rc = say_hello(c, fd, lim, deadline);
     if (rc == 0 && local && (lim->features & KVS_FEAT_SHM))
         rc = tcp_shm_attach(c, fd, deadline, &c->shm_new);
+    if (rc == 0 && c->shm_new) rc = tcp_shm_map_buffers(c, fd, deadline, c->shm_new);
     if (rc < 0) {
         close(fd);
         return rc;

@@ -101,9 +101,23 @@ struct tcp_job {
     struct iovec *iov;
     int niov;
     uint8_t *scratch;
-    /* SHM_PUT / SHM_GET jobs (tcp_shm.c): the region (a reference) and each key's offset in it. */
+    /*
+     * SHM_PUT / SHM_GET jobs (tcp_shm.c): the region (a reference) and each
+     * key's offset in its ring, or TCP_SHM_IN_PLACE for a key whose memory
+     * is in a buffer region (nothing to copy when the reply comes).
+     */
     struct tcp_shm *shm;
     uint64_t *shm_off;
+    int pass_fd; /* a descriptor to go with the job's first byte (SHM_BUF), or -1 */
+};
+
+#define TCP_SHM_IN_PLACE UINT64_MAX
+
+/* Memory of the caller's that kvstored may map (kvs_alloc_buffer): buffer region n is bufs[n - 1]. */
+struct tcp_buf {
+    uint8_t *base; /* NULL: the number is free */
+    uint64_t size;
+    int fd; /* its memfd, the client's (client/buffer.c) */
 };
 
 /* The TCP transport's state for one server (the struct kvs_conn handle of transport.h). */
@@ -126,6 +140,7 @@ struct tcp_conn {
     struct kvs_limits lim;
     struct tcp_shm *shm;       /* the current connection's shared region, or NULL */
     struct tcp_shm *shm_new;   /* the region of the connection being opened (connect_mu) */
+    struct tcp_buf bufs[KVS_WIRE_SHM_BUFFERS]; /* mapped on every connection with a ring (mu) */
     struct tcp_frame *pending; /* uthash by id */
     atomic_ullong next_id;
     int last_err;         /* of the last failed connection attempt */
@@ -151,6 +166,7 @@ struct tcp_conn {
     atomic_ullong n_local_connects; /* connections made over the local socket */
     atomic_ullong n_shm_connects;   /* of those, with a shared region kvstored mapped */
     atomic_ullong n_shm_fallbacks;  /* PUT/GET requests sent in the stream: no room in the region */
+    atomic_ullong n_shm_in_place;   /* keys whose value moved in a buffer region: no copy here */
     int local_logged;               /* auto: 1 local, 2 TCP was last said at info (connect_mu) */
 };
 
@@ -235,6 +251,22 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
                     const struct kvs_limits *lim, struct tcp_job **job);
 /* kvstored answered frame id (r: the reader's region, may be NULL): its job's room may go back. */
 void tcp_shm_answered(struct tcp_shm *r, uint64_t id);
+/*
+ * On the fresh connection of region r (handshake, connect_mu held): has
+ * kvstored map every buffer of c->bufs. A refusal leaves that buffer to
+ * the ring (logged); 0, or a negative code when the connection failed.
+ */
+int tcp_shm_map_buffers(struct tcp_conn *c, int sock, uint64_t deadline, struct tcp_shm *r);
+/*
+ * The one-frame job of req (opcode SHM_BUF, no keys) that maps c->bufs
+ * [region - 1] (map) or unmaps it. 0 or -ENOMEM.
+ */
+int tcp_shm_buf_job_new(struct tcp_conn *c, struct kvs_req *req, uint32_t region, bool map,
+                        struct tcp_job **job);
+/* Buffer region n is mapped (or no longer) on r's connection: keys in it go in place (or not). */
+void tcp_shm_buf_mapped(struct tcp_shm *r, uint32_t region, const struct tcp_buf *b, bool mapped);
+/* True when region n is mapped on r's connection. */
+bool tcp_shm_buf_is_mapped(const struct tcp_shm *r, uint32_t region);
 
 /* ---- tcp_send.c ---- */
 
@@ -244,6 +276,8 @@ void tcp_shm_answered(struct tcp_shm *r, uint64_t id);
  */
 void tcp_send_req(struct tcp_conn *c, struct kvs_req *req, const struct kvs_limits *lim,
                   uint64_t gen);
+/* Sends a job already built (tcp_send_req's second half); its req->done runs exactly once. */
+void tcp_send_job(struct tcp_conn *c, struct tcp_job *job, uint64_t gen);
 
 /* ---- tcp_recv.c ---- */
 
@@ -290,9 +324,12 @@ void tcp_fail_req(struct kvs_req *req, int status);
 /*
  * Sends *iov[0..*niov), advancing *iov and *niov past what went (the iovecs
  * are modified in place). 0 once all is sent, a negative code on error; with
- * MSG_DONTWAIT in flags, -EAGAIN when the socket buffer is full.
+ * MSG_DONTWAIT in flags, -EAGAIN when the socket buffer is full. A
+ * descriptor in *pass_fd (>= 0; pass_fd may be NULL) goes with the first
+ * byte sent (SCM_RIGHTS), and *pass_fd becomes -1 once it has.
  */
-int tcp_send_iov(struct tcp_conn *c, int fd, struct iovec **iovp, int *niovp, int flags);
+int tcp_send_iov(struct tcp_conn *c, int fd, struct iovec **iovp, int *niovp, int *pass_fd,
+                 int flags);
 /* Sends all of iov[0..niov) (modified in place); 0 or a negative code. */
 int tcp_send_all(struct tcp_conn *c, int fd, struct iovec *iov, int niov);
 /* Receives exactly n bytes before deadline (ms); the socket has a short SO_RCVTIMEO. */

@@ -9,14 +9,24 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <string.h>
 #include <sys/socket.h>
 
-/*
- * Sends *iov[0..*niov), advancing *iov and *niov past what went (the iovecs
- * are modified in place). 0 once all is sent, a negative code on error; with
- * MSG_DONTWAIT in flags, -EAGAIN when the socket buffer is full.
- */
-int tcp_send_iov(struct tcp_conn *c, int fd, struct iovec **iovp, int *niovp, int flags)
+/* Puts descriptor pass into msg as SCM_RIGHTS ancillary data held in ctl. */
+static void attach_fd(struct msghdr *msg, char ctl[CMSG_SPACE(sizeof(int))], int pass)
+{
+    memset(ctl, 0, CMSG_SPACE(sizeof(int)));
+    msg->msg_control = ctl;
+    msg->msg_controllen = CMSG_SPACE(sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &pass, sizeof(int));
+}
+
+int tcp_send_iov(struct tcp_conn *c, int fd, struct iovec **iovp, int *niovp, int *pass_fd,
+                 int flags)
 {
     struct iovec *iov = *iovp;
     int niov = *niovp;
@@ -24,6 +34,8 @@ int tcp_send_iov(struct tcp_conn *c, int fd, struct iovec **iovp, int *niovp, in
     while (niov > 0) {
         struct msghdr msg = {.msg_iov = iov,
                              .msg_iovlen = (size_t)(niov < IOV_MAX ? niov : IOV_MAX)};
+        _Alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
+        if (pass_fd && *pass_fd >= 0) attach_fd(&msg, ctl, *pass_fd);
         ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
         atomic_fetch_add_explicit(&c->n_send_calls, 1, memory_order_relaxed);
         if (sent < 0) {
@@ -36,6 +48,7 @@ int tcp_send_iov(struct tcp_conn *c, int fd, struct iovec **iovp, int *niovp, in
             break;
         }
         atomic_fetch_add_explicit(&c->n_bytes_sent, (unsigned long long)sent, memory_order_relaxed);
+        if (pass_fd) *pass_fd = -1; /* it went with the first byte */
         while (niov > 0 && (size_t)sent >= iov->iov_len) {
             sent -= (ssize_t)iov->iov_len;
             iov++;
@@ -54,7 +67,7 @@ int tcp_send_iov(struct tcp_conn *c, int fd, struct iovec **iovp, int *niovp, in
 /* Sends all of iov[0..niov) (modified in place); 0 or a negative code. */
 int tcp_send_all(struct tcp_conn *c, int fd, struct iovec *iov, int niov)
 {
-    return tcp_send_iov(c, fd, &iov, &niov, 0);
+    return tcp_send_iov(c, fd, &iov, &niov, NULL, 0);
 }
 
 /* Receives exactly n bytes before deadline (ms); the socket has a short SO_RCVTIMEO. */

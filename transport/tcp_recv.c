@@ -133,8 +133,10 @@ static int read_key_replies(struct tcp_conn *c, int fd, const struct kvs_wire_hd
         if (kvs_wire_status_decode(raw, req->opcode, &s) < 0) return -EPROTO;
         if (req->opcode == KVS_OP_GET && s.status == 0 && f->job->shm) {
             /* SHM_GET: kvstored put the value in the region at the key's offset. */
+            uint64_t at = f->job->shm_off[i];
             if (s.len > k->len) return -EPROTO;
-            if (s.len) kvs_key_scatter(k, tcp_shm_base(f->job->shm) + f->job->shm_off[i], s.len);
+            if (s.len && at != TCP_SHM_IN_PLACE)
+                kvs_key_scatter(k, tcp_shm_base(f->job->shm) + at, s.len);
         } else if (req->opcode == KVS_OP_GET && s.status == 0) {
             if (s.len > k->len || s.len > left) return -EPROTO;
             rc = rx_read_value(c, fd, k, s.len);

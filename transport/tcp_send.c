@@ -34,7 +34,7 @@ static void *writer_main(void *arg)
         int fd = c->fd;
         pthread_mutex_unlock(&c->mu);
         /* If the connection died meanwhile, its loss already failed the job's frames. */
-        int rc = live ? tcp_send_all(c, fd, job->iov, job->niov) : 0;
+        int rc = live ? tcp_send_iov(c, fd, &job->iov, &job->niov, &job->pass_fd, 0) : 0;
         pthread_mutex_lock(&c->mu);
         c->sendq_head = job->next_send;
         if (!c->sendq_head) c->sendq_tail = NULL;
@@ -114,7 +114,7 @@ static int send_job(struct tcp_conn *c, struct tcp_job *job, int fd, bool reader
 {
     struct iovec *iov = job->iov;
     int niov = job->niov;
-    int rc = tcp_send_iov(c, fd, &iov, &niov, reader ? MSG_DONTWAIT : 0);
+    int rc = tcp_send_iov(c, fd, &iov, &niov, &job->pass_fd, reader ? MSG_DONTWAIT : 0);
     if (rc != -EAGAIN) return rc;
     job->iov = iov;
     job->niov = niov;
@@ -145,7 +145,12 @@ void tcp_send_req(struct tcp_conn *c, struct kvs_req *req, const struct kvs_limi
         req->done(req);
         return;
     }
+    tcp_send_job(c, job, gen);
+}
 
+void tcp_send_job(struct tcp_conn *c, struct tcp_job *job, uint64_t gen)
+{
+    struct kvs_req *req = job->req;
     bool reader = tcp_on_reader_thread;
     bool have_send = lock_send(c, reader);
     pthread_mutex_lock(&c->mu);

@@ -22,6 +22,12 @@
  * A request whose values do not fit the free room goes in the stream
  * (tcp_job_new) as before, so the region bounds memory, never correctness.
  *
+ * Buffer regions (kvs_alloc_buffer): memfd memory of the caller's that
+ * kvstored maps too (SHM_BUF, at connection time for those allocated
+ * before, in the stream for those allocated after). A key whose whole value
+ * or capacity lies in a mapped buffer region names its place there: no room
+ * in the ring, no copy on this side; kvstored's copy is the only one.
+ *
  * The region is a ring: jobs take room at its head, in any order of threads,
  * and give it back in any order; the tail advances over room given back in
  * order of taking. A job's room is one contiguous run, each value aligned.
@@ -46,10 +52,19 @@ struct shm_run {
     uint64_t off, len;
 };
 
+/* A buffer region as this connection knows it. */
+struct shm_buf {
+    const uint8_t *base;
+    uint64_t size;
+};
+
 struct tcp_shm {
     atomic_uint refs; /* the connection's, and one per job and reader using it */
     uint8_t *base;
     uint64_t size;
+    /* Bit n - 1: buffer region n is mapped; bufs[n - 1] is written before its bit is set. */
+    atomic_ullong buf_mask;
+    struct shm_buf bufs[KVS_WIRE_SHM_BUFFERS];
     pthread_mutex_t mu;                /* the ring below */
     uint64_t head;                     /* where the next run starts (0 when none is held) */
     struct shm_run runs[SHM_MAX_RUNS]; /* circular, in order of taking */
@@ -101,36 +116,33 @@ fail:
     return NULL;
 }
 
-/* Sends the SHM_MAP frame with fd attached; 0 or a negative code. */
-static int send_map(struct tcp_conn *c, int sock, int fd, uint64_t size)
+/*
+ * On a connection nobody else uses yet: sends the map frame out[0..len)
+ * with fd, and reads kvstored's answer. 0 when it mapped the region, 1 when
+ * it refused (its reason logged with what), or a negative code when the
+ * connection failed.
+ */
+static int map_sync(struct tcp_conn *c, int sock, uint64_t deadline, uint8_t *out, size_t len,
+                    int fd, uint8_t opcode, const char *what)
 {
-    uint8_t out[KVS_WIRE_SHM_MAP_FRAME_LEN];
-    kvs_wire_shm_map_encode(out, 0, size);
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof(ctl));
-    struct iovec iov = {.iov_base = out, .iov_len = sizeof(out)};
-    struct msghdr msg = {.msg_iov = &iov,
-                         .msg_iovlen = 1,
-                         .msg_control = ctl.buf,
-                         .msg_controllen = sizeof(ctl.buf)};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    ssize_t n;
-    do
-        n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) return tcp_sock_error(errno);
-    atomic_fetch_add_explicit(&c->n_send_calls, 1, memory_order_relaxed);
-    if ((size_t)n == sizeof(out)) return 0;
-    /* The descriptor went with the first byte; the rest of the frame as any bytes. */
-    struct iovec rest = {.iov_base = out + n, .iov_len = sizeof(out) - (size_t)n};
-    return tcp_send_all(c, sock, &rest, 1);
+    struct iovec iov = {.iov_base = out, .iov_len = len}, *iovp = &iov;
+    int niov = 1, pass = fd; /* the caller's descriptor stays the caller's to close */
+    int rc = tcp_send_iov(c, sock, &iovp, &niov, &pass, 0);
+    uint8_t in[KVS_WIRE_HDR_LEN], body[256] = {0};
+    struct kvs_wire_hdr h = {0};
+    if (rc == 0) rc = tcp_recv_exact(sock, in, sizeof(in), deadline);
+    if (rc == 0 && kvs_wire_hdr_decode(in, &h, sizeof(body)) < 0) rc = -EPROTO;
+    if (rc == 0) rc = tcp_recv_exact(sock, body, h.body_len, deadline);
+    if (rc < 0) return rc;
+    if (h.opcode == (opcode | KVS_OP_REPLY) && h.body_len == 0) return 0;
+    if (h.opcode != (KVS_OP_ERROR | KVS_OP_REPLY)) return -EPROTO;
+    int32_t st;
+    const char *text;
+    size_t tlen;
+    if (kvs_wire_error_decode(body, h.body_len, &st, &text, &tlen) < 0) return -EPROTO;
+    kvs_log(KVS_LOG_WARN, "tcp %s: kvstored refused %s: %.*s; its values go through %s", c->ep.name,
+            what, (int)tlen, text, opcode == KVS_OP_SHM_MAP ? "the socket" : "the ring");
+    return 1;
 }
 
 int tcp_shm_attach(struct tcp_conn *c, int sock, uint64_t deadline, struct tcp_shm **out)
@@ -146,28 +158,101 @@ int tcp_shm_attach(struct tcp_conn *c, int sock, uint64_t deadline, struct tcp_s
                 c->ep.name, (unsigned long long)c->cfg.shm_size, strerror(errno));
         return 0;
     }
-    int rc = send_map(c, sock, memfd, r->size);
+    uint8_t frame[KVS_WIRE_SHM_MAP_FRAME_LEN];
+    kvs_wire_shm_map_encode(frame, 0, r->size);
+    int rc = map_sync(c, sock, deadline, frame, sizeof(frame), memfd, KVS_OP_SHM_MAP,
+                      "the shared region");
     close(memfd); /* kvstored has its own descriptor now; our mapping keeps the memory */
-    uint8_t in[KVS_WIRE_HDR_LEN], body[256] = {0};
-    struct kvs_wire_hdr h = {0};
-    if (rc == 0) rc = tcp_recv_exact(sock, in, sizeof(in), deadline);
-    if (rc == 0 && kvs_wire_hdr_decode(in, &h, sizeof(body)) < 0) rc = -EPROTO;
-    if (rc == 0) rc = tcp_recv_exact(sock, body, h.body_len, deadline);
-    if (rc == 0 && h.opcode == (KVS_OP_SHM_MAP | KVS_OP_REPLY) && h.body_len == 0) {
+    if (rc == 0) {
         *out = r;
         return 0;
     }
     tcp_shm_unref(r);
-    if (rc < 0) return rc;
-    if (h.opcode != (KVS_OP_ERROR | KVS_OP_REPLY)) return -EPROTO;
-    int32_t st;
-    const char *text;
-    size_t tlen;
-    if (kvs_wire_error_decode(body, h.body_len, &st, &text, &tlen) < 0) return -EPROTO;
-    kvs_log(KVS_LOG_WARN,
-            "tcp %s: kvstored refused the shared region: %.*s; values go through "
-            "the socket",
-            c->ep.name, (int)tlen, text);
+    return rc < 0 ? rc : 0;
+}
+
+int tcp_shm_map_buffers(struct tcp_conn *c, int sock, uint64_t deadline, struct tcp_shm *r)
+{
+    for (uint32_t n = 1; r && n <= KVS_WIRE_SHM_BUFFERS; n++) {
+        /* A copy, and a descriptor of our own: a reader thread may unshare it meanwhile. */
+        pthread_mutex_lock(&c->mu);
+        struct tcp_buf b = c->bufs[n - 1];
+        if (b.base) b.fd = fcntl(b.fd, F_DUPFD_CLOEXEC, 0);
+        pthread_mutex_unlock(&c->mu);
+        if (!b.base || b.fd < 0) continue;
+        uint8_t frame[KVS_WIRE_SHM_BUF_FRAME_LEN];
+        kvs_wire_shm_buf_encode(frame, 0, n, b.size);
+        int rc = map_sync(c, sock, deadline, frame, sizeof(frame), b.fd, KVS_OP_SHM_BUF,
+                          "a buffer region");
+        close(b.fd);
+        if (rc < 0) return rc;
+        if (rc == 0) tcp_shm_buf_mapped(r, n, &b, true);
+    }
+    return 0;
+}
+
+void tcp_shm_buf_mapped(struct tcp_shm *r, uint32_t region, const struct tcp_buf *b, bool mapped)
+{
+    uint64_t bit = 1ull << (region - 1);
+    if (mapped) {
+        r->bufs[region - 1] = (struct shm_buf){.base = b->base, .size = b->size};
+        atomic_fetch_or_explicit(&r->buf_mask, bit, memory_order_release);
+    } else {
+        atomic_fetch_and_explicit(&r->buf_mask, ~bit, memory_order_release);
+    }
+}
+
+bool tcp_shm_buf_is_mapped(const struct tcp_shm *r, uint32_t region)
+{
+    return r && (atomic_load(&r->buf_mask) >> (region - 1) & 1);
+}
+
+/*
+ * The buffer region among those of mask (a job's one reading of buf_mask:
+ * its measure and its fill must agree) that holds [p, p + len) whole, and
+ * p's offset in it; false if none does.
+ */
+static bool buf_find(const struct tcp_shm *r, uint64_t mask, const void *p, uint64_t len,
+                     uint32_t *region, uint64_t *off)
+{
+    uintptr_t at = (uintptr_t)p;
+    while (mask) {
+        uint32_t i = (uint32_t)__builtin_ctzll(mask);
+        mask &= mask - 1;
+        uintptr_t base = (uintptr_t)r->bufs[i].base;
+        uint64_t size = r->bufs[i].size;
+        if (at >= base && at - base <= size && len <= size - (at - base)) {
+            *region = i + 1;
+            *off = at - base;
+            return true;
+        }
+    }
+    return false;
+}
+
+int tcp_shm_buf_job_new(struct tcp_conn *c, struct kvs_req *req, uint32_t region, bool map,
+                        struct tcp_job **out)
+{
+    struct tcp_job *job = calloc(1, sizeof(*job) + sizeof(struct tcp_frame) +
+                                        sizeof(struct iovec) + KVS_WIRE_SHM_BUF_FRAME_LEN);
+    *out = job;
+    if (!job) return -ENOMEM;
+    const struct tcp_buf *b = &c->bufs[region - 1];
+    job->req = req;
+    job->nframes = 1;
+    job->frames = (struct tcp_frame *)(job + 1);
+    job->iov = (struct iovec *)(job->frames + 1);
+    job->scratch = (uint8_t *)(job->iov + 1);
+    job->pass_fd = map ? b->fd : -1;
+    atomic_init(&job->refs, 2);
+    atomic_init(&job->first_error, 0);
+    struct tcp_frame *f = job->frames;
+    f->id = atomic_fetch_add_explicit(&c->next_id, 1, memory_order_relaxed) + 1;
+    f->job = job;
+    f->deadline_ms = kvs_now_ms() + (uint64_t)c->cfg.timeout_ms;
+    kvs_wire_shm_buf_encode(job->scratch, f->id, region, map ? b->size : 0);
+    job->iov[0] = (struct iovec){job->scratch, KVS_WIRE_SHM_BUF_FRAME_LEN};
+    job->niov = 1;
     return 0;
 }
 
@@ -277,10 +362,20 @@ struct shm_plan {
     uint32_t nframes;
     size_t scratch;
     uint64_t room;
+    uint64_t in_place; /* keys in a buffer region */
 };
 
-static void shm_measure(const struct kvs_req *req, const struct kvs_limits *lim,
-                        struct shm_plan *pl)
+/* Where key k's value or capacity (len bytes) already lies in a buffer region, if it does. */
+static bool key_in_place(const struct tcp_shm *r, uint64_t mask, const struct kvs_req *req,
+                         const struct kvs_key_io *k, uint64_t len, uint32_t *region, uint64_t *off)
+{
+    if (mask == 0 || len == 0 || k->iovcnt != 0) return false;
+    const void *p = req->opcode == KVS_OP_PUT ? k->val : k->buf;
+    return buf_find(r, mask, p, len, region, off);
+}
+
+static void shm_measure(const struct tcp_shm *r, uint64_t mask, const struct kvs_req *req,
+                        const struct kvs_limits *lim, struct shm_plan *pl)
 {
     uint32_t count = 0;
     uint64_t body = 0;
@@ -297,7 +392,12 @@ static void shm_measure(const struct kvs_req *req, const struct kvs_limits *lim,
         body += rq;
         count++;
         pl->scratch += rq;
-        pl->room += align_up(key_room(req, k, lim));
+        uint32_t region;
+        uint64_t off, len = key_room(req, k, lim);
+        if (key_in_place(r, mask, req, k, len, &region, &off))
+            pl->in_place++;
+        else
+            pl->room += align_up(len);
     }
 }
 
@@ -306,8 +406,9 @@ static void shm_measure(const struct kvs_req *req, const struct kvs_limits *lim,
  * in the run at base) into its scratch, and each PUT value into the region,
  * in key order; the same cuts as shm_measure.
  */
-static void shm_fill(struct tcp_job *job, struct tcp_shm *r, const struct kvs_limits *lim,
-                     uint64_t first_id, uint64_t deadline, uint64_t base)
+static void shm_fill(struct tcp_job *job, struct tcp_shm *r, uint64_t mask,
+                     const struct kvs_limits *lim, uint64_t first_id, uint64_t deadline,
+                     uint64_t base)
 {
     struct kvs_req *req = job->req;
     uint8_t opcode = req->opcode == KVS_OP_PUT ? KVS_OP_SHM_PUT : KVS_OP_SHM_GET;
@@ -330,15 +431,22 @@ static void shm_fill(struct tcp_job *job, struct tcp_shm *r, const struct kvs_li
             body = 0;
             count = 0;
         }
-        uint64_t len = key_room(req, k, lim);
+        uint64_t len = key_room(req, k, lim), off;
+        uint32_t region;
         k->status = KEY_PENDING;
-        job->shm_off[i] = at;
-        if (req->opcode == KVS_OP_PUT && len > 0) kvs_key_gather(k, r->base + at);
+        if (key_in_place(r, mask, req, k, len, &region, &off)) {
+            job->shm_off[i] = TCP_SHM_IN_PLACE;
+        } else {
+            region = 0;
+            off = at;
+            job->shm_off[i] = at;
+            if (req->opcode == KVS_OP_PUT && len > 0) kvs_key_gather(k, r->base + at);
+            at += align_up(len);
+        }
         kvs_wire_entry_encode(p, (uint16_t)k->klen, (uint32_t)len);
         memcpy(p + KVS_WIRE_ENTRY_LEN, k->key, k->klen);
-        kvs_wire_shm_off_encode(p + KVS_WIRE_ENTRY_LEN + k->klen, at);
+        kvs_wire_shm_off_encode(p + KVS_WIRE_ENTRY_LEN + k->klen, region, off);
         p += rq;
-        at += align_up(len);
         body += rq;
         count++;
     }
@@ -353,7 +461,8 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
     *out = NULL;
     if (!r || (req->opcode != KVS_OP_PUT && req->opcode != KVS_OP_GET) || req->n == 0) return 0;
     struct shm_plan pl;
-    shm_measure(req, lim, &pl);
+    uint64_t mask = atomic_load_explicit(&r->buf_mask, memory_order_acquire);
+    shm_measure(r, mask, req, lim, &pl);
     if (pl.room > r->size / 2) { /* a request this large would starve the others */
         atomic_fetch_add_explicit(&c->n_shm_fallbacks, 1, memory_order_relaxed);
         return 0;
@@ -365,13 +474,15 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
     if (!job) return -ENOMEM;
     uint64_t first_id =
         atomic_fetch_add_explicit(&c->next_id, pl.nframes, memory_order_relaxed) + 1;
-    uint64_t base;
-    if (shm_take(r, pl.room, first_id, pl.nframes, &base) < 0) {
+    /* A job whose every key is in place takes no room (a run of 0 bytes would look like a full ring). */
+    uint64_t base = 0;
+    if (pl.room > 0 && shm_take(r, pl.room, first_id, pl.nframes, &base) < 0) {
         free(job);
         atomic_fetch_add_explicit(&c->n_shm_fallbacks, 1, memory_order_relaxed);
         return 0;
     }
     job->req = req;
+    job->pass_fd = -1;
     job->nframes = pl.nframes;
     job->frames = (struct tcp_frame *)(job + 1);
     job->iov = (struct iovec *)(job->frames + pl.nframes);
@@ -380,7 +491,9 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
     job->shm = tcp_shm_ref(r);
     atomic_init(&job->refs, pl.nframes + 1);
     atomic_init(&job->first_error, 0);
-    shm_fill(job, r, lim, first_id, kvs_now_ms() + (uint64_t)c->cfg.timeout_ms, base);
+    shm_fill(job, r, mask, lim, first_id, kvs_now_ms() + (uint64_t)c->cfg.timeout_ms, base);
+    if (pl.in_place)
+        atomic_fetch_add_explicit(&c->n_shm_in_place, pl.in_place, memory_order_relaxed);
     *out = job;
     return 0;
 }

@@ -178,6 +178,18 @@ struct kvs_transport_ops {
     int (*unreg_mem)(struct kvs_conn *c, void *ptr);
 
     /*
+     * Optional (NULL: nothing to do). [ptr, ptr+len) is a mapping of the
+     * sealed memfd fd that the client made to share (kvs_alloc_buffer); fd
+     * stays open until unshare_mem has returned. A transport whose server
+     * can map it too (tcp on a local socket) has it do so, and then moves
+     * values from and into it without a copy of its own. share_mem: 0, or
+     * -ENOMEM (nothing kept); a server that refuses the mapping is no
+     * error (values then travel as for any memory).
+     */
+    int (*share_mem)(struct kvs_conn *c, void *ptr, size_t len, int fd);
+    void (*unshare_mem)(struct kvs_conn *c, void *ptr);
+
+    /*
      * Optional. Reports the transport's counters, one emit() per counter,
      * with stable names (each transport's counters function lists its own;
      * docs/client.md names them all). Values are monotonic.

@@ -26,6 +26,7 @@ int kvs_wire_opcode_known(uint8_t opcode)
     case KVS_OP_SHM_PUT:
     case KVS_OP_SHM_GET:
     case KVS_OP_CLIENTS:
+    case KVS_OP_SHM_BUF:
         return 1;
     default:
         return 0;
@@ -64,6 +65,8 @@ const char *kvs_wire_opcode_name(uint8_t opcode)
         return "shm_get";
     case KVS_OP_CLIENTS:
         return "clients";
+    case KVS_OP_SHM_BUF:
+        return "shm_buf";
     case KVS_OP_ERROR:
         return "error";
     default:
@@ -121,9 +124,10 @@ int kvs_wire_hdr_decode(const uint8_t in[KVS_WIRE_HDR_LEN], struct kvs_wire_hdr 
     if (!kvs_wire_opcode_known(base)) return -ENOTSUP;
     if (!opcode_has_entries(base)) {
         if (h->count != 0) return -EBADMSG;
-        /* Of the requests without entries, only AUTH and SHM_MAP have a body, of a fixed size. */
+        /* Of the requests without entries, only AUTH and SHM_MAP/BUF have a body, of a fixed size. */
         uint32_t want = base == KVS_OP_AUTH      ? KVS_WIRE_AUTH_LEN
                         : base == KVS_OP_SHM_MAP ? KVS_WIRE_SHM_MAP_LEN
+                        : base == KVS_OP_SHM_BUF ? KVS_WIRE_SHM_BUF_LEN
                                                  : 0;
         if (!is_reply && h->body_len != want) return -EBADMSG;
         return 0;
@@ -259,7 +263,9 @@ long kvs_wire_parse_request(const uint8_t *buf, size_t len, uint32_t max_body,
         if (!kvs_wire_opcode_sized(h->opcode) && e.len != 0) return -EBADMSG;
         int shm = h->opcode == KVS_OP_SHM_PUT || h->opcode == KVS_OP_SHM_GET;
         uint64_t shm_off = 0;
-        if (shm && kvs_wire_shm_off_decode(p + KVS_WIRE_ENTRY_LEN + e.klen, &shm_off) < 0)
+        uint32_t shm_region = 0;
+        if (shm &&
+            kvs_wire_shm_off_decode(p + KVS_WIRE_ENTRY_LEN + e.klen, &shm_region, &shm_off) < 0)
             return -EBADMSG;
         if (fn) {
             struct kvs_wire_item item = {
@@ -268,6 +274,7 @@ long kvs_wire_parse_request(const uint8_t *buf, size_t len, uint32_t max_body,
                 .len = e.len,
                 .val = h->opcode == KVS_OP_PUT ? p + KVS_WIRE_ENTRY_LEN + e.klen : NULL,
                 .shm = shm,
+                .shm_region = shm_region,
                 .shm_off = shm_off,
             };
             rc = fn(arg, i, &item);
@@ -280,16 +287,18 @@ long kvs_wire_parse_request(const uint8_t *buf, size_t len, uint32_t max_body,
     return KVS_WIRE_HDR_LEN + (long)h->body_len;
 }
 
-void kvs_wire_shm_off_encode(uint8_t out[KVS_WIRE_SHM_OFF_LEN], uint64_t off)
+void kvs_wire_shm_off_encode(uint8_t out[KVS_WIRE_SHM_OFF_LEN], uint32_t region, uint64_t off)
 {
     kvs_put_u64(out, off);
-    kvs_put_u32(out + 8, 0);
+    kvs_put_u32(out + 8, region);
 }
 
-int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint64_t *off)
+int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint32_t *region,
+                            uint64_t *off)
 {
     *off = kvs_get_u64(in);
-    return kvs_get_u32(in + 8) == 0 ? 0 : -EBADMSG;
+    *region = kvs_get_u32(in + 8);
+    return *region <= KVS_WIRE_SHM_BUFFERS ? 0 : -EBADMSG;
 }
 
 void kvs_wire_shm_map_encode(uint8_t out[KVS_WIRE_SHM_MAP_FRAME_LEN], uint64_t id, uint64_t size)
@@ -302,6 +311,26 @@ void kvs_wire_shm_map_encode(uint8_t out[KVS_WIRE_SHM_MAP_FRAME_LEN], uint64_t i
 uint64_t kvs_wire_shm_map_decode(const uint8_t in[KVS_WIRE_SHM_MAP_LEN])
 {
     return kvs_get_u64(in);
+}
+
+void kvs_wire_shm_buf_encode(uint8_t out[KVS_WIRE_SHM_BUF_FRAME_LEN], uint64_t id,
+                             uint32_t region, uint64_t size)
+{
+    struct kvs_wire_hdr h = {.opcode = KVS_OP_SHM_BUF, .body_len = KVS_WIRE_SHM_BUF_LEN, .id = id};
+    kvs_wire_hdr_encode(out, &h);
+    kvs_put_u64(out + KVS_WIRE_HDR_LEN, size);
+    kvs_put_u32(out + KVS_WIRE_HDR_LEN + 8, region);
+    kvs_put_u32(out + KVS_WIRE_HDR_LEN + 12, 0);
+}
+
+int kvs_wire_shm_buf_decode(const uint8_t in[KVS_WIRE_SHM_BUF_LEN], uint32_t *region,
+                            uint64_t *size)
+{
+    *size = kvs_get_u64(in);
+    *region = kvs_get_u32(in + 8);
+    if (*region == 0 || *region > KVS_WIRE_SHM_BUFFERS || kvs_get_u32(in + 12) != 0)
+        return -EBADMSG;
+    return 0;
 }
 
 size_t kvs_wire_remote_entry_encode(uint8_t *out, const struct kvs_wire_remote_entry *e)

@@ -104,7 +104,9 @@ enum kvs_wire_opcode {
      * SHM_PUT: entries as RDMA PULL's, the u64 naming the value's offset in
      * the region and the u32 0; reply entries i32 status | u32 0. SHM_GET:
      * entries as RDMA PUSH's (len = capacity), the u64 the offset where the
-     * value must land; reply entries as PUSH's.
+     * value must land; reply entries as PUSH's. The u32 after an SHM
+     * entry's offset names the region: 0 the connection's ring (SHM_MAP),
+     * n a buffer region SHM_BUF mapped as n.
      */
     KVS_OP_SHM_MAP = 15,
     KVS_OP_SHM_PUT = 16,
@@ -115,6 +117,13 @@ enum kvs_wire_opcode {
      * lines, then "# listed N omitted M" (docs/PROTOCOL.md "CLIENTS").
      */
     KVS_OP_CLIENTS = 18,
+    /*
+     * A buffer region (kvs_alloc_buffer) on a connection whose ring is
+     * mapped: count 0, body u64 size | u32 region (1..KVS_WIRE_SHM_BUFFERS)
+     * | u32 0 (KVS_WIRE_SHM_BUF_LEN); its memfd travels as SHM_MAP's. Size
+     * 0 and no descriptor unmaps region n. Reply as SHM_MAP's.
+     */
+    KVS_OP_SHM_BUF = 19,
     KVS_OP_ERROR = 0x7f, /* reply only: body is i32 status | text */
     KVS_OP_REPLY = 0x80, /* flag or-ed into a reply's opcode */
 };
@@ -164,6 +173,8 @@ struct kvs_wire_status {
 #define KVS_WIRE_PUSH_DST_LEN  12         /* PUSH: u64 addr | u32 rkey after each key */
 #define KVS_WIRE_PUSH_MAX_KEYS 256        /* keys per PUSH message */
 #define KVS_WIRE_SHM_MAP_LEN   8          /* SHM_MAP request body: u64 region size */
+#define KVS_WIRE_SHM_BUF_LEN   16         /* SHM_BUF request body: u64 size | u32 region | u32 0 */
+#define KVS_WIRE_SHM_BUFFERS   64         /* buffer regions per connection: numbers 1..64 */
 struct kvs_wire_slot {
     int32_t status;
     uint32_t token;
@@ -291,8 +302,9 @@ struct kvs_wire_item {
     uint16_t klen;
     uint32_t len;       /* PUT: value length; GET: capacity */
     const uint8_t *val; /* PUT: the value; else NULL */
-    int shm;            /* SHM_PUT / SHM_GET: the entry names shm_off */
-    uint64_t shm_off;   /* where the value is (SHM_PUT) or must land (SHM_GET) in the region */
+    int shm;             /* SHM_PUT / SHM_GET: the entry names shm_region and shm_off */
+    uint32_t shm_region; /* 0: the ring; n: buffer region n */
+    uint64_t shm_off;    /* where the value is (SHM_PUT) or must land (SHM_GET) in the region */
 };
 typedef int (*kvs_wire_item_fn)(void *arg, uint32_t index, const struct kvs_wire_item *item);
 
@@ -328,14 +340,16 @@ int kvs_wire_remote_entry_decode(const uint8_t *body, uint32_t body_len, size_t 
 size_t kvs_wire_remote_entry_encode(uint8_t *out, const struct kvs_wire_remote_entry *e);
 
 /*
- * What follows the key of an SHM_PUT / SHM_GET entry: u64 offset in the
- * region | u32 0, the layout of a PULL/PUSH entry's addr | rkey. Decode:
- * 0, or -EBADMSG when the u32 is not 0. Whether the offset is inside the
- * region is the server's check (server/shm.c).
+ * What follows the key of an SHM_PUT / SHM_GET entry: u64 offset | u32
+ * region (0 the ring, 1..KVS_WIRE_SHM_BUFFERS a buffer region), the layout
+ * of a PULL/PUSH entry's addr | rkey. Decode: 0, or -EBADMSG for a region
+ * number past KVS_WIRE_SHM_BUFFERS. Whether the region is mapped and the
+ * range inside it is the server's check (server/shm.c).
  */
 #define KVS_WIRE_SHM_OFF_LEN 12
-void kvs_wire_shm_off_encode(uint8_t out[KVS_WIRE_SHM_OFF_LEN], uint64_t off);
-int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint64_t *off);
+void kvs_wire_shm_off_encode(uint8_t out[KVS_WIRE_SHM_OFF_LEN], uint32_t region, uint64_t off);
+int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint32_t *region,
+                            uint64_t *off);
 
 /*
  * A whole SHM_MAP request frame (header, then the u64 region size): the
@@ -346,6 +360,17 @@ int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint64_t *of
 #define KVS_WIRE_SHM_MAP_FRAME_LEN (KVS_WIRE_HDR_LEN + KVS_WIRE_SHM_MAP_LEN)
 void kvs_wire_shm_map_encode(uint8_t out[KVS_WIRE_SHM_MAP_FRAME_LEN], uint64_t id, uint64_t size);
 uint64_t kvs_wire_shm_map_decode(const uint8_t in[KVS_WIRE_SHM_MAP_LEN]);
+
+/*
+ * A whole SHM_BUF request frame (header, then u64 size | u32 region | u32
+ * 0). Decode: 0 with *size and *region, or -EBADMSG for a region number
+ * outside 1..KVS_WIRE_SHM_BUFFERS or a non-zero last u32.
+ */
+#define KVS_WIRE_SHM_BUF_FRAME_LEN (KVS_WIRE_HDR_LEN + KVS_WIRE_SHM_BUF_LEN)
+void kvs_wire_shm_buf_encode(uint8_t out[KVS_WIRE_SHM_BUF_FRAME_LEN], uint64_t id,
+                             uint32_t region, uint64_t size);
+int kvs_wire_shm_buf_decode(const uint8_t in[KVS_WIRE_SHM_BUF_LEN], uint32_t *region,
+                            uint64_t *size);
 
 /* ---- RDMA control messages ---- */
 

@@ -47,7 +47,7 @@ static int visit(void *arg, uint32_t index, const struct kvs_wire_item *item)
         r->len += item->len;
     }
     if (item->shm) {
-        kvs_wire_shm_off_encode(r->out + r->len, item->shm_off);
+        kvs_wire_shm_off_encode(r->out + r->len, item->shm_region, item->shm_off);
         r->len += KVS_WIRE_SHM_OFF_LEN;
     }
     return 0;
@@ -220,6 +220,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             /* The whole frame, as the client's encoder writes it from what kvstored decodes. */
             kvs_wire_shm_map_encode(out, h.id, kvs_wire_shm_map_decode(data + KVS_WIRE_HDR_LEN));
             r.len += KVS_WIRE_SHM_MAP_LEN;
+        }
+        uint32_t region;
+        uint64_t bsize;
+        if (h.opcode == KVS_OP_SHM_BUF) {
+            if (kvs_wire_shm_buf_decode(data + KVS_WIRE_HDR_LEN, &region, &bsize) == 0) {
+                kvs_wire_shm_buf_encode(out, h.id, region, bsize);
+                if (region == 0 || region > KVS_WIRE_SHM_BUFFERS) abort();
+            } else {
+                memcpy(out + KVS_WIRE_HDR_LEN, data + KVS_WIRE_HDR_LEN, KVS_WIRE_SHM_BUF_LEN);
+            }
+            r.len += KVS_WIRE_SHM_BUF_LEN;
         }
         if ((size_t)rc != r.len || memcmp(out, data, r.len) != 0) abort();
     }

@@ -155,14 +155,14 @@ static int make_memfd(size_t size, int seals)
 
 #define GOOD_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
-/* One SHM_PUT / SHM_GET entry: key, len, then the offset (and the u32 that must be 0). */
+/* One SHM_PUT / SHM_GET entry: key, len, then the offset and the region (0: the ring). */
 static void shm_entry(struct kvt_reqbuf *b, const char *key, uint32_t len, uint64_t off,
-                      uint32_t reserved)
+                      uint32_t region)
 {
     uint8_t t[KVS_WIRE_SHM_OFF_LEN];
     kvt_req_entry(b, key, len, NULL);
     kvs_put_u64(t, off);
-    kvs_put_u32(t + 8, reserved);
+    kvs_put_u32(t + 8, region);
     kvt_reqbuf_put(b, t, sizeof(t));
 }
 
@@ -442,11 +442,25 @@ static void test_bad_offsets_refused(void **state)
     assert_true(kvval_check(buf, 100, "good", &version));
     assert_int_equal(kvs_get(c, "other", buf, sizeof(buf)), 5);
 
-    /* A non-zero reserved word is a malformed entry: ERROR, the connection is closed. */
+    /* A buffer region nobody mapped: that key alone is refused, as a range outside. */
+    b.len = 0;
+    kvt_req_begin(&b, KVS_OP_SHM_GET, 13);
+    shm_entry(&b, "good", 100, 0, 1);
+    shm_entry(&b, "good", 100, 0, KVS_WIRE_SHM_BUFFERS);
+    shm_entry(&b, "good", 100, 0, 0);
+    kvt_req_end(&b);
+    kvt_raw_send_all(fd, b.p, b.len);
+    read_statuses(fd, KVS_OP_SHM_GET, 3, st, len);
+    assert_int_equal(st[0], -EINVAL);
+    assert_int_equal(st[1], -EINVAL);
+    assert_int_equal(st[2], 0);
+    assert_int_equal(kvt_server_counter(c, "shm_bad_ranges"), bad_before + 7);
+
+    /* A region number past KVS_WIRE_SHM_BUFFERS is a malformed entry: ERROR, closed. */
     long long proto = kvt_server_counter(c, "errors_protocol");
     b.len = 0;
     kvt_req_begin(&b, KVS_OP_SHM_PUT, 12);
-    shm_entry(&b, "good", 100, 0, 1);
+    shm_entry(&b, "good", 100, 0, KVS_WIRE_SHM_BUFFERS + 1);
     kvt_req_end(&b);
     kvt_raw_send_all(fd, b.p, b.len);
     struct kvs_wire_hdr h;
