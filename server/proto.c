@@ -48,15 +48,15 @@
 #define SEGS_KEEP 64u
 
 enum rstate {
-    RS_HDR,    /* waiting for a frame header */
-    RS_ENTRY,  /* waiting for an entry header and its key */
-    RS_VALUE,  /* a PUT value: into its slot, or discarded */
-    RS_SKIP,   /* the body of an unknown opcode */
-    RS_AUTH,   /* waiting for an AUTH body */
-    RS_ADMIT,  /* an entry frame's header is in; its reply waits for heap (frame_fits) */
-    RS_SHM,    /* waiting for an SHM_MAP body */
+    RS_HDR,     /* waiting for a frame header */
+    RS_ENTRY,   /* waiting for an entry header and its key */
+    RS_VALUE,   /* a PUT value: into its slot, or discarded */
+    RS_SKIP,    /* the body of an unknown opcode */
+    RS_AUTH,    /* waiting for an AUTH body */
+    RS_ADMIT,   /* an entry frame's header is in; its reply waits for heap (frame_fits) */
+    RS_SHM,     /* waiting for an SHM_MAP body */
     RS_SHM_BUF, /* waiting for an SHM_BUF body */
-    RS_CLOSED, /* a malformed frame was seen: no more input */
+    RS_CLOSED,  /* a malformed frame was seen: no more input */
 };
 
 /* A piece of reply: bytes to send, and what to release once they are sent. */

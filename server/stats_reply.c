@@ -114,6 +114,7 @@ static void counter_lines(struct text *t, const struct kvsd_server *srv)
     line(t, "auth_ok", k->auth_ok);
     line(t, "auth_failures", k->auth_failures);
     line(t, "requests_shm_map", k->requests[KVS_OP_SHM_MAP]);
+    line(t, "requests_shm_buf", k->requests[KVS_OP_SHM_BUF]);
     line(t, "requests_shm_put", k->requests[KVS_OP_SHM_PUT]);
     line(t, "requests_shm_get", k->requests[KVS_OP_SHM_GET]);
     line(t, "shm_maps", k->shm_maps);

@@ -113,7 +113,8 @@ struct tcp_job {
 
 #define TCP_SHM_IN_PLACE UINT64_MAX
 
-/* Memory of the caller's that kvstored may map (kvs_alloc_buffer): buffer region n is bufs[n - 1]. */
+/* Memory of the caller's that kvstored may map (kvs_alloc_buffer): buffer region n is bufs[n - 1].
+ */
 struct tcp_buf {
     uint8_t *base; /* NULL: the number is free */
     uint64_t size;
@@ -138,10 +139,10 @@ struct tcp_conn {
     int reader_fd; /* the socket the reader is using (may be an older one), or -1 */
     uint64_t gen;  /* bumped at every new connection */
     struct kvs_limits lim;
-    struct tcp_shm *shm;       /* the current connection's shared region, or NULL */
-    struct tcp_shm *shm_new;   /* the region of the connection being opened (connect_mu) */
+    struct tcp_shm *shm;     /* the current connection's shared region, or NULL */
+    struct tcp_shm *shm_new; /* the region of the connection being opened (connect_mu) */
     struct tcp_buf bufs[KVS_WIRE_SHM_BUFFERS]; /* mapped on every connection with a ring (mu) */
-    struct tcp_frame *pending; /* uthash by id */
+    struct tcp_frame *pending;                 /* uthash by id */
     atomic_ullong next_id;
     int last_err;         /* of the last failed connection attempt */
     uint64_t retry_after; /* ms: no new attempt before, fail with last_err */

@@ -160,7 +160,7 @@ void tcp_send_job(struct tcp_conn *c, struct tcp_job *job, uint64_t gen)
     int sent = how == JOB_SEND_NOW ? send_job(c, job, fd, reader) : 0;
     if (have_send) pthread_mutex_unlock(&c->send_mu);
 
-    if (how < 0) {               /* nothing of it is known to the connection */
+    if (how < 0) { /* nothing of it is known to the connection */
         /* Nothing of it was sent: its room in the region goes back at once. */
         for (uint32_t i = 0; job->shm && i < job->nframes; i++)
             tcp_shm_answered(job->shm, job->frames[i].id);

@@ -233,8 +233,8 @@ static bool buf_find(const struct tcp_shm *r, uint64_t mask, const void *p, uint
 int tcp_shm_buf_job_new(struct tcp_conn *c, struct kvs_req *req, uint32_t region, bool map,
                         struct tcp_job **out)
 {
-    struct tcp_job *job = calloc(1, sizeof(*job) + sizeof(struct tcp_frame) +
-                                        sizeof(struct iovec) + KVS_WIRE_SHM_BUF_FRAME_LEN);
+    struct tcp_job *job = calloc(1, sizeof(*job) + sizeof(struct tcp_frame) + sizeof(struct iovec) +
+                                        KVS_WIRE_SHM_BUF_FRAME_LEN);
     *out = job;
     if (!job) return -ENOMEM;
     const struct tcp_buf *b = &c->bufs[region - 1];
@@ -474,7 +474,8 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
     if (!job) return -ENOMEM;
     uint64_t first_id =
         atomic_fetch_add_explicit(&c->next_id, pl.nframes, memory_order_relaxed) + 1;
-    /* A job whose every key is in place takes no room (a run of 0 bytes would look like a full ring). */
+    /* A job whose every key is in place takes no room (a run of 0 bytes would look like a full
+     * ring). */
     uint64_t base = 0;
     if (pl.room > 0 && shm_take(r, pl.room, first_id, pl.nframes, &base) < 0) {
         free(job);

@@ -124,7 +124,8 @@ int kvs_wire_hdr_decode(const uint8_t in[KVS_WIRE_HDR_LEN], struct kvs_wire_hdr 
     if (!kvs_wire_opcode_known(base)) return -ENOTSUP;
     if (!opcode_has_entries(base)) {
         if (h->count != 0) return -EBADMSG;
-        /* Of the requests without entries, only AUTH and SHM_MAP/BUF have a body, of a fixed size. */
+        /* Of the requests without entries, only AUTH and SHM_MAP/BUF have a body, of a fixed size.
+         */
         uint32_t want = base == KVS_OP_AUTH      ? KVS_WIRE_AUTH_LEN
                         : base == KVS_OP_SHM_MAP ? KVS_WIRE_SHM_MAP_LEN
                         : base == KVS_OP_SHM_BUF ? KVS_WIRE_SHM_BUF_LEN
@@ -293,8 +294,7 @@ void kvs_wire_shm_off_encode(uint8_t out[KVS_WIRE_SHM_OFF_LEN], uint32_t region,
     kvs_put_u32(out + 8, region);
 }
 
-int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint32_t *region,
-                            uint64_t *off)
+int kvs_wire_shm_off_decode(const uint8_t in[KVS_WIRE_SHM_OFF_LEN], uint32_t *region, uint64_t *off)
 {
     *off = kvs_get_u64(in);
     *region = kvs_get_u32(in + 8);
@@ -313,8 +313,8 @@ uint64_t kvs_wire_shm_map_decode(const uint8_t in[KVS_WIRE_SHM_MAP_LEN])
     return kvs_get_u64(in);
 }
 
-void kvs_wire_shm_buf_encode(uint8_t out[KVS_WIRE_SHM_BUF_FRAME_LEN], uint64_t id,
-                             uint32_t region, uint64_t size)
+void kvs_wire_shm_buf_encode(uint8_t out[KVS_WIRE_SHM_BUF_FRAME_LEN], uint64_t id, uint32_t region,
+                             uint64_t size)
 {
     struct kvs_wire_hdr h = {.opcode = KVS_OP_SHM_BUF, .body_len = KVS_WIRE_SHM_BUF_LEN, .id = id};
     kvs_wire_hdr_encode(out, &h);

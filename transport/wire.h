@@ -300,8 +300,8 @@ int kvs_wire_auth_decode(const uint8_t *in, size_t len, uint8_t nonce[KVS_WIRE_N
 struct kvs_wire_item {
     const uint8_t *key;
     uint16_t klen;
-    uint32_t len;       /* PUT: value length; GET: capacity */
-    const uint8_t *val; /* PUT: the value; else NULL */
+    uint32_t len;        /* PUT: value length; GET: capacity */
+    const uint8_t *val;  /* PUT: the value; else NULL */
     int shm;             /* SHM_PUT / SHM_GET: the entry names shm_region and shm_off */
     uint32_t shm_region; /* 0: the ring; n: buffer region n */
     uint64_t shm_off;    /* where the value is (SHM_PUT) or must land (SHM_GET) in the region */
@@ -367,8 +367,8 @@ uint64_t kvs_wire_shm_map_decode(const uint8_t in[KVS_WIRE_SHM_MAP_LEN]);
  * outside 1..KVS_WIRE_SHM_BUFFERS or a non-zero last u32.
  */
 #define KVS_WIRE_SHM_BUF_FRAME_LEN (KVS_WIRE_HDR_LEN + KVS_WIRE_SHM_BUF_LEN)
-void kvs_wire_shm_buf_encode(uint8_t out[KVS_WIRE_SHM_BUF_FRAME_LEN], uint64_t id,
-                             uint32_t region, uint64_t size);
+void kvs_wire_shm_buf_encode(uint8_t out[KVS_WIRE_SHM_BUF_FRAME_LEN], uint64_t id, uint32_t region,
+                             uint64_t size);
 int kvs_wire_shm_buf_decode(const uint8_t in[KVS_WIRE_SHM_BUF_LEN], uint32_t *region,
                             uint64_t *size);
 

@@ -12,7 +12,9 @@
  * The first connection is a local socket's with a sealed 64 KiB memfd
  * already passed (as net.c hands over a descriptor that came with the
  * bytes), so an input's SHM_MAP of that size maps it and its SHM_PUT and
- * SHM_GET entries reach the region with whatever offsets they name.
+ * SHM_GET entries reach the region with whatever offsets they name; after
+ * each of its first chunks another descriptor of it is handed over, for an
+ * SHM_BUF to map as a buffer region.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -149,7 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                      .out_limit = 8192,
                                      .out_heap_limit = 8192,
                                      .rbuf_size = 4096,
-                                     .shm_max = FUZZ_REGION};
+                                     .shm_max = 2 * FUZZ_REGION}; /* a ring and a buffer */
     if (kvsd_server_init(&srv, pool, &lim) < 0) return 0;
     if (full) prefill(srv.store);
     struct kvsd_proto_conn *c[2] = {kvsd_proto_conn_new(&srv), kvsd_proto_conn_new(&srv)};
@@ -166,6 +168,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int k = (int)(i % (size_t)nconn);
         if (!kvsd_proto_closing(c[k])) feed_all(c[k], data + off, n, &rc[k], lazy_drain);
         off += n;
+        /* Another descriptor waits for an SHM_BUF (kvstored closes it if one already waits). */
+        if (k == 0 && i < 8 && !kvsd_proto_closing(c[0])) {
+            int bfd = region_fd();
+            if (bfd < 0) abort();
+            kvsd_proto_take_fd(c[0], bfd);
+        }
     }
     drain(c[0], &rc[0]);
     drain(c[1], &rc[1]);
