@@ -5,6 +5,8 @@
  *   c = kvstore.Client("127.0.0.1:7070")
  *   c.put("k", b"v"); c.get("k") -> b"v"; c.get_into("k", bytearray(n)) -> n
  *   c.batch_put(keys, values) -> [status...]; c.batch_get_into(keys, bufs) -> [len or code...]
+ *   b = c.alloc_buffer(n): memory kvstored on this host maps too (kvs_alloc_buffer); values
+ *   put from it or got into it (memoryview(b)[i:j]) cross memory once; b.free()
  *
  * The module links libkvstore.so dynamically (DT_NEEDED), so that
  * LD_PRELOAD=libkvbatch.so interposes on the kvs_put/kvs_get it calls. Every
@@ -34,7 +36,21 @@ typedef struct {
     PyObject_HEAD kvs_client *client;
     int in_use;      /* calls running without the GIL; guarded by the GIL */
     Py_ssize_t hint; /* last value length seen by get(): first guess of the next */
+    /*
+     * Buffers of alloc_buffer alive; close() while some are leaves the
+     * library client open (their memory with it) until the last one goes.
+     */
+    Py_ssize_t buffers;
+    kvs_client *closed; /* closed by close() but kept for those buffers */
 } ClientObject;
+
+/* kvstore.Buffer: memory of kvs_alloc_buffer, exported through the buffer protocol. */
+typedef struct {
+    PyObject_HEAD ClientObject *owner; /* a strong reference: the client outlives its buffers */
+    void *ptr;                         /* NULL once freed */
+    Py_ssize_t len;
+    Py_ssize_t exports; /* memoryviews (and calls) holding it */
+} BufferObject;
 
 /*
  * The exception classes, defined in Python in the module's namespace:
@@ -206,6 +222,22 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+/* The library client behind self, open or kept for its buffers; NULL when gone. */
+static kvs_client *library_client(const ClientObject *self)
+{
+    return self->client ? self->client : self->closed;
+}
+
+/* A buffer of self went: the last one of a client closed meanwhile closes it. */
+static void buffer_gone(ClientObject *self)
+{
+    if (--self->buffers > 0 || !self->closed) return;
+    kvs_client *c = self->closed;
+    self->closed = NULL;
+    Py_BEGIN_ALLOW_THREADS kvs_close(c);
+    Py_END_ALLOW_THREADS
+}
+
 static void Client_dealloc(ClientObject *self)
 {
     /* in_use is 0 here: every running call holds a reference to self */
@@ -224,7 +256,10 @@ static PyObject *Client_close(ClientObject *self, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_RuntimeError, "kvstore.Client.close() while calls are running");
         return NULL;
     }
-    if (self->client) {
+    if (self->client && self->buffers > 0) { /* their memory stays until they go */
+        self->closed = self->client;
+        self->client = NULL;
+    } else if (self->client) {
         kvs_client *c = self->client;
         self->client = NULL;
         Py_BEGIN_ALLOW_THREADS kvs_close(c);
@@ -232,6 +267,117 @@ static PyObject *Client_close(ClientObject *self, PyObject *Py_UNUSED(ignored))
     }
     Py_RETURN_NONE;
 }
+
+/* ---- kvstore.Buffer ---- */
+
+static PyTypeObject BufferType;
+
+static PyObject *Client_alloc_buffer(ClientObject *self, PyObject *args)
+{
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "n:alloc_buffer", &size)) return NULL;
+    if (size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "alloc_buffer: size must be positive");
+        return NULL;
+    }
+    kvs_client *c = enter(self);
+    if (!c) return NULL;
+    void *ptr = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = kvs_alloc_buffer(c, (size_t)size, &ptr);
+    Py_END_ALLOW_THREADS leave(self);
+    if (rc < 0) return raise_status(rc, "alloc_buffer");
+    BufferObject *b = PyObject_New(BufferObject, &BufferType);
+    if (!b) {
+        kvs_free_buffer(c, ptr);
+        return NULL;
+    }
+    Py_INCREF(self);
+    b->owner = self;
+    b->ptr = ptr;
+    b->len = size;
+    b->exports = 0;
+    self->buffers++;
+    return (PyObject *)b;
+}
+
+/* Gives b's memory back (once). */
+static void buffer_release_memory(BufferObject *b)
+{
+    if (!b->ptr) return;
+    kvs_client *c = library_client(b->owner);
+    void *ptr = b->ptr;
+    b->ptr = NULL;
+    if (c) {
+        Py_BEGIN_ALLOW_THREADS kvs_free_buffer(c, ptr);
+        Py_END_ALLOW_THREADS
+    }
+    buffer_gone(b->owner);
+}
+
+static PyObject *Buffer_free(BufferObject *b, PyObject *Py_UNUSED(ignored))
+{
+    if (b->exports > 0) {
+        PyErr_SetString(PyExc_BufferError,
+                        "kvstore.Buffer.free() while memoryviews of it exist: release them first");
+        return NULL;
+    }
+    buffer_release_memory(b);
+    Py_RETURN_NONE;
+}
+
+static void Buffer_dealloc(BufferObject *b)
+{
+    buffer_release_memory(b); /* exports hold references: none is left here */
+    Py_XDECREF(b->owner);
+    PyObject_Free(b);
+}
+
+static int Buffer_getbuffer(BufferObject *b, Py_buffer *view, int flags)
+{
+    if (!b->ptr) {
+        PyErr_SetString(PyExc_ValueError, "kvstore.Buffer has been freed");
+        view->obj = NULL;
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, (PyObject *)b, b->ptr, b->len, 0, flags) < 0) return -1;
+    b->exports++;
+    return 0;
+}
+
+static void Buffer_releasebuffer(BufferObject *b, Py_buffer *Py_UNUSED(view))
+{
+    b->exports--;
+}
+
+static Py_ssize_t Buffer_len(BufferObject *b)
+{
+    return b->ptr ? b->len : 0;
+}
+
+static PyBufferProcs Buffer_as_buffer = {
+    .bf_getbuffer = (getbufferproc)Buffer_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)Buffer_releasebuffer,
+};
+
+static PySequenceMethods Buffer_as_sequence = {.sq_length = (lenfunc)Buffer_len};
+
+static PyMethodDef Buffer_methods[] = {
+    {"free", (PyCFunction)Buffer_free, METH_NOARGS,
+     "free(): give the memory back now (else when the object goes)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject BufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvstore.Buffer",
+    .tp_doc = "memory of Client.alloc_buffer(size): writable, through memoryview(); values put "
+              "from it or got into it move in place over shared memory",
+    .tp_basicsize = sizeof(BufferObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)Buffer_dealloc,
+    .tp_as_buffer = &Buffer_as_buffer,
+    .tp_as_sequence = &Buffer_as_sequence,
+    .tp_methods = Buffer_methods,
+};
 
 static PyObject *Client_put(ClientObject *self, PyObject *args)
 {
@@ -561,6 +707,8 @@ static PyMethodDef Client_methods[] = {
      "server_stats() -> str of 'name value' lines"},
     {"server_clients", (PyCFunction)Client_server_clients, METH_NOARGS,
      "server_clients() -> str: each server's connections, one 'id=... addr=...' line each"},
+    {"alloc_buffer", (PyCFunction)Client_alloc_buffer, METH_VARARGS,
+     "alloc_buffer(size) -> kvstore.Buffer: memory a same-host kvstored maps (one copy)"},
     {"close", (PyCFunction)Client_close, METH_NOARGS, "close(): release the client"},
     {"__enter__", (PyCFunction)Client_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Client_exit, METH_VARARGS, NULL},
@@ -595,12 +743,14 @@ static struct PyModuleDef kvstore_module = {
 
 PyMODINIT_FUNC PyInit_kvstore(void)
 {
-    if (PyType_Ready(&ClientType) < 0) return NULL;
+    if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&BufferType) < 0) return NULL;
     PyObject *m = PyModule_Create(&kvstore_module);
     if (!m) return NULL;
     if (define_errors(m) < 0) goto fail;
     Py_INCREF(&ClientType);
     if (PyModule_AddObject(m, "Client", (PyObject *)&ClientType) < 0) goto fail;
+    Py_INCREF(&BufferType);
+    if (PyModule_AddObject(m, "Buffer", (PyObject *)&BufferType) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "MAX_KEY", KVS_MAX_KEY) < 0) goto fail;
     if (PyModule_AddStringConstant(m, "__version__", kvs_version()) < 0) goto fail;
     return m;

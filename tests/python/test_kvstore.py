@@ -102,6 +102,55 @@ class BindingTest(unittest.TestCase):
             d.put(PREFIX + "ctx", b"v")
             self.assertEqual(d.get(PREFIX + "ctx"), b"v")
 
+    def test_alloc_buffer_moves_values_and_frees_safely(self):
+        b = self.c.alloc_buffer(200000)
+        self.assertIsInstance(b, kvstore.Buffer)
+        self.assertEqual(len(b), 200000)
+        m = memoryview(b)
+        self.assertEqual(bytes(m[:8]), bytes(8))  # zeroed
+        m[:5] = b"hello"
+        self.c.put(PREFIX + "ab", m[:5])
+        self.assertEqual(self.c.get_into(PREFIX + "ab", m[100000:100016]), 5)
+        self.assertEqual(bytes(m[100000:100005]), b"hello")
+        keys = [PREFIX + "ab%d" % i for i in range(4)]
+        vals = [m[i * 1000:i * 1000 + 700] for i in range(4)]
+        for i, v in enumerate(vals):
+            v[:] = bytes([i + 1]) * 700
+        self.assertEqual(self.c.batch_put(keys, vals), [0] * 4)
+        outs = [m[50000 + i * 1000:50000 + i * 1000 + 700] for i in range(4)]
+        self.assertEqual(self.c.batch_get_into(keys, outs), [700] * 4)
+        for i, o in enumerate(outs):
+            self.assertEqual(bytes(o), bytes([i + 1]) * 700)
+        stats = dict(l.split(" ", 1) for l in self.c.server_stats().splitlines()
+                     if l and not l.startswith("#"))
+        if int(stats.get("client_shm_connects", "0")) > 0:  # over shared memory: in place
+            self.assertGreaterEqual(int(stats["client_shm_in_place"]), 10)
+        with self.assertRaises(BufferError):  # memoryviews of it still exist
+            b.free()
+        for v in vals + outs:
+            v.release()
+        m.release()
+        b.free()
+        b.free()  # idempotent
+        self.assertEqual(len(b), 0)
+        with self.assertRaises(ValueError):
+            memoryview(b)
+        with self.assertRaises(ValueError):
+            self.c.alloc_buffer(0)
+        with self.assertRaises(kvstore.Error):
+            self.c.alloc_buffer(1 << 40)  # over 16 GiB: -EINVAL
+
+    def test_buffer_outlives_a_closed_client(self):
+        c = kvstore.Client(SERVERS)
+        b = c.alloc_buffer(4096)
+        c.close()
+        memoryview(b)[:3] = b"abc"  # its memory stays until it goes
+        with self.assertRaises(ValueError):
+            c.put(PREFIX + "closed", memoryview(b)[:3])
+        with self.assertRaises(ValueError):
+            c.alloc_buffer(10)
+        del b  # the last one: the client goes now
+
     def test_threads_share_one_client(self):
         errors = []
 
