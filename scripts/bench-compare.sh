@@ -12,8 +12,9 @@
 # the link, bound the save and load, single-key and async, in rounds; through
 # shared memory (docs/shm.md): (shmlfl) the shim with 32 async ops in flight
 # per client beside redis-benchmark -P 32 over Redis's Unix socket, 4 KiB, and
-# (lwshm) the layerwise llama3-8b save with the shim over shm beside
-# single-key over TCP loopback, in interleaved rounds.
+# (lwshm) the layerwise llama3-8b save with the shim over shm (staging in the
+# caller's memory and in kvs_alloc_buffer buffers) beside single-key over TCP
+# loopback, in interleaved rounds.
 # Writes into $OUT (default $BUILD/bench):
 #   results.md   Markdown tables with ratios (to iperf3 and to Redis) and targets
 #   *.png        gnuplot plots: ops/s vs value size per path; latency/ops vs window
@@ -102,7 +103,7 @@ free_port() {
 # its "local socket" line: the shm rows name it (shm://PATH).
 PRIV=$(mktemp -d /tmp/kvs-bench.XXXXXX) || exit 1
 export KVSTORE_RUNTIME_DIR=$PRIV
-"$KVSTORED" --listen 127.0.0.1:0 --memory 2G >"$OUT/runs/kvstored.log" 2>&1 &
+"$KVSTORED" --listen 127.0.0.1:0 --memory 2G --prefault >"$OUT/runs/kvstored.log" 2>&1 &
 KV_PID=$!
 PIDS="$PIDS $KV_PID"
 for _ in $(seq 100); do grep -q "listening on" "$OUT/runs/kvstored.log" && break; sleep 0.1; done
@@ -472,7 +473,8 @@ fi
 # requests, 256-token prompts, 100 us/layer), in interleaved rounds: single-key
 # without the shim over TCP loopback (the baseline), and over shared memory
 # (shm://PATH) single-key without and with the shim and async with the shim.
-LWX_VARIANTS="tcp-plain-single shm-plain-single shm-shim-single shm-shim-async"
+LWX_VARIANTS="tcp-plain-single shm-plain-single shm-shim-single shm-shim-async shm-shim-single-buf
+              shm-shim-async-buf"
 if want lwshm; then
     frames0=$(shm_frames)
     for r in $(seq "$REPEAT"); do
@@ -485,10 +487,12 @@ if want lwshm; then
             servers=$KV_ADDR
             case "$v" in shm-*) servers=shm://$KV_SOCK; envs+=(KVSTORE_TRANSPORT=) ;; esac
             case "$v" in *-shim-*) envs+=(LD_PRELOAD="$SHIM") ;; esac
+            mode=${v%-buf}; mode=${mode##*-}
+            extra=(); case "$v" in *-buf) extra=(--shared-buffers) ;; esac
             echo "  layerwise over shm r$r $v" >&2
             timeout -k 5 300 env "${envs[@]}" "$KVBENCH" layerwise --servers "$servers" --model llama3-8b \
                 --tp 1 --block 16 --requests 8 --prompt 256 --compute-us 100 --rounds "$ROUNDS" \
-                --phase save --mode "${v##*-}" --quiet --csv "$OUT/runs/lwx__${v}__r$r.csv" \
+                --phase save --mode "$mode" "${extra[@]}" --quiet --csv "$OUT/runs/lwx__${v}__r$r.csv" \
                 >>"$OUT/runs/kvbench.log" 2>&1 || echo "    (layerwise exit $?)" >&2
         done
         cut -d' ' -f1-3 /proc/loadavg >>"$OUT/runs/lwx__load__r$r"

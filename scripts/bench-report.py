@@ -253,6 +253,8 @@ LWX_ROWS = (
     ("shm-plain-single", "shared memory, no shim, single-key"),
     ("shm-shim-single", "shared memory, shim, single-key"),
     ("shm-shim-async", "shared memory, shim, async"),
+    ("shm-shim-single-buf", "shared memory, shim, single-key, staging in kvs_alloc_buffer buffers"),
+    ("shm-shim-async-buf", "shared memory, shim, async, staging in kvs_alloc_buffer buffers"),
 )
 
 # The 64 KiB goodput rows: (variant, label).
@@ -595,6 +597,8 @@ def main():
                lwx_rel("shm-shim-single"), 0.33, "le")
         target("issue 16: the same, shim async over shm / single-key over TCP",
                lwx_rel("shm-shim-async"), 0.33, "le")
+        target("issue 16: the same, shim async over shm, staging in kvs_alloc_buffer / single-key TCP",
+               lwx_rel("shm-shim-async-buf"), 0.33, "le")
     for op, rop in (("put", "SET"), ("get", "GET")):
         target("issue 5: 4 KiB %s, shim sync (1 in flight) / redis -P 32 %s (size table)" % (op, rop),
                ratio(kvops("shim-adaptive", op, 4096), num(redis.get((32, 4096, rop)), "rps")), 1.5)

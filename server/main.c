@@ -34,6 +34,7 @@ struct options {
     struct kvs_endpoint rdma_listen; /* host "": no --rdma-listen */
     unsigned rdma_lease_ms;
     int verbose;
+    int prefault; /* --prefault: touch the whole pool at start */
     const char *auth_file; /* --auth-file, or NULL */
     const char *unix_path; /* --unix PATH, "none", or NULL: the default (common/local.h) */
     uint64_t shm_max;      /* --shm-max: the largest region a local client may map; 0: none */
@@ -122,6 +123,9 @@ static int parse_options(int argc, char **argv, struct options *opt)
          "the largest region of shared memory a client on the local socket may map for its "
          "values (0: values in the socket; docs/shm.md)",
          .lo = 0, .hi = 1ll << 44},
+        {"prefault", 0, KVOPT_FLAG, KVOPT_TO(opt->prefault), NULL,
+         "take all of --memory at start (else pages as values first reach them): no page "
+         "faults later, steady latency from the first request"},
         {"verbose", 'v', KVOPT_FLAG, KVOPT_TO(opt->verbose), NULL,
          "log connections and protocol errors on stderr"},
         {0},
@@ -293,6 +297,12 @@ int main(int argc, char **argv)
     if (rc < 0) {
         fprintf(stderr, "kvstored: cannot allocate %llu bytes of memory: %s\n",
                 (unsigned long long)opt.memory, strerror(-rc));
+        goto out_signal;
+    }
+    if (opt.prefault && (rc = kvsd_pool_prefault(kvsd_store_pool(srv.store))) < 0) {
+        fprintf(stderr, "kvstored: --prefault: cannot take %llu bytes of memory now: %s\n",
+                (unsigned long long)opt.memory, strerror(-rc));
+        kvsd_server_fini(&srv);
         goto out_signal;
     }
     if (secret_len > 0) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define PAGE_FREE   KVSD_POOL_FREE /* page owner: nobody */
 #define MAX_PAGES   (1u << 24)     /* 16 TiB: keeps page indices in 24 bits of headroom */
@@ -124,6 +125,16 @@ void kvsd_pool_destroy(struct kvsd_pool *p)
         free(p->pages[i].links);
     free(p->pages);
     free(p);
+}
+
+int kvsd_pool_prefault(struct kvsd_pool *p)
+{
+    if (madvise(p->base, p->size, MADV_POPULATE_WRITE) == 0) return 0;
+    if (errno != EINVAL) return -ENOMEM; /* EINVAL: a kernel before 5.14 */
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t off = 0; off < p->size; off += page > 0 ? (size_t)page : 4096)
+        ((volatile uint8_t *)p->base)[off] = 0;
+    return 0;
 }
 
 uint8_t *kvsd_pool_base(const struct kvsd_pool *p)

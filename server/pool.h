@@ -52,6 +52,12 @@ struct kvsd_pool_class_stats {
  */
 int kvsd_pool_create(size_t bytes, struct kvsd_pool **out);
 void kvsd_pool_destroy(struct kvsd_pool *p);
+/*
+ * Touches every page of the pool now (--prefault), so that no store pays a
+ * page fault (the kernel zeroing a page) on the way: 0, or -ENOMEM when the
+ * machine has not that much memory to give.
+ */
+int kvsd_pool_prefault(struct kvsd_pool *p);
 
 uint8_t *kvsd_pool_base(const struct kvsd_pool *p);
 size_t kvsd_pool_size(const struct kvsd_pool *p);

@@ -46,6 +46,7 @@ struct lw_config {
     size_t slice;
     int blocks;
     unsigned run_tag;
+    int shared_buffers; /* staging rings from kvs_alloc_buffer (one copy over shm) */
 };
 
 enum lw_phase { PHASE_SAVE, PHASE_LOAD };
@@ -340,7 +341,13 @@ static int requests_init(struct lw_request *rqs, const struct lw_config *cfg,
         pthread_cond_init(&rq->cv, NULL);
         size_t nkeys = (size_t)cfg->layers * (size_t)cfg->blocks;
         rq->keys = calloc(nkeys, sizeof(char *));
-        rq->ring = malloc((size_t)LAYER_RING * (size_t)cfg->blocks * cfg->slice);
+        size_t ring = (size_t)LAYER_RING * (size_t)cfg->blocks * cfg->slice;
+        if (cfg->shared_buffers) {
+            int rc = kvs_alloc_buffer(cfg->client, ring, (void **)&rq->ring);
+            if (rc < 0) return rc;
+        } else {
+            rq->ring = malloc(ring);
+        }
         rq->got = calloc((size_t)LAYER_RING * (size_t)cfg->blocks, 1);
         if (!rq->keys || !rq->ring || !rq->got) return -ENOMEM;
         memset(rq->ring, 0, (size_t)LAYER_RING * (size_t)cfg->blocks * cfg->slice);
@@ -366,7 +373,10 @@ static void requests_free(struct lw_request *rqs, const struct lw_config *cfg)
             for (size_t k = 0; k < (size_t)cfg->layers * (size_t)cfg->blocks; k++)
                 free(rq->keys[k]);
         free(rq->keys);
-        free(rq->ring);
+        if (cfg->shared_buffers && rq->ring)
+            kvs_free_buffer(cfg->client, rq->ring);
+        else
+            free(rq->ring);
         free(rq->got);
         if (rq->cfg) {
             pthread_mutex_destroy(&rq->mu);
@@ -525,6 +535,8 @@ static int lw_parse(struct lw_cmd *lc, int argc, char **argv)
          "simulated compute per layer, in microseconds", .lo = 0, .hi = 1000000},
         {"rounds", 0, KVOPT_COUNT, KVOPT_TO(cfg->rounds), "R", "save/load rounds per request",
          .lo = 1, .hi = 10000},
+        {"shared-buffers", 0, KVOPT_FLAG, KVOPT_TO(cfg->shared_buffers), NULL,
+         "staging rings in kvs_alloc_buffer memory: over shm their values cross memory once"},
         {"phase", 0, KVOPT_ENUM, KVOPT_TO(lc->phases), "P", "what is measured (load needs save)",
          .choices = phase_choices},
         {"mode", 0, KVOPT_ENUM, KVOPT_TO(cfg->mode), "M", "the I/O path",

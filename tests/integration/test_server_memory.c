@@ -8,7 +8,9 @@
  *     and gives the memory back once they are gone;
  *   - the same HELLO flood before AUTH (--auth-file): a far smaller budget;
  *   - PUTs whose values trickle in: each reservation expires after
- *     --put-timeout, is thrown away and counted, its connection closed.
+ *     --put-timeout, is thrown away and counted, its connection closed;
+ *   - --prefault: the whole pool resident at start, only what is touched
+ *     without it.
  *
  * Every flood is bounded in bytes and stops when the server stops taking
  * input; every wait is bounded. The RSS bounds are not checked under a
@@ -435,9 +437,29 @@ static void test_trickled_put_expires(void **state)
     assert_true(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* --prefault: the pool is resident before the first request; without it, only what is touched. */
+static void test_prefault_takes_the_pool_at_start(void **state)
+{
+    (void)state;
+    struct kvt_server lazy, eager;
+    assert_int_equal(kvt_server_start(&lazy, 0, "--memory 64M"), 0);
+    assert_int_equal(kvt_server_start(&eager, 0, "--memory 64M --prefault"), 0);
+    assert_true(rss_of(eager.pid) >= 64 * MIB);
+    if (check_rss()) assert_true(rss_of(lazy.pid) < 32 * MIB); /* a sanitizer's RSS is its own */
+    kvs_client *c = kvs_open(eager.addr);
+    assert_non_null(c);
+    assert_int_equal(kvs_put(c, "pf", "v", 1), 0);
+    char out[4];
+    assert_int_equal(kvs_get(c, "pf", out, sizeof(out)), 1);
+    kvs_close(c);
+    kvt_server_stop(&eager);
+    kvt_server_stop(&lazy);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefault_takes_the_pool_at_start),
         cmocka_unit_test(test_unread_replies_bounded),
         cmocka_unit_test(test_preauth_hello_flood_bounded),
         cmocka_unit_test(test_trickled_put_expires),
