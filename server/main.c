@@ -34,7 +34,7 @@ struct options {
     struct kvs_endpoint rdma_listen; /* host "": no --rdma-listen */
     unsigned rdma_lease_ms;
     int verbose;
-    int prefault; /* --prefault: touch the whole pool at start */
+    int prefault;          /* --prefault: touch the whole pool at start */
     const char *auth_file; /* --auth-file, or NULL */
     const char *unix_path; /* --unix PATH, "none", or NULL: the default (common/local.h) */
     uint64_t shm_max;      /* --shm-max: the largest region a local client may map; 0: none */
