@@ -108,6 +108,36 @@ static void test_same_results_with_and_without_shim(void **state)
     free(plain);
 }
 
+/*
+ * Values in buffers of kvs_alloc_buffer under the shim: its batches carry
+ * them in place over shared memory (client_shm_in_place), every value right.
+ */
+static void test_shared_buffers_batched_in_place(void **state)
+{
+    static const char *const args[] = {"shared", "8", "200", NULL};
+    char stats_env[PATH_MAX + 32], name[256];
+    (void)state;
+    snprintf(stats_env, sizeof(stats_env), "KVBATCH_STATS_FILE=%s", tmp("shared.prom"));
+    const char *const env[] = {preload(), stats_env, "KVBATCH_POLICY=fixed",
+                               "KVBATCH_WINDOW_US=1ms", NULL};
+    assert_int_equal(run(env, tmp("shared.out"), tmp("shared.err"), args), 0);
+    char *text = kvt_slurp(tmp("shared.prom"));
+    double ops = kvt_metric(text, "kvbatch_ops_total{backend=\"kvs\",op=\"put\"}");
+    double batches = kvt_metric(text, "kvbatch_batches_total{backend=\"kvs\",op=\"put\"}");
+    assert_true(ops == 8 * 200);
+    assert_true(batches > 0 && batches < ops);
+    const char *t = getenv("KVSTORE_TRANSPORT");
+    if (!t || !*t || strcmp(t, "auto") == 0) {
+        snprintf(name, sizeof(name),
+                 "kvbatch_transport_total{server=\"%s\",counter=\"shm_in_place\"}", server.addr);
+        double in_place = kvt_metric(text, name);
+        fprintf(stderr, "shared buffers: %.0f puts in %.0f batches, %.0f keys in place\n", ops,
+                batches, in_place);
+        assert_true(in_place >= ops); /* every put (and the gets) from the buffers */
+    }
+    free(text);
+}
+
 static void test_16_threads_batch_and_stats_pass_promtool(void **state)
 {
     static const char *const args[] = {"threads", "16", "400", NULL};
@@ -530,6 +560,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_results_with_and_without_shim),
         cmocka_unit_test(test_16_threads_batch_and_stats_pass_promtool),
+        cmocka_unit_test(test_shared_buffers_batched_in_place),
         cmocka_unit_test(test_small_batch_calls_merged_across_threads),
         cmocka_unit_test(test_stats_count_every_call_once),
         cmocka_unit_test(test_bad_variable_reports_once_and_keeps_its_default),

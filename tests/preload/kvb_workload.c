@@ -4,6 +4,8 @@
  *
  *   kvb_workload SERVERS semantics          every call's result, one per line
  *   kvb_workload SERVERS threads N OPS      N threads put+get their own 4K values
+ *   kvb_workload SERVERS shared N OPS       the same, each thread's values in a buffer of
+ *                                           kvs_alloc_buffer (allocated and freed by it)
  *   kvb_workload SERVERS batches N OPS      N threads, OPS rounds each of a kvs_batch_put of
  *                                           3 keys (every 4th round the second one ""),
  *                                           kvs_batch_get and kvs_batch_exists, checked
@@ -89,35 +91,45 @@ static int semantics(void)
 
 struct worker {
     int id, ops, failures;
+    int shared; /* values in a buffer of kvs_alloc_buffer */
 };
 
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
-    char key[64], val[4096], buf[4096];
+    char key[64], own[2][4096];
+    char *val = own[0], *buf = own[1], *mem = NULL;
+    if (w->shared) {
+        if (kvs_alloc_buffer(client, 2 * 4096, (void **)&mem) < 0) {
+            w->failures++;
+            return NULL;
+        }
+        val = mem;
+        buf = mem + 4096;
+    }
     for (int i = 0; i < w->ops; i++) {
         snprintf(key, sizeof(key), "thr-%d-%d", w->id, i % 64);
-        kvval_fill(val, sizeof(val), key, (unsigned)i);
-        if (kvs_put(client, key, val, sizeof(val)) != 0) w->failures++;
+        kvval_fill(val, 4096, key, (unsigned)i);
+        if (kvs_put(client, key, val, 4096) != 0) w->failures++;
         if (i % 4 == 0) {
             unsigned version;
-            ssize_t n = kvs_get(client, key, buf, sizeof(buf));
-            if (n != (ssize_t)sizeof(buf) || !kvval_check(buf, sizeof(buf), key, &version) ||
-                version != (unsigned)i)
+            ssize_t n = kvs_get(client, key, buf, 4096);
+            if (n != 4096 || !kvval_check(buf, 4096, key, &version) || version != (unsigned)i)
                 w->failures++;
         }
     }
+    if (mem && kvs_free_buffer(client, mem) != 0) w->failures++;
     return NULL;
 }
 
-static int threads(int n, int ops)
+static int threads(int n, int ops, int shared)
 {
     pthread_t t[256];
     struct worker w[256];
     int failures = 0;
     if (n < 1 || n > 256) return 2;
     for (int i = 0; i < n; i++) {
-        w[i] = (struct worker){i, ops, 0};
+        w[i] = (struct worker){i, ops, 0, shared};
         if (pthread_create(&t[i], NULL, worker_main, &w[i])) return 1;
     }
     for (int i = 0; i < n; i++) {
@@ -355,7 +367,9 @@ int main(int argc, char **argv)
     else if (strcmp(argv[2], "batches") == 0 && argc == 5)
         rc = batches(atoi(argv[3]), atoi(argv[4]));
     else if (strcmp(argv[2], "threads") == 0 && argc == 5)
-        rc = threads(atoi(argv[3]), atoi(argv[4]));
+        rc = threads(atoi(argv[3]), atoi(argv[4]), 0);
+    else if (strcmp(argv[2], "shared") == 0 && argc == 5)
+        rc = threads(atoi(argv[3]), atoi(argv[4]), 1);
     else if (strcmp(argv[2], "write") == 0 && argc == 5)
         return write_keys(argv[3], atoi(argv[4]));
     else if (strcmp(argv[2], "read") == 0 && argc == 5)
