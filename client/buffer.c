@@ -45,8 +45,12 @@ static void buffer_release(kvs_client *c, struct kvc_buffer *b)
 
 void kvc_buffers_fini(kvs_client *c)
 {
-    for (size_t i = 0; i < KVS_MAX_SHARED_BUFFERS; i++)
-        if (c->bufs[i].ptr && c->bufs[i].ptr != MAP_FAILED) buffer_release(c, &c->bufs[i]);
+    for (size_t i = 0; i < KVS_MAX_SHARED_BUFFERS; i++) {
+        struct kvc_buffer *b = &c->bufs[i];
+        if (!b->ptr || b->ptr == MAP_FAILED) continue;
+        munmap(b->ptr, b->len);
+        close(b->fd);
+    }
     pthread_mutex_destroy(&c->buf_mu);
 }
 

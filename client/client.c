@@ -22,10 +22,10 @@
 
 static void client_free(kvs_client *c)
 {
-    kvc_buffers_fini(c); /* before the connections go: each unmaps them */
     kvs_auth_wipe(c->cfg.auth_secret, sizeof(c->cfg.auth_secret));
     for (size_t s = 0; s < c->nservers; s++)
         if (c->servers[s].conn) c->servers[s].ops->destroy(c->servers[s].conn);
+    kvc_buffers_fini(c); /* after the connections: kvstored unmapped them as they closed */
     kvc_defer_fini(c);
     kvc_flush_fini(c);
     free(c->server_hashes);

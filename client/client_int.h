@@ -80,7 +80,10 @@ struct kvs_client {
     } bufs[KVS_MAX_SHARED_BUFFERS];
 };
 
-/* buffer.c: at kvs_open, and at kvs_close (frees what the caller left allocated). */
+/*
+ * buffer.c: at kvs_open, and at kvs_close once the connections are gone
+ * (frees what the caller left allocated, with no round trip to unmap).
+ */
 void kvc_buffers_init(kvs_client *c);
 void kvc_buffers_fini(kvs_client *c);
 

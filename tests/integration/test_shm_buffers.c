@@ -7,7 +7,8 @@
  * reconnection; a capacity running past the buffer's end goes through the
  * ring; freed buffers leave no mapping in kvstored, nor do those of a
  * client killed without freeing them; a buffer kvstored refuses (over
- * --shm-max) or a TCP connection still moves every value right; bad calls
+ * --shm-max) or a TCP connection still moves every value right; kvs_close
+ * with buffers mapped does not wait for a stopped kvstored; bad calls
  * get -EINVAL / -ENOMEM; and a raw local peer's SHM_BUF frames of every bad
  * kind are refused, counted, and the connection goes on (or, malformed, is
  * closed). Threads allocating, using and freeing buffers at once: the last
@@ -248,6 +249,33 @@ static void test_client_killed_leaves_no_mapping(void **state)
     assert_int_equal(kvs_get(c, "kill", out, sizeof(out)), VLEN);
     assert_int_equal(kvt_server_counter(c, "pinned_items"), 0);
     kvs_close(c);
+    kvt_server_stop(&s);
+}
+
+/* kvs_close with buffers left while kvstored cannot answer: no round trip to unmap, no wait. */
+static void test_close_does_not_wait_for_a_stopped_server(void **state)
+{
+    (void)state;
+    KVT_SKIP_ON_RDMA("SIGSTOPs a local kvstored");
+    struct kvt_server s;
+    char path[96], url[128];
+    start_local(&s, "stop.sock", NULL, path, sizeof(path), url, sizeof(url));
+    setenv("KVSTORE_TIMEOUT_MS", "3000", 1);
+    kvs_client *c = kvs_open(url);
+    unsetenv("KVSTORE_TIMEOUT_MS");
+    assert_non_null(c);
+    void *b[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(kvs_alloc_buffer(c, 1 << 16, &b[i]), 0);
+    assert_int_equal(kvs_put(c, "stop", b[0], 100), 0); /* connected, buffers mapped */
+    assert_int_equal(buffer_mappings(s.pid), 3);
+    assert_int_equal(kill(s.pid, SIGSTOP), 0);
+    uint64_t t0 = kvs_now_ms();
+    kvs_close(c);
+    uint64_t took = kvs_now_ms() - t0;
+    assert_int_equal(kill(s.pid, SIGCONT), 0);
+    assert_true(took < 1500);
+    assert_int_equal(wait_mappings(s.pid, 0), 0); /* its connection closed: all unmapped */
     kvt_server_stop(&s);
 }
 
@@ -546,6 +574,7 @@ int main(void)
         cmocka_unit_test(test_values_move_in_place),
         cmocka_unit_test(test_allocated_while_connected_and_reconnected),
         cmocka_unit_test(test_client_killed_leaves_no_mapping),
+        cmocka_unit_test(test_close_does_not_wait_for_a_stopped_server),
         cmocka_unit_test(test_refused_or_tcp_still_right),
         cmocka_unit_test(test_bad_calls),
         cmocka_unit_test(test_raw_peer_buffer_frames),
