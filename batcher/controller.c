@@ -377,7 +377,28 @@ static bool confirm_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
     return true;
 }
 
-/* Parked, one more epoch scored: look again if the load moved, probe now and then. */
+/*
+ * The direction of a level the last walk scored that beats the parked
+ * level's reference (by compare's margin), 0 if none does: the walk judged
+ * each level on one epoch, and one lucky epoch of the level it parked on can
+ * have hidden a better one.
+ */
+static int better_seen(const struct kvb_ctl *c)
+{
+    int best = -1;
+    for (unsigned l = 0; l < c->nlevels; l++) {
+        if (l == c->cur || !(c->seen_mask & (1u << l))) continue;
+        if (compare(c, &c->ref, &c->seen[l]) != BETTER) continue;
+        if (best < 0 || lower(c, &c->seen[l], &c->seen[best])) best = (int)l;
+    }
+    return best < 0 ? 0 : best < (int)c->cur ? -1 : 1;
+}
+
+/*
+ * Parked, one more epoch scored: look again if the load moved, probe now and
+ * then - and once, after HOLD_EPOCHS, toward a level the walk saw beat what
+ * the parked level has scored since (better_seen).
+ */
 static bool parked_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
 {
     c->parked++;
@@ -405,9 +426,14 @@ static bool parked_scored(struct kvb_ctl *c, const struct kvb_ctl_score *s)
         c->probe_dir = -dir;
         return walk_from(c, s, dir, KVB_CTL_PROBE);
     }
-    /* Follow slow drift of the parked level's latency (a step change is caught above first). */
+    /* Follow slow drift of the parked level's scores (a step change is caught above first). */
     c->ref.mean_ns = (3 * c->ref.mean_ns + s->mean_ns) / 4;
     c->ref.p99_ns = (3 * c->ref.p99_ns + s->p99_ns) / 4;
+    c->ref.per_op_ns = (3 * c->ref.per_op_ns + s->per_op_ns) / 4;
+    if (c->parked == KVB_CTL_HOLD_EPOCHS) {
+        int dir = better_seen(c);
+        if (dir) return walk_from(c, s, dir, KVB_CTL_PROBE);
+    }
     return false;
 }
 

@@ -38,7 +38,8 @@ struct model {
                        */
     int epochs;
     uint64_t rng;
-    bool flat; /* every level the same: a + c per op (callers whose rate is their own) */
+    bool flat;    /* every level the same: a + c per op (callers whose rate is their own) */
+    double lucky; /* the next epoch only: its latencies times this (0: none) */
 };
 
 static double model_rand(struct model *m) /* uniform [0, 1) */
@@ -98,6 +99,7 @@ static bool epoch(struct kvb_ctl *c, struct model *m, uint64_t *now)
     const struct kvb_ctl_level *l = kvb_ctl_setting(c);
     double f = 1 + m->noise * (2 * model_rand(m) - 1);
     if (m->hiccup_every && ++m->epochs % m->hiccup_every == 0) f *= 3;
+    if (m->lucky > 0) f *= m->lucky, m->lucky = 0;
     double mean = model_mean(m, l) * f, p99 = model_p99(m, l) * f;
     /*
      * 1975 ops around the mean and 25 at the p99: the mean without the
@@ -522,6 +524,34 @@ static void test_hiccups_do_not_move_it(void **state)
 }
 
 /*
+ * The start level's one scored epoch is lucky (0.68 of its latency): below
+ * pass-through's by 10 %, so the walk parks there, on a level a third worse
+ * than pass-through; its next epochs are 47 % slower than that score (not
+ * the 50 % of a load change). Once HOLD_EPOCHS parked epochs have corrected
+ * its score, the level the walk saw beat it is probed, and taken: within
+ * HOLD_EPOCHS + 4 epochs, not at the first timed probe (PROBE_EPOCHS).
+ */
+static void test_lucky_epoch_does_not_trap_it(void **state)
+{
+    struct kvb_ctl c;
+    uint64_t now;
+    struct model m = {8, 10000, 5000, 8, 0, 0, 0, 88172645463325252ull, false, 0};
+    (void)state;
+    init(&c, 0, &now);
+    assert_int_equal(model_best(&m, &c, 0), 0);
+    assert_true(model_mean(&m, &c.level[1]) > 1.3 * model_mean(&m, &c.level[0]));
+    epoch(&c, &m, &now); /* warm-up */
+    m.lucky = 0.68;
+    epoch(&c, &m, &now); /* the start level scored, lucky: the walk begins */
+    int n = 0;
+    while (n < KVB_CTL_HOLD_EPOCHS + 4 && !(c.cur == 0 && c.state == 4))
+        epoch(&c, &m, &now), n++;
+    assert_int_equal(c.cur, 0);
+    assert_true(n < KVB_CTL_PROBE_EPOCHS);
+    assert_true(epochs_at(&c, &m, &now, 100, 0, 0) >= 95);
+}
+
+/*
  * Trying a level that is plainly worse costs EPOCH_OPS ops, not an epoch:
  * 256 callers, the first step (half the batches in flight) doubles the
  * latency; fed op by op at epoch()'s rate, the walk moves on after EARLY_OPS of them.
@@ -690,6 +720,7 @@ int main(void)
         cmocka_unit_test(test_noise_does_not_oscillate_without_bound),
         cmocka_unit_test(test_hiccups_do_not_move_it),
         cmocka_unit_test(test_plainly_worse_level_is_left_at_once),
+        cmocka_unit_test(test_lucky_epoch_does_not_trap_it),
         cmocka_unit_test(test_short_run_decides_on_time),
         cmocka_unit_test(test_thin_noisy_epochs_hold),
         cmocka_unit_test(test_idle_changes_nothing),
