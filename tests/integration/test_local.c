@@ -35,16 +35,13 @@ static char dir[64];
 static int group_setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvs-local.XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return kvt_private_dir(dir, sizeof(dir), "local");
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return kvt_remove_dir(dir);
 }
 
 /* A client on servers (under KVSTORE_TRANSPORT=transport, NULL: unset); puts and gets one key. */
@@ -172,22 +169,6 @@ static void test_restart_and_kill_mid_batch(void **state)
     kvt_server_stop(&s);
 }
 
-/* A raw connection to the Unix socket at path. */
-static int raw_local(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    struct sockaddr_un un = {.sun_family = AF_UNIX};
-    snprintf(un.sun_path, sizeof(un.sun_path), "%s", path);
-    if (connect(fd, (struct sockaddr *)&un, sizeof(un)) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 static void test_raw_bad_frame(void **state)
 {
     (void)state;
@@ -200,7 +181,7 @@ static void test_raw_bad_frame(void **state)
     snprintf(url, sizeof(url), "unix://%s", path);
     kvs_client *c = open_and_use(url, NULL);
     long long before = kvt_server_counter(c, "errors_protocol");
-    int fd = raw_local(path);
+    int fd = kvt_raw_local(path);
     assert_true(fd >= 0);
     uint8_t bad[KVS_WIRE_HDR_LEN];
     memset(bad, 0xee, sizeof(bad)); /* no such magic or opcode */
@@ -261,7 +242,7 @@ static void test_other_uid_refused(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         if (setgid(nobody->pw_gid) < 0 || setuid(nobody->pw_uid) < 0) _exit(2);
-        int fd = raw_local(path);
+        int fd = kvt_raw_local(path);
         if (fd < 0) _exit(3);
         struct kvt_reqbuf b = {0};
         kvt_req_get(&b, 1, "k", 8);

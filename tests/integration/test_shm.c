@@ -44,67 +44,21 @@ static char dir[64];
 static int group_setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvs-shm.XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return kvt_private_dir(dir, sizeof(dir), "shm");
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return kvt_remove_dir(dir);
 }
 
 /* kvstored with its local socket at dir/name (and extra arguments); url gets unix://PATH. */
 static void start_local(struct kvt_server *s, const char *name, const char *extra, char *path,
                         size_t plen, char *url, size_t ulen)
 {
-    char args[256];
-    snprintf(path, plen, "%s/%s", dir, name);
-    snprintf(args, sizeof(args), "--memory 64M --unix %s %s", path, extra ? extra : "");
-    assert_int_equal(kvt_server_start(s, 0, args), 0);
+    assert_int_equal(kvt_server_start_local(s, dir, name, extra, path, plen), 0);
     snprintf(url, ulen, "unix://%s", path);
-}
-
-/* A raw connection to the Unix socket at path, every wait bounded. */
-static int raw_local(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    struct sockaddr_un un = {.sun_family = AF_UNIX};
-    snprintf(un.sun_path, sizeof(un.sun_path), "%s", path);
-    if (connect(fd, (struct sockaddr *)&un, sizeof(un)) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* Reads one reply: its header into *h, its body into body (cap bytes at most, asserted). */
-static void read_reply(int fd, struct kvs_wire_hdr *h, uint8_t *body, size_t cap)
-{
-    uint8_t raw[KVS_WIRE_HDR_LEN];
-    assert_int_equal(kvt_raw_recv_all(fd, raw, sizeof(raw)), 0);
-    assert_int_equal(kvs_wire_hdr_decode(raw, h, (uint32_t)cap), 0);
-    assert_int_equal(kvt_raw_recv_all(fd, body, h->body_len), 0);
-}
-
-/* HELLO on a raw connection; returns the features. */
-static uint32_t raw_hello(int fd)
-{
-    uint8_t out[KVS_WIRE_HDR_LEN], body[256];
-    struct kvs_wire_hdr h = {.opcode = KVS_OP_HELLO, .id = 1};
-    kvs_wire_hdr_encode(out, &h);
-    kvt_raw_send_all(fd, out, sizeof(out));
-    read_reply(fd, &h, body, sizeof(body));
-    assert_int_equal(h.opcode, KVS_OP_HELLO | KVS_OP_REPLY);
-    struct kvs_wire_hello hello;
-    assert_int_equal(kvs_wire_hello_decode(body, KVS_WIRE_HELLO_LEN, &hello), 0);
-    return hello.features;
 }
 
 /*
@@ -116,24 +70,8 @@ static int raw_map(int fd, int passfd, uint64_t size)
     uint8_t out[KVS_WIRE_SHM_MAP_FRAME_LEN], body[256] = {0};
     struct kvs_wire_hdr h = {0};
     kvs_wire_shm_map_encode(out, 7, size);
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof(ctl));
-    struct iovec iov = {.iov_base = out, .iov_len = sizeof(out)};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (passfd >= 0) {
-        msg.msg_control = ctl.buf;
-        msg.msg_controllen = sizeof(ctl.buf);
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &passfd, sizeof(int));
-    }
-    assert_int_equal(sendmsg(fd, &msg, MSG_NOSIGNAL), (ssize_t)sizeof(out));
-    read_reply(fd, &h, body, sizeof(body));
+    kvt_raw_send_fd(fd, out, sizeof(out), passfd);
+    kvt_raw_read_reply(fd, &h, body, sizeof(body));
     assert_int_equal(h.id, 7);
     if (h.opcode == (KVS_OP_SHM_MAP | KVS_OP_REPLY)) {
         assert_int_equal(h.body_len, 0);
@@ -171,7 +109,7 @@ static void read_statuses(int fd, uint8_t opcode, uint32_t n, int32_t *st, uint3
 {
     uint8_t body[4096];
     struct kvs_wire_hdr h;
-    read_reply(fd, &h, body, sizeof(body));
+    kvt_raw_read_reply(fd, &h, body, sizeof(body));
     assert_int_equal(h.opcode, opcode | KVS_OP_REPLY);
     assert_int_equal(h.count, n);
     assert_int_equal(h.body_len, n * KVS_WIRE_STATUS_LEN);
@@ -291,9 +229,9 @@ static void test_wrong_descriptors_refused(void **state)
     assert_int_equal(kvs_put(c, "other", "value", 5), 0);
     long long refused = kvt_server_counter(c, "shm_refused");
 
-    int fd = raw_local(path);
+    int fd = kvt_raw_local(path);
     assert_true(fd >= 0);
-    assert_true(raw_hello(fd) & KVS_FEAT_SHM);
+    assert_true(kvt_raw_hello(fd) & KVS_FEAT_SHM);
     int p[2];
     assert_int_equal(pipe(p), 0);
     int sp[2];
@@ -349,10 +287,10 @@ static void test_wrong_descriptors_refused(void **state)
     kvt_raw_send_all(fd, b.p, b.len);
     uint8_t body[256];
     struct kvs_wire_hdr h;
-    read_reply(fd, &h, body, sizeof(body));
+    kvt_raw_read_reply(fd, &h, body, sizeof(body));
     assert_int_equal(h.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
     assert_int_equal((int32_t)kvs_get_u32(body), -ENOTSUP);
-    assert_true(raw_hello(fd) & KVS_FEAT_SHM);
+    assert_true(kvt_raw_hello(fd) & KVS_FEAT_SHM);
     /* The good one maps; a second region on the same connection does not. */
     assert_int_equal(raw_map(fd, good, REGION), 0);
     assert_int_equal(raw_map(fd, good, REGION), -EBUSY);
@@ -364,9 +302,9 @@ static void test_wrong_descriptors_refused(void **state)
 
     /* Over TCP, SHM_MAP is not served (no descriptor can come) and the connection goes on. */
     fd = kvt_raw_connect(s.port, 5);
-    assert_false(raw_hello(fd) & KVS_FEAT_SHM);
+    assert_false(kvt_raw_hello(fd) & KVS_FEAT_SHM);
     assert_int_equal(raw_map(fd, -1, REGION), -ENOTSUP);
-    raw_hello(fd);
+    kvt_raw_hello(fd);
     close(fd);
 
     int fds[] = {p[0],       p[1],       sp[0],   sp[1], dirfd, diskfd, unsealed,
@@ -388,9 +326,9 @@ static void test_bad_offsets_refused(void **state)
     assert_non_null(c);
     assert_int_equal(kvs_put(c, "other", "value", 5), 0);
 
-    int fd = raw_local(path);
+    int fd = kvt_raw_local(path);
     assert_true(fd >= 0);
-    raw_hello(fd);
+    kvt_raw_hello(fd);
     int mfd = make_memfd(REGION, GOOD_SEALS);
     uint8_t *region = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
     assert_true(region != MAP_FAILED);
@@ -464,7 +402,7 @@ static void test_bad_offsets_refused(void **state)
     kvt_req_end(&b);
     kvt_raw_send_all(fd, b.p, b.len);
     struct kvs_wire_hdr h;
-    read_reply(fd, &h, (uint8_t *)buf, sizeof(buf));
+    kvt_raw_read_reply(fd, &h, (uint8_t *)buf, sizeof(buf));
     assert_int_equal(h.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
     assert_int_equal((int32_t)kvs_get_u32((uint8_t *)buf), -EBADMSG);
     assert_true(recv(fd, buf, sizeof(buf), 0) <= 0);
@@ -480,14 +418,8 @@ static void test_bad_offsets_refused(void **state)
 /* Mappings of a client's region in process pid (its /proc/PID/maps lines naming the memfd). */
 static int region_mappings(pid_t pid)
 {
-    char name[64], line[512];
-    snprintf(name, sizeof(name), "/proc/%d/maps", (int)pid);
-    FILE *f = fopen(name, "r");
-    assert_non_null(f);
-    int n = 0;
-    while (fgets(line, sizeof(line), f))
-        n += strstr(line, "memfd:kvstore-shm") != NULL;
-    fclose(f);
+    int n = kvt_memfd_mappings(pid, "kvstore-shm");
+    assert_true(n >= 0);
     return n;
 }
 
@@ -695,7 +627,7 @@ static void test_other_uid_reaches_nothing(void **state)
             if (opendir(fdn) != NULL) _exit(5);
         }
         /* The socket: closed unanswered (SO_PEERCRED). */
-        int fd = raw_local(path);
+        int fd = kvt_raw_local(path);
         if (fd < 0) _exit(6);
         struct kvt_reqbuf b = {0};
         kvt_req_get(&b, 1, "secret", 8);

@@ -45,40 +45,28 @@ static char dir[64];
 static int group_setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/kvs-shmbuf.XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return kvt_private_dir(dir, sizeof(dir), "shmbuf");
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return kvt_remove_dir(dir);
 }
 
 /* kvstored with its local socket at dir/name; url gets shm://PATH. */
 static void start_local(struct kvt_server *s, const char *name, const char *extra, char *path,
                         size_t plen, char *url, size_t ulen)
 {
-    char args[256];
-    snprintf(path, plen, "%s/%s", dir, name);
-    snprintf(args, sizeof(args), "--memory 64M --unix %s %s", path, extra ? extra : "");
-    assert_int_equal(kvt_server_start(s, 0, args), 0);
+    assert_int_equal(kvt_server_start_local(s, dir, name, extra, path, plen), 0);
     snprintf(url, ulen, "shm://%s", path);
 }
 
 /* kvstored's mappings of client buffers (its /proc/PID/maps lines naming their memfd). */
 static int buffer_mappings(pid_t pid)
 {
-    char name[64], line[512];
-    snprintf(name, sizeof(name), "/proc/%d/maps", (int)pid);
-    FILE *f = fopen(name, "r");
-    assert_non_null(f);
-    int n = 0;
-    while (fgets(line, sizeof(line), f))
-        n += strstr(line, "memfd:kvstore-buffer") != NULL;
-    fclose(f);
+    int n = kvt_memfd_mappings(pid, "kvstore-buffer");
+    assert_true(n >= 0);
     return n;
 }
 
@@ -350,47 +338,13 @@ static void test_bad_calls(void **state)
 
 /* ---- a raw local peer ---- */
 
-static int raw_local(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    struct sockaddr_un un = {.sun_family = AF_UNIX};
-    snprintf(un.sun_path, sizeof(un.sun_path), "%s", path);
-    assert_int_equal(connect(fd, (struct sockaddr *)&un, sizeof(un)), 0);
-    return fd;
-}
-
-static void read_reply(int fd, struct kvs_wire_hdr *h, uint8_t *body, size_t cap)
-{
-    uint8_t raw[KVS_WIRE_HDR_LEN] = {0}; /* zeroed: the analyzer cannot see recv fill it */
-    assert_int_equal(kvt_raw_recv_all(fd, raw, sizeof(raw)), 0);
-    assert_int_equal(kvs_wire_hdr_decode(raw, h, (uint32_t)cap), 0);
-    assert_int_equal(kvt_raw_recv_all(fd, body, h->body_len), 0);
-}
-
 /* Sends frame out[0..len) with passfd (-1: none) and reads the answer: 0 or the ERROR status. */
 static int raw_send_map(int fd, const uint8_t *out, size_t len, int passfd, uint64_t id)
 {
-    _Alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
-    memset(ctl, 0, sizeof(ctl));
-    struct iovec iov = {.iov_base = (void *)out, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (passfd >= 0) {
-        msg.msg_control = ctl;
-        msg.msg_controllen = sizeof(ctl);
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &passfd, sizeof(int));
-    }
-    assert_int_equal(sendmsg(fd, &msg, MSG_NOSIGNAL), (ssize_t)len);
+    kvt_raw_send_fd(fd, out, len, passfd);
     uint8_t body[256] = {0};
     struct kvs_wire_hdr h;
-    read_reply(fd, &h, body, sizeof(body));
+    kvt_raw_read_reply(fd, &h, body, sizeof(body));
     assert_int_equal(h.id, id);
     if (h.opcode == (out[5] | KVS_OP_REPLY)) return 0;
     assert_int_equal(h.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
@@ -427,12 +381,11 @@ static void test_raw_peer_buffer_frames(void **state)
     kvval_fill(val, sizeof(val), "rk", 5);
     assert_int_equal(kvs_put(c, "rk", val, sizeof(val)), 0);
 
-    int fd = raw_local(path);
-    uint8_t hello[KVS_WIRE_HDR_LEN], body[256] = {0};
-    struct kvs_wire_hdr h = {.opcode = KVS_OP_HELLO, .id = 1};
-    kvs_wire_hdr_encode(hello, &h);
-    kvt_raw_send_all(fd, hello, sizeof(hello));
-    read_reply(fd, &h, body, sizeof(body));
+    int fd = kvt_raw_local(path);
+    assert_true(fd >= 0);
+    uint8_t body[256] = {0};
+    struct kvs_wire_hdr h;
+    kvt_raw_hello(fd);
     long long refused = kvt_server_counter(c, "shm_refused");
 
     int m = sealed_memfd("kvstore-buffer", 1 << 20);
@@ -473,7 +426,7 @@ static void test_raw_peer_buffer_frames(void **state)
     kvt_reqbuf_put(&b, t, sizeof(t));
     kvt_req_end(&b);
     kvt_raw_send_all(fd, b.p, b.len);
-    read_reply(fd, &h, body, sizeof(body));
+    kvt_raw_read_reply(fd, &h, body, sizeof(body));
     assert_int_equal(h.opcode, KVS_OP_SHM_GET | KVS_OP_REPLY);
     assert_int_equal(h.count, 3);
     assert_int_equal((int32_t)kvs_get_u32(body), 0);
@@ -484,7 +437,7 @@ static void test_raw_peer_buffer_frames(void **state)
     /* Unmapped (size 0, no descriptor): entries naming it fail from then on. */
     assert_int_equal(raw_buf(fd, 2, 0, -1), 0);
     kvt_raw_send_all(fd, b.p, b.len);
-    read_reply(fd, &h, body, sizeof(body));
+    kvt_raw_read_reply(fd, &h, body, sizeof(body));
     assert_int_equal((int32_t)kvs_get_u32(body), -EINVAL);
     assert_int_equal(wait_mappings(s.pid, 0), 0);
 
@@ -494,7 +447,7 @@ static void test_raw_peer_buffer_frames(void **state)
     kvs_wire_shm_buf_encode(bad, 60, 1, 1 << 20);
     kvs_put_u32(bad + KVS_WIRE_HDR_LEN + 8, 0);
     kvt_raw_send_all(fd, bad, sizeof(bad));
-    read_reply(fd, &h, body, sizeof(body));
+    kvt_raw_read_reply(fd, &h, body, sizeof(body));
     assert_int_equal(h.opcode, KVS_OP_ERROR | KVS_OP_REPLY);
     assert_int_equal((int32_t)kvs_get_u32(body), -EBADMSG);
     assert_true(recv(fd, body, sizeof(body), 0) <= 0);

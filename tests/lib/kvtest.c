@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -251,4 +252,40 @@ char *kvt_capture_end(struct kvt_capture *cap)
     text[n > 0 ? n : 0] = '\0';
     fputs(text, stderr);
     return strdup(text);
+}
+
+int kvt_private_dir(char *dir, size_t len, const char *tag)
+{
+    if (snprintf(dir, len, "/tmp/kvs-%s.XXXXXX", tag) >= (int)len) return -1;
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+int kvt_remove_dir(const char *dir)
+{
+    char cmd[PATH_MAX + 16];
+    if (!dir[0] || snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir) >= (int)sizeof(cmd)) return -1;
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int kvt_server_start_local(struct kvt_server *s, const char *dir, const char *name,
+                           const char *extra_args, char *path, size_t plen)
+{
+    char args[512];
+    if (snprintf(path, plen, "%s/%s", dir, name) >= (int)plen) return -1;
+    snprintf(args, sizeof(args), "--memory 64M --unix %s %s", path, extra_args ? extra_args : "");
+    return kvt_server_start(s, 0, args);
+}
+
+int kvt_memfd_mappings(pid_t pid, const char *name)
+{
+    char file[64], line[512], want[96];
+    snprintf(file, sizeof(file), "/proc/%d/maps", (int)pid);
+    snprintf(want, sizeof(want), "memfd:%s", name);
+    FILE *f = fopen(file, "r");
+    if (!f) return -1;
+    int n = 0;
+    while (fgets(line, sizeof(line), f))
+        n += strstr(line, want) != NULL;
+    fclose(f);
+    return n;
 }

@@ -78,6 +78,19 @@ void kvt_client_teardown(struct kvt_client_fixture *f);
 /* A counter from kvs_server_stats' "name value" lines, or -1 if absent or unreadable. */
 long long kvt_server_counter(kvs_client *c, const char *name);
 
+/* A new private directory /tmp/kvs-TAG.XXXXXX in dir (len >= 64): 0, or -1. */
+int kvt_private_dir(char *dir, size_t len, const char *tag);
+/* Removes dir and everything in it: 0, or -1. */
+int kvt_remove_dir(const char *dir);
+/*
+ * kvstored (as kvt_server_start, with extra_args) with its local socket at
+ * dir/name, whose path goes to path: 0, or -1 with nothing left running.
+ */
+int kvt_server_start_local(struct kvt_server *s, const char *dir, const char *name,
+                           const char *extra_args, char *path, size_t plen);
+/* Lines of /proc/PID/maps naming the memfd "name" (its mappings in pid), or -1. */
+int kvt_memfd_mappings(pid_t pid, const char *name);
+
 /* stderr sent to a temporary file, to read what a library warned. */
 struct kvt_capture {
     int saved; /* the real stderr */

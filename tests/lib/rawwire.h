@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "wire.h"
 
@@ -136,6 +138,67 @@ static inline int kvt_raw_recv_all(int fd, void *p, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+/* ---- kvstored's local socket (Unix domain; shared memory) ---- */
+
+/* A raw connection to the Unix socket at path, every wait bounded; -1 if none listens. */
+static inline int kvt_raw_local(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    snprintf(un.sun_path, sizeof(un.sun_path), "%s", path);
+    if (connect(fd, (struct sockaddr *)&un, sizeof(un)) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Reads one reply: its header into *h, its body into body (cap bytes at most, asserted). */
+static inline void kvt_raw_read_reply(int fd, struct kvs_wire_hdr *h, uint8_t *body, size_t cap)
+{
+    uint8_t raw[KVS_WIRE_HDR_LEN] = {0}; /* zeroed: the analyzer cannot see recv fill it */
+    assert_int_equal(kvt_raw_recv_all(fd, raw, sizeof(raw)), 0);
+    assert_int_equal(kvs_wire_hdr_decode(raw, h, (uint32_t)cap), 0);
+    assert_int_equal(kvt_raw_recv_all(fd, body, h->body_len), 0);
+}
+
+/* Sends p[0..len) in one sendmsg, with descriptor passfd attached (-1: none). */
+static inline void kvt_raw_send_fd(int fd, const void *p, size_t len, int passfd)
+{
+    _Alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
+    memset(ctl, 0, sizeof(ctl));
+    struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (passfd >= 0) {
+        msg.msg_control = ctl;
+        msg.msg_controllen = sizeof(ctl);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &passfd, sizeof(int));
+    }
+    assert_int_equal(sendmsg(fd, &msg, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+/* HELLO on a raw connection; returns the features the server announced. */
+static inline uint32_t kvt_raw_hello(int fd)
+{
+    uint8_t out[KVS_WIRE_HDR_LEN], body[256] = {0};
+    struct kvs_wire_hdr h = {.opcode = KVS_OP_HELLO, .id = 1};
+    kvs_wire_hdr_encode(out, &h);
+    kvt_raw_send_all(fd, out, sizeof(out));
+    kvt_raw_read_reply(fd, &h, body, sizeof(body));
+    assert_int_equal(h.opcode, KVS_OP_HELLO | KVS_OP_REPLY);
+    struct kvs_wire_hello hello;
+    assert_int_equal(kvs_wire_hello_decode(body, KVS_WIRE_HELLO_LEN, &hello), 0);
+    return hello.features;
 }
 
 #endif
