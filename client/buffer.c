@@ -10,8 +10,9 @@
  */
 #include "client_int.h"
 
+#include "memfd.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -54,26 +55,6 @@ void kvc_buffers_fini(kvs_client *c)
     pthread_mutex_destroy(&c->buf_mu);
 }
 
-/* A sealed memfd of len bytes, mapped: 0 with *fd and *ptr, or -ENOMEM. */
-static int buffer_map(size_t len, int *fd, void **ptr)
-{
-    int f = memfd_create("kvstore-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (f < 0) return -ENOMEM;
-    if (ftruncate(f, (off_t)len) < 0 ||
-        fcntl(f, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
-        close(f);
-        return -ENOMEM;
-    }
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
-    if (p == MAP_FAILED) {
-        close(f);
-        return -ENOMEM;
-    }
-    *fd = f;
-    *ptr = p;
-    return 0;
-}
-
 int kvs_alloc_buffer(kvs_client *c, size_t len, void **out)
 {
     if (out) *out = NULL;
@@ -94,7 +75,8 @@ int kvs_alloc_buffer(kvs_client *c, size_t len, void **out)
     if (!slot) return -ENOMEM;
 
     struct kvc_buffer b = {.len = size, .fd = -1};
-    int rc = buffer_map(size, &b.fd, &b.ptr);
+    /* Any failure to make the memory is the API's -ENOMEM. */
+    int rc = kvs_memfd_map("kvstore-buffer", size, &b.fd, &b.ptr) < 0 ? -ENOMEM : 0;
     for (size_t s = 0; rc == 0 && s < c->nservers; s++) {
         struct server_link *sv = &c->servers[s];
         if (sv->ops->share_mem) rc = sv->ops->share_mem(sv->conn, b.ptr, size, b.fd);

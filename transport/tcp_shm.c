@@ -34,6 +34,8 @@
  */
 #include "tcp_int.h"
 
+#include "memfd.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -89,31 +91,25 @@ void tcp_shm_unref(struct tcp_shm *r)
     if (r && atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) shm_free(r);
 }
 
-/* A new region of size bytes: a sealed memfd, mapped; *memfd gets its descriptor. */
-static struct tcp_shm *shm_create(uint64_t size, int *memfd)
+/* A new region of size bytes (kvs_memfd_map); *memfd gets its descriptor. 0 or a negative errno. */
+static int shm_create(uint64_t size, int *memfd, struct tcp_shm **out)
 {
     struct tcp_shm *r = calloc(1, sizeof(*r));
-    if (!r) return NULL;
-    int fd = memfd_create("kvstore-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0) goto fail;
-    if (ftruncate(fd, (off_t)size) < 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
-        goto fail_fd;
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) goto fail_fd;
+    if (!r) return -ENOMEM;
+    void *p;
+    int rc = kvs_memfd_map("kvstore-shm", size, memfd, &p);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
     /* A forked child must not write into its parent's region (tcp_fork_child forgets it). */
     (void)madvise(p, size, MADV_DONTFORK);
     r->base = p;
     r->size = size;
     atomic_init(&r->refs, 1);
     pthread_mutex_init(&r->mu, NULL);
-    *memfd = fd;
-    return r;
-fail_fd:
-    close(fd);
-fail:
-    free(r);
-    return NULL;
+    *out = r;
+    return 0;
 }
 
 /*
@@ -150,12 +146,13 @@ int tcp_shm_attach(struct tcp_conn *c, int sock, uint64_t deadline, struct tcp_s
     *out = NULL;
     if (c->cfg.shm_size == 0) return 0;
     int memfd = -1;
-    struct tcp_shm *r = shm_create(c->cfg.shm_size, &memfd);
-    if (!r) {
+    struct tcp_shm *r;
+    int err = shm_create(c->cfg.shm_size, &memfd, &r);
+    if (err < 0) {
         kvs_log(KVS_LOG_WARN,
                 "tcp %s: cannot make a shared region of %llu bytes (%s); values go "
                 "through the socket",
-                c->ep.name, (unsigned long long)c->cfg.shm_size, strerror(errno));
+                c->ep.name, (unsigned long long)c->cfg.shm_size, strerror(-err));
         return 0;
     }
     uint8_t frame[KVS_WIRE_SHM_MAP_FRAME_LEN];
