@@ -16,13 +16,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/*
- * The smallest region kvstored maps (server/shm.h KVSD_SHM_MIN), so that a
- * small buffer is still shared; the largest a buffer may be (KVSTORE_SHM_SIZE's).
- */
-#define BUFFER_MIN (64u * 1024)
-#define BUFFER_MAX (16ull << 30)
-
 void kvc_buffers_init(kvs_client *c)
 {
     pthread_mutex_init(&c->buf_mu, NULL);
@@ -58,11 +51,11 @@ void kvc_buffers_fini(kvs_client *c)
 int kvs_alloc_buffer(kvs_client *c, size_t len, void **out)
 {
     if (out) *out = NULL;
-    if (!c || !out || len == 0 || len > BUFFER_MAX) return -EINVAL;
+    if (!c || !out || len == 0 || len > KVC_SHM_MAX) return -EINVAL;
     long page = sysconf(_SC_PAGESIZE);
     size_t p = page > 0 ? (size_t)page : 4096;
     size_t size = (len + p - 1) / p * p;
-    if (size < BUFFER_MIN) size = BUFFER_MIN;
+    if (size < KVS_WIRE_SHM_MIN) size = KVS_WIRE_SHM_MIN; /* still one kvstored maps */
 
     /* The slot is claimed under buf_mu, the rest done without it: sharing waits for kvstored,
      * and a callback on the connection's reader thread may call in here meanwhile. */

@@ -80,6 +80,9 @@ struct kvs_client {
     } bufs[KVS_MAX_SHARED_BUFFERS];
 };
 
+/* The largest region of shared memory a client makes: a ring (KVSTORE_SHM_SIZE) or a buffer. */
+#define KVC_SHM_MAX (16ull << 30)
+
 /*
  * buffer.c: at kvs_open, and at kvs_close once the connections are gone
  * (frees what the caller left allocated, with no round trip to unmap).

@@ -19,8 +19,7 @@
 #define DEFAULT_TIMEOUT_MS 10000
 #define MAX_CONNECT_MS     5000
 #define DEFAULT_SHM_SIZE   (32ull << 20)
-#define MAX_SHM_SIZE       (16ull << 30)
-#define SHM_ALIGN          (64ull << 10)
+#define SHM_ALIGN          KVS_WIRE_SHM_MIN /* and the smallest ring */
 
 /* An environment variable holding milliseconds in [1, max], else def (with a warning). */
 static int env_ms(const char *name, int def, int max)
@@ -45,7 +44,7 @@ static uint64_t env_shm_size(void)
     const char *v = getenv("KVSTORE_SHM_SIZE");
     if (!v || !*v) return DEFAULT_SHM_SIZE;
     uint64_t n;
-    if (kvs_parse_size(v, &n) < 0 || (n != 0 && (n < SHM_ALIGN || n > MAX_SHM_SIZE))) {
+    if (kvs_parse_size(v, &n) < 0 || (n != 0 && (n < SHM_ALIGN || n > KVC_SHM_MAX))) {
         kvs_log(KVS_LOG_WARN, "KVSTORE_SHM_SIZE=%s is not 0 or a size of 64KiB..16GiB; using %llu",
                 v, (unsigned long long)DEFAULT_SHM_SIZE);
         return DEFAULT_SHM_SIZE;

@@ -12,7 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KVSD_SHM_MIN (64u * 1024) /* the smallest region accepted */
+#include "wire.h"
+
+#define KVSD_SHM_MIN KVS_WIRE_SHM_MIN /* the smallest region accepted */
 
 struct kvsd_shm {
     uint8_t *base; /* NULL: none mapped */

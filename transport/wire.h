@@ -165,16 +165,17 @@ struct kvs_wire_status {
  * 0 (LEASE's -ERANGE: the value's length).
  */
 #define KVS_WIRE_SLOT_LEN      24
-#define KVS_WIRE_TOKEN_LEN     8          /* COMMIT / RELEASE entry: u32 token | u32 flags */
-#define KVS_WIRE_TOKEN_NONE    UINT32_MAX /* the token of a failed slot */
-#define KVS_WIRE_TOKEN_COMMIT  1u         /* COMMIT entry flags: link the item (0: abort it) */
-#define KVS_WIRE_PULL_SRC_LEN  12         /* PULL: u64 addr | u32 rkey after each key */
-#define KVS_WIRE_PULL_MAX_KEYS 256        /* keys per PULL message */
-#define KVS_WIRE_PUSH_DST_LEN  12         /* PUSH: u64 addr | u32 rkey after each key */
-#define KVS_WIRE_PUSH_MAX_KEYS 256        /* keys per PUSH message */
-#define KVS_WIRE_SHM_MAP_LEN   8          /* SHM_MAP request body: u64 region size */
-#define KVS_WIRE_SHM_BUF_LEN   16         /* SHM_BUF request body: u64 size | u32 region | u32 0 */
-#define KVS_WIRE_SHM_BUFFERS   64         /* buffer regions per connection: numbers 1..64 */
+#define KVS_WIRE_TOKEN_LEN     8           /* COMMIT / RELEASE entry: u32 token | u32 flags */
+#define KVS_WIRE_TOKEN_NONE    UINT32_MAX  /* the token of a failed slot */
+#define KVS_WIRE_TOKEN_COMMIT  1u          /* COMMIT entry flags: link the item (0: abort it) */
+#define KVS_WIRE_PULL_SRC_LEN  12          /* PULL: u64 addr | u32 rkey after each key */
+#define KVS_WIRE_PULL_MAX_KEYS 256         /* keys per PULL message */
+#define KVS_WIRE_PUSH_DST_LEN  12          /* PUSH: u64 addr | u32 rkey after each key */
+#define KVS_WIRE_PUSH_MAX_KEYS 256         /* keys per PUSH message */
+#define KVS_WIRE_SHM_MAP_LEN   8           /* SHM_MAP request body: u64 region size */
+#define KVS_WIRE_SHM_BUF_LEN   16          /* SHM_BUF request body: u64 size | u32 region | u32 0 */
+#define KVS_WIRE_SHM_BUFFERS   64          /* buffer regions per connection: numbers 1..64 */
+#define KVS_WIRE_SHM_MIN       (64u << 10) /* the smallest region (ring or buffer) kvstored maps */
 struct kvs_wire_slot {
     int32_t status;
     uint32_t token;
