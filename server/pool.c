@@ -132,7 +132,8 @@ int kvsd_pool_prefault(struct kvsd_pool *p)
     if (madvise(p->base, p->size, MADV_POPULATE_WRITE) == 0) return 0;
     if (errno != EINVAL) return -ENOMEM; /* EINVAL: a kernel before 5.14 */
     long page = sysconf(_SC_PAGESIZE);
-    for (size_t off = 0; off<p->size; off += page> 0 ? (size_t)page : 4096)
+    size_t step = page > 0 ? (size_t)page : 4096;
+    for (size_t off = 0; off < p->size; off += step)
         ((volatile uint8_t *)p->base)[off] = 0;
     return 0;
 }

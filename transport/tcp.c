@@ -271,12 +271,12 @@ static int tcp_share_mem(struct kvs_conn *conn, void *ptr, size_t len, int fd)
     uint32_t n = 1;
     while (n <= KVS_WIRE_SHM_BUFFERS && c->bufs[n - 1].base)
         n++;
-    if (n <= KVS_WIRE_SHM_BUFFERS)
-        c->bufs[n - 1] = (struct tcp_buf){.base = ptr, .size = len, .fd = fd};
+    bool full = n > KVS_WIRE_SHM_BUFFERS;
+    if (!full) c->bufs[n - 1] = (struct tcp_buf){.base = ptr, .size = len, .fd = fd};
     pthread_mutex_unlock(&c->mu);
-    int rc = n > KVS_WIRE_SHM_BUFFERS ? -ENOMEM : reader ? 0 : buf_update(c, n, true);
+    int rc = full || reader ? 0 : buf_update(c, n, true);
     if (!reader) pthread_mutex_unlock(&c->connect_mu);
-    if (rc == -ENOMEM && n > KVS_WIRE_SHM_BUFFERS) return rc;
+    if (full) return -ENOMEM;
     if (rc < 0)
         kvs_log(KVS_LOG_WARN,
                 "tcp %s: buffer region not mapped (%s); its values go through the ring", c->ep.name,

@@ -266,8 +266,6 @@ int tcp_shm_buf_job_new(struct tcp_conn *c, struct kvs_req *req, uint32_t region
                         struct tcp_job **job);
 /* Buffer region n is mapped (or no longer) on r's connection: keys in it go in place (or not). */
 void tcp_shm_buf_mapped(struct tcp_shm *r, uint32_t region, const struct tcp_buf *b, bool mapped);
-/* True when region n is mapped on r's connection. */
-bool tcp_shm_buf_is_mapped(const struct tcp_shm *r, uint32_t region);
 
 /* ---- tcp_send.c ---- */
 

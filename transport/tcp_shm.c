@@ -199,11 +199,6 @@ void tcp_shm_buf_mapped(struct tcp_shm *r, uint32_t region, const struct tcp_buf
     }
 }
 
-bool tcp_shm_buf_is_mapped(const struct tcp_shm *r, uint32_t region)
-{
-    return r && (atomic_load(&r->buf_mask) >> (region - 1) & 1);
-}
-
 /*
  * The buffer region among those of mask (a job's one reading of buf_mask:
  * its measure and its fill must agree) that holds [p, p + len) whole, and
