@@ -38,6 +38,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -56,17 +57,32 @@ struct shm_run {
 
 /* A buffer region as this connection knows it. */
 struct shm_buf {
-    const uint8_t *base;
+    uintptr_t base;
     uint64_t size;
+};
+
+/* The mapped buffer regions as one job sees them (shm_view_take): its measure and its fill agree.
+ */
+struct shm_view {
+    uint64_t mask; /* bit n - 1: region n, b[n - 1] */
+    struct shm_buf b[KVS_WIRE_SHM_BUFFERS];
 };
 
 struct tcp_shm {
     atomic_uint refs; /* the connection's, and one per job and reader using it */
     uint8_t *base;
     uint64_t size;
-    /* Bit n - 1: buffer region n is mapped; bufs[n - 1] is written before its bit is set. */
+    /*
+     * Bit n - 1: buffer region n is mapped, at buf_base/buf_size[n - 1]. A
+     * slot is rewritten (a freed number given to a new buffer) while a job
+     * that read the mask before the free may be reading it, so the table is
+     * a seqlock: buf_seq is odd while a slot is written (by one writer at a
+     * time: connect_mu, or a handshake's region no job sees yet).
+     */
     atomic_ullong buf_mask;
-    struct shm_buf bufs[KVS_WIRE_SHM_BUFFERS];
+    atomic_uint buf_seq;
+    _Atomic uintptr_t buf_base[KVS_WIRE_SHM_BUFFERS];
+    atomic_ullong buf_size[KVS_WIRE_SHM_BUFFERS];
     pthread_mutex_t mu;                /* the ring below */
     uint64_t head;                     /* where the next run starts (0 when none is held) */
     struct shm_run runs[SHM_MAX_RUNS]; /* circular, in order of taking */
@@ -192,27 +208,51 @@ void tcp_shm_buf_mapped(struct tcp_shm *r, uint32_t region, const struct tcp_buf
 {
     uint64_t bit = 1ull << (region - 1);
     if (mapped) {
-        r->bufs[region - 1] = (struct shm_buf){.base = b->base, .size = b->size};
+        unsigned seq = atomic_load_explicit(&r->buf_seq, memory_order_relaxed);
+        /* Release stores, acquire loads (shm_view_take): a reader that sees one of these sees
+         * the odd count before it (no fences: TSan does not model them). */
+        atomic_store_explicit(&r->buf_seq, seq + 1, memory_order_relaxed);
+        atomic_store_explicit(&r->buf_base[region - 1], (uintptr_t)b->base, memory_order_release);
+        atomic_store_explicit(&r->buf_size[region - 1], b->size, memory_order_release);
+        atomic_store_explicit(&r->buf_seq, seq + 2, memory_order_release);
         atomic_fetch_or_explicit(&r->buf_mask, bit, memory_order_release);
     } else {
         atomic_fetch_and_explicit(&r->buf_mask, ~bit, memory_order_release);
     }
 }
 
+/* v gets the mapped regions and their slots, read whole (retried while a slot is rewritten). */
+static void shm_view_take(struct tcp_shm *r, struct shm_view *v)
+{
+    for (;;) {
+        unsigned seq = atomic_load_explicit(&r->buf_seq, memory_order_acquire);
+        v->mask = atomic_load_explicit(&r->buf_mask, memory_order_acquire);
+        if (v->mask == 0) return; /* nothing to read: no slot can tear */
+        if (seq & 1) {
+            sched_yield(); /* a writer is between its two stores */
+            continue;
+        }
+        for (uint64_t m = v->mask; m; m &= m - 1) {
+            uint32_t i = (uint32_t)__builtin_ctzll(m);
+            v->b[i].base = atomic_load_explicit(&r->buf_base[i], memory_order_acquire);
+            v->b[i].size = atomic_load_explicit(&r->buf_size[i], memory_order_acquire);
+        }
+        if (atomic_load_explicit(&r->buf_seq, memory_order_relaxed) == seq) return;
+    }
+}
+
 /*
- * The buffer region among those of mask (a job's one reading of buf_mask:
- * its measure and its fill must agree) that holds [p, p + len) whole, and
- * p's offset in it; false if none does.
+ * The buffer region of view v that holds [p, p + len) whole, and p's
+ * offset in it; false if none does.
  */
-static bool buf_find(const struct tcp_shm *r, uint64_t mask, const void *p, uint64_t len,
-                     uint32_t *region, uint64_t *off)
+static bool buf_find(const struct shm_view *v, const void *p, uint64_t len, uint32_t *region,
+                     uint64_t *off)
 {
     uintptr_t at = (uintptr_t)p;
-    while (mask) {
+    for (uint64_t mask = v->mask; mask; mask &= mask - 1) {
         uint32_t i = (uint32_t)__builtin_ctzll(mask);
-        mask &= mask - 1;
-        uintptr_t base = (uintptr_t)r->bufs[i].base;
-        uint64_t size = r->bufs[i].size;
+        uintptr_t base = v->b[i].base;
+        uint64_t size = v->b[i].size;
         if (at >= base && at - base <= size && len <= size - (at - base)) {
             *region = i + 1;
             *off = at - base;
@@ -358,15 +398,15 @@ struct shm_plan {
 };
 
 /* Where key k's value or capacity (len bytes) already lies in a buffer region, if it does. */
-static bool key_in_place(const struct tcp_shm *r, uint64_t mask, const struct kvs_req *req,
+static bool key_in_place(const struct shm_view *v, const struct kvs_req *req,
                          const struct kvs_key_io *k, uint64_t len, uint32_t *region, uint64_t *off)
 {
-    if (mask == 0 || len == 0 || k->iovcnt != 0) return false;
+    if (v->mask == 0 || len == 0 || k->iovcnt != 0) return false;
     const void *p = req->opcode == KVS_OP_PUT ? k->val : k->buf;
-    return buf_find(r, mask, p, len, region, off);
+    return buf_find(v, p, len, region, off);
 }
 
-static void shm_measure(const struct tcp_shm *r, uint64_t mask, const struct kvs_req *req,
+static void shm_measure(const struct shm_view *v, const struct kvs_req *req,
                         const struct kvs_limits *lim, struct shm_plan *pl)
 {
     uint32_t count = 0;
@@ -386,7 +426,7 @@ static void shm_measure(const struct tcp_shm *r, uint64_t mask, const struct kvs
         pl->scratch += rq;
         uint32_t region;
         uint64_t off, len = key_room(req, k, lim);
-        if (key_in_place(r, mask, req, k, len, &region, &off))
+        if (key_in_place(v, req, k, len, &region, &off))
             pl->in_place++;
         else
             pl->room += align_up(len);
@@ -398,7 +438,7 @@ static void shm_measure(const struct tcp_shm *r, uint64_t mask, const struct kvs
  * in the run at base) into its scratch, and each PUT value into the region,
  * in key order; the same cuts as shm_measure.
  */
-static void shm_fill(struct tcp_job *job, struct tcp_shm *r, uint64_t mask,
+static void shm_fill(struct tcp_job *job, struct tcp_shm *r, const struct shm_view *v,
                      const struct kvs_limits *lim, uint64_t first_id, uint64_t deadline,
                      uint64_t base)
 {
@@ -426,7 +466,7 @@ static void shm_fill(struct tcp_job *job, struct tcp_shm *r, uint64_t mask,
         uint64_t len = key_room(req, k, lim), off;
         uint32_t region;
         k->status = KEY_PENDING;
-        if (key_in_place(r, mask, req, k, len, &region, &off)) {
+        if (key_in_place(v, req, k, len, &region, &off)) {
             job->shm_off[i] = TCP_SHM_IN_PLACE;
         } else {
             region = 0;
@@ -453,8 +493,9 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
     *out = NULL;
     if (!r || (req->opcode != KVS_OP_PUT && req->opcode != KVS_OP_GET) || req->n == 0) return 0;
     struct shm_plan pl;
-    uint64_t mask = atomic_load_explicit(&r->buf_mask, memory_order_acquire);
-    shm_measure(r, mask, req, lim, &pl);
+    struct shm_view v;
+    shm_view_take(r, &v);
+    shm_measure(&v, req, lim, &pl);
     if (pl.room > r->size / 2) { /* a request this large would starve the others */
         atomic_fetch_add_explicit(&c->n_shm_fallbacks, 1, memory_order_relaxed);
         return 0;
@@ -484,7 +525,7 @@ int tcp_shm_job_new(struct tcp_conn *c, struct tcp_shm *r, struct kvs_req *req,
     job->shm = tcp_shm_ref(r);
     atomic_init(&job->refs, pl.nframes + 1);
     atomic_init(&job->first_error, 0);
-    shm_fill(job, r, mask, lim, first_id, kvs_now_ms() + (uint64_t)c->cfg.timeout_ms, base);
+    shm_fill(job, r, &v, lim, first_id, kvs_now_ms() + (uint64_t)c->cfg.timeout_ms, base);
     if (pl.in_place)
         atomic_fetch_add_explicit(&c->n_shm_in_place, pl.in_place, memory_order_relaxed);
     *out = job;

@@ -20,6 +20,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -198,10 +199,29 @@ static void test_allocated_while_connected_and_reconnected(void **state)
     kvt_server_stop(&s);
 }
 
+/*
+ * The killed client (run as "test_shm_buffers --client URL FD", a program of
+ * its own: a fork of this threaded process could not start the library's
+ * threads under TSan, die_after_fork): puts and gets in place until killed,
+ * after writing a byte to FD once its buffer is mapped and used.
+ */
+static int killed_client_main(const char *url, int ready)
+{
+    kvs_client *c = kvs_open(url);
+    void *b = NULL;
+    if (!c || kvs_alloc_buffer(c, BUF_LEN, &b) < 0) return 1;
+    if (kvs_put(c, "kill", b, VLEN) < 0) return 1;
+    if (write(ready, "r", 1) != 1) return 1;
+    for (int i = 0; i < 100000; i++)
+        if (kvs_put(c, "kill", b, VLEN) < 0 || kvs_get(c, "kill", (char *)b + SLOT, SLOT) < 0)
+            return 1;
+    return 0;
+}
+
 static void test_client_killed_leaves_no_mapping(void **state)
 {
     (void)state;
-    KVT_SKIP_ON_RDMA("forks a client of a local kvstored");
+    KVT_SKIP_ON_RDMA("runs a client of a local kvstored");
     struct kvt_server s;
     char path[96], url[128];
     start_local(&s, "kill.sock", NULL, path, sizeof(path), url, sizeof(url));
@@ -211,15 +231,10 @@ static void test_client_killed_leaves_no_mapping(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(ready[0]);
-        kvs_client *c = kvs_open(url);
-        void *b = NULL;
-        if (!c || kvs_alloc_buffer(c, BUF_LEN, &b) < 0) _exit(1);
-        if (kvs_put(c, "kill", b, VLEN) < 0) _exit(1);
-        (void)!write(ready[1], "r", 1);
-        for (int i = 0; i < 100000; i++) /* until killed: puts and gets in place */
-            if (kvs_put(c, "kill", b, VLEN) < 0 || kvs_get(c, "kill", (char *)b + SLOT, SLOT) < 0)
-                _exit(1);
-        _exit(0);
+        char fd[16];
+        snprintf(fd, sizeof(fd), "%d", ready[1]);
+        execl("/proc/self/exe", "test_shm_buffers", "--client", url, fd, (char *)NULL);
+        _exit(127);
     }
     close(ready[1]);
     char r;
@@ -230,6 +245,7 @@ static void test_client_killed_leaves_no_mapping(void **state)
     kill(pid, SIGKILL);
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
     assert_int_equal(wait_mappings(s.pid, 0), 0);
     kvs_client *c = kvs_open(url);
     assert_non_null(c);
@@ -521,8 +537,88 @@ static void test_threads_alloc_use_free(void **state)
     kvt_server_stop(&s);
 }
 
-int main(void)
+/*
+ * Region numbers handed on while others send: churners free and allocate
+ * buffers (taking the lowest numbers again and again) while senders, whose
+ * long-lived buffers have higher numbers, put and get in place, so every
+ * sender's look-up passes the slots being rewritten.
+ */
+enum { CHURNERS = 2, SENDERS = 2, CHURN_ROUNDS = 150, SEND_ROUNDS = 300 };
+
+struct churn_arg {
+    kvs_client *c;
+    int id;
+    void *first; /* allocated before the senders' buffers */
+    atomic_int *stop;
+    int failed;
+};
+
+static void *churner_main(void *p)
 {
+    struct churn_arg *a = p;
+    void *b = a->first;
+    for (int r = 0; r < CHURN_ROUNDS && !atomic_load(a->stop) && !a->failed; r++) {
+        if (kvs_free_buffer(a->c, b) != 0 || kvs_alloc_buffer(a->c, 1 << 16, &b) != 0)
+            a->failed = 1;
+    }
+    if (!a->failed && kvs_free_buffer(a->c, b) != 0) a->failed = 1;
+    return NULL;
+}
+
+static void *sender_main(void *p)
+{
+    struct churn_arg *a = p;
+    uint8_t *b = a->first;
+    for (int r = 0; r < SEND_ROUNDS && !a->failed; r++) {
+        char key[32];
+        snprintf(key, sizeof(key), "send%d-%d", a->id, r % 8);
+        kvval_fill(b, VLEN, key, (unsigned)r + 1);
+        unsigned version = 0;
+        if (kvs_put(a->c, key, b, VLEN) != 0 || kvs_get(a->c, key, b + SLOT, SLOT) != VLEN ||
+            !kvval_check(b + SLOT, VLEN, key, &version) || version != (unsigned)r + 1)
+            a->failed = 1;
+    }
+    atomic_store(a->stop, 1);
+    return NULL;
+}
+
+static void test_numbers_reused_while_others_send(void **state)
+{
+    (void)state;
+    struct kvt_server s;
+    char path[96], url[128];
+    start_local(&s, "reuse.sock", NULL, path, sizeof(path), url, sizeof(url));
+    kvs_client *c = kvs_open(url);
+    assert_non_null(c);
+    assert_int_equal(kvs_put(c, "up", "x", 1), 0);
+    atomic_int stop = 0;
+    struct churn_arg args[CHURNERS + SENDERS];
+    for (int i = 0; i < CHURNERS + SENDERS; i++) { /* churners' numbers first: 1, 2; then 3, 4 */
+        args[i] = (struct churn_arg){.c = c, .id = i, .stop = &stop};
+        assert_int_equal(kvs_alloc_buffer(c, i < CHURNERS ? 1 << 16 : 2 * SLOT, &args[i].first), 0);
+    }
+    long long before = kvt_server_counter(c, "client_shm_in_place");
+    pthread_t tid[CHURNERS + SENDERS];
+    for (int i = 0; i < CHURNERS + SENDERS; i++)
+        assert_int_equal(
+            pthread_create(&tid[i], NULL, i < CHURNERS ? churner_main : sender_main, &args[i]), 0);
+    for (int i = 0; i < CHURNERS + SENDERS; i++) {
+        pthread_join(tid[i], NULL);
+        assert_int_equal(args[i].failed, 0);
+    }
+    assert_int_equal(kvt_server_counter(c, "client_shm_in_place"),
+                     before + 2 * SENDERS * SEND_ROUNDS);
+    for (int i = CHURNERS; i < CHURNERS + SENDERS; i++)
+        assert_int_equal(kvs_free_buffer(c, args[i].first), 0);
+    assert_int_equal(wait_mappings(s.pid, 0), 0);
+    kvs_close(c);
+    kvt_server_stop(&s);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && strcmp(argv[1], "--client") == 0)
+        return killed_client_main(argv[2], atoi(argv[3]));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values_move_in_place),
         cmocka_unit_test(test_allocated_while_connected_and_reconnected),
@@ -532,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_bad_calls),
         cmocka_unit_test(test_raw_peer_buffer_frames),
         cmocka_unit_test(test_threads_alloc_use_free),
+        cmocka_unit_test(test_numbers_reused_while_others_send),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
