@@ -50,6 +50,7 @@ struct kvb_op {
     size_t len;      /* put: value length; get: capacity */
     ssize_t result;
     uint64_t t_enq;
+    uint64_t t_done;        /* when its batch's completion began (done_cb) */
     uint64_t window_end;    /* OPF_TIMER: when the window of the batch it opened ends */
     struct pending_key *pk; /* OPF_TRACKED */
     struct kvb_batcher *b;
@@ -118,6 +119,9 @@ struct kvb_batcher {
     uint32_t max_inflight; /* the in-flight limit in effect (auto: the controller's) */
     bool tuned;            /* policy auto: ctl picks window_ns and max_inflight */
     struct kvb_ctl ctl;
+    /* Auto: synchronous callers' time from done_cb to running again, summed lock-free for
+     * done_cb to hand to the controller (kvb_ctl_resumed). */
+    _Atomic uint64_t resume_ns, resume_ops;
 
     struct batch *open[KVB_OP_KINDS];
     struct batch *ready_head, *ready_tail;
@@ -525,6 +529,7 @@ static void deliver_results(struct kvb_stats *st, struct batch *bt, uint64_t now
     for (uint32_t i = 0; i < bt->n; i++) {
         ssize_t r = bt->kind == KVB_OP_GET ? bt->sres[i] : bt->ist[i];
         bt->ops[i]->result = r;
+        bt->ops[i]->t_done = now;
         bytes += kvb_result_bytes(bt->kind, r, bt->lens[i]);
         kvb_count_result(st, bt->kind, r);
     }
@@ -620,8 +625,16 @@ static void done_cb(void *arg, ssize_t nok)
     pthread_mutex_lock(&b->lock);
     retire_batch(b, bt);
     if (b->tuned) {
-        for (uint32_t i = 0; i < bt->n; i++)
-            kvb_ctl_op(&b->ctl, now - bt->ops[i]->t_enq);
+        uint64_t resumed = atomic_exchange_explicit(&b->resume_ops, 0, memory_order_relaxed);
+        kvb_ctl_resumed(&b->ctl, atomic_exchange_explicit(&b->resume_ns, 0, memory_order_relaxed),
+                        resumed);
+        for (uint32_t i = 0; i < bt->n; i++) {
+            const struct kvb_op *op = bt->ops[i];
+            if (op->flags & (OPF_ASYNC | OPF_WRITEBACK))
+                kvb_ctl_op(&b->ctl, now - op->t_enq);
+            else
+                kvb_ctl_op_woken(&b->ctl, now - op->t_enq);
+        }
         tune(b, now);
     }
     seal_if_due(b);
@@ -1243,6 +1256,12 @@ static ssize_t run_sync(struct kvb_batcher *b, struct kvb_op *op)
     }
     if (op->flags & OPF_TIMER) window_wait(b, op);
     op_wait(op);
+    if (b->tuned && op->t_done) {
+        uint64_t now = kvs_now_ns();
+        atomic_fetch_add_explicit(&b->resume_ns, now > op->t_done ? now - op->t_done : 0,
+                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&b->resume_ops, 1, memory_order_relaxed);
+    }
     if (op->leader) send_ready(b);
     return op->result;
 }
@@ -1258,6 +1277,7 @@ static void op_init(struct kvb_op *op, struct kvb_batcher *b, int kind, const ch
     op->buf = NULL;
     op->len = 0;
     op->result = 0;
+    op->t_done = 0;
     op->pk = NULL;
     op->b = b;
     op->bt = NULL;

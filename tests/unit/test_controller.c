@@ -692,6 +692,50 @@ static void test_idle_changes_nothing(void **state)
     assert_int_equal(c.changes, 0);
 }
 
+/*
+ * A batched op is scored from its call to its caller running again, as a
+ * direct call is: its latency to the completion plus the wake-up last
+ * measured (kvb_ctl_resumed, kept across epochs). Then batches that
+ * complete sooner than direct calls (60 us against 80) but whose callers
+ * take 30 us more to run again lose to the direct calls, as they do in
+ * throughput: the walk ends at pass-through.
+ */
+static void test_batched_ops_count_their_callers_wake_up(void **state)
+{
+    struct kvb_ctl c;
+    (void)state;
+    kvb_ctl_init(&c, WMAX, 4, 0, 0);
+    kvb_ctl_op_woken(&c, 50 * US); /* nothing measured yet: as it is */
+    assert_int_equal(c.sum_ns, 50 * US);
+    kvb_ctl_resumed(&c, 300 * US, 10);
+    kvb_ctl_op_woken(&c, 50 * US);
+    assert_int_equal(c.sum_ns, 130 * US);
+    assert_int_equal(c.hist[kvb_ctl_bucket(80 * US)], 1);
+    kvb_ctl_resumed(&c, 0, 0); /* nothing new: the estimate stands */
+    kvb_ctl_op(&c, 50 * US);   /* a direct call: its own latency */
+    assert_int_equal(c.sum_ns, 180 * US);
+    kvb_ctl_tick(&c, KVB_CTL_EPOCH_MAX_NS); /* too thin: dropped, a new epoch */
+    kvb_ctl_op_woken(&c, 10 * US);
+    assert_int_equal(c.sum_ns, 40 * US);
+
+    kvb_ctl_init(&c, WMAX, 4, 0, 0);
+    uint64_t now = 0;
+    for (int e = 0; e < 400; e++) {
+        for (int i = 0; i < KVB_CTL_EPOCH_OPS; i++) {
+            if (c.cur == 0) {
+                kvb_ctl_op(&c, 80 * US);
+            } else {
+                kvb_ctl_resumed(&c, 30 * US, 1);
+                kvb_ctl_op_woken(&c, 60 * US);
+            }
+        }
+        kvb_ctl_outstanding(&c, 8);
+        now += KVB_CTL_EPOCH_NS;
+        kvb_ctl_tick(&c, now);
+    }
+    assert_int_equal(c.cur, 0);
+}
+
 static void test_reason_names(void **state)
 {
     (void)state;
@@ -724,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_short_run_decides_on_time),
         cmocka_unit_test(test_thin_noisy_epochs_hold),
         cmocka_unit_test(test_idle_changes_nothing),
+        cmocka_unit_test(test_batched_ops_count_their_callers_wake_up),
         cmocka_unit_test(test_reason_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
