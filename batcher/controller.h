@@ -103,6 +103,7 @@ struct kvb_ctl {
     unsigned over_epochs;    /* parked epochs in a row over the target the reference met */
     unsigned pivot;          /* the level the walk started from */
     unsigned lowest;         /* the level of the lowest score on this walk */
+    unsigned settle;         /* rechecking: the level confirmed, kept if it beats the start again */
     uint32_t seen_mask;      /* levels scored on this walk */
     struct kvb_ctl_score seen[KVB_CTL_MAX_LEVELS];
     unsigned parked;          /* epochs since it parked */
