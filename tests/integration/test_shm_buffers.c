@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -491,6 +492,16 @@ struct thread_arg {
     int failed;
 };
 
+/* Puts VLEN bytes of key (version ver) from b, gets them back at b + SLOT; true if they came back.
+ */
+static bool put_get_checked(kvs_client *c, uint8_t *b, const char *key, unsigned ver)
+{
+    unsigned version = 0;
+    kvval_fill(b, VLEN, key, ver);
+    return kvs_put(c, key, b, VLEN) == 0 && kvs_get(c, key, b + SLOT, SLOT) == VLEN &&
+           kvval_check(b + SLOT, VLEN, key, &version) && version == ver;
+}
+
 /* Each round: a buffer of its own, a put and a get in place, checked, freed. */
 static void *thread_main(void *p)
 {
@@ -503,11 +514,7 @@ static void *thread_main(void *p)
         }
         char key[32];
         snprintf(key, sizeof(key), "th%d-%d", a->id, r);
-        kvval_fill(b, VLEN, key, (unsigned)r + 1);
-        unsigned version = 0;
-        if (kvs_put(a->c, key, b, VLEN) != 0 || kvs_get(a->c, key, b + SLOT, SLOT) != VLEN ||
-            !kvval_check(b + SLOT, VLEN, key, &version) || version != (unsigned)r + 1)
-            a->failed = 1;
+        if (!put_get_checked(a->c, b, key, (unsigned)r + 1)) a->failed = 1;
         if (kvs_free_buffer(a->c, b) != 0) a->failed = 1;
     }
     return NULL;
@@ -572,11 +579,7 @@ static void *sender_main(void *p)
     for (int r = 0; r < SEND_ROUNDS && !a->failed; r++) {
         char key[32];
         snprintf(key, sizeof(key), "send%d-%d", a->id, r % 8);
-        kvval_fill(b, VLEN, key, (unsigned)r + 1);
-        unsigned version = 0;
-        if (kvs_put(a->c, key, b, VLEN) != 0 || kvs_get(a->c, key, b + SLOT, SLOT) != VLEN ||
-            !kvval_check(b + SLOT, VLEN, key, &version) || version != (unsigned)r + 1)
-            a->failed = 1;
+        if (!put_get_checked(a->c, b, key, (unsigned)r + 1)) a->failed = 1;
     }
     atomic_store(a->stop, 1);
     return NULL;
