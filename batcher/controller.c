@@ -161,11 +161,11 @@ static int relative(uint64_t a, uint64_t b, double pct)
  * s against ref: with a target, a p99 over it loses to one within it, and
  * two over it compare by p99; otherwise the higher throughput (the lower
  * time per op) wins, and where the two are the same, the lower mean op
- * latency. Throughput first: a level whose ops look fast can still leave
- * callers slower, when its results wait for their callers to be woken (a
- * batch wakes several, one CPU after the other), which an op's latency, from
- * call to result, does not see; callers whose rate is their own (the same
- * throughput at every level) are told apart by their latency.
+ * latency. Throughput first: a batched op's latency carries its callers'
+ * wake-up only as the last measured mean (kvb_ctl_op_woken), and a batch
+ * wakes several callers one CPU after the other, so a level whose ops look
+ * fast can still leave callers slower; callers whose rate is their own (the
+ * same throughput at every level) are told apart by their latency.
  */
 static int compare(const struct kvb_ctl *c, const struct kvb_ctl_score *ref,
                    const struct kvb_ctl_score *s)

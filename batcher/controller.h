@@ -11,7 +11,8 @@
  * latency changes, and probes one neighbour now and then.
  *
  * Pure logic: no clock, no lock, no thread. The batcher feeds it each
- * completed op's latency and the ops outstanding (under its own lock) and
+ * completed op's latency (a batched op's with its caller's wake-up,
+ * kvb_ctl_op_woken), and the ops outstanding (under its own lock) and
  * calls kvb_ctl_tick with the time at completions; tests feed it made-up
  * observations with a made-up clock. Nothing runs while no op completes.
  */
