@@ -55,14 +55,13 @@ struct shm_run {
     uint64_t off, len;
 };
 
-/* A buffer region as this connection knows it. */
+/* A mapped buffer region, as a job's view holds it. */
 struct shm_buf {
     uintptr_t base;
     uint64_t size;
 };
 
-/* The mapped buffer regions as one job sees them (shm_view_take): its measure and its fill agree.
- */
+/* The mapped buffer regions, read once per job (shm_view_take), so its measure and fill agree. */
 struct shm_view {
     uint64_t mask; /* bit n - 1: region n, b[n - 1] */
     struct shm_buf b[KVS_WIRE_SHM_BUFFERS];
