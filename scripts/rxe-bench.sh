@@ -14,7 +14,8 @@
 # second, so the goodput rows are taken in interleaved rounds: each round
 # runs ib_write_bw, kvbench put (PULL), kvbench put with KVSTORE_RDMA_PULL_MAX=0
 # (RESERVE + WRITEs), ib_read_bw and kvbench get once each, back to back
-# (at 16 KiB also put and get from 2 threads: 2 batches in flight);
+# (at 16 KiB also put and get from 2 threads: 2 batches in flight, and from
+# registered memory, kvbench --shared-buffers: no bounce copy, as perftest);
 # a ratio is computed per round, and the medians over REPEAT rounds are
 # printed (ratios: median of the per-round ratios). Bytes/s are computed as
 # ops/s x size for both.
@@ -57,25 +58,32 @@ for size in 16384 65536; do
             --mode batch --batch 32 --size $size --keys $keys --ops $ops)
         rd=$(perftest_bps ib_read_bw $size $((ops / 2)))
         g=$(KVB_RUNS=1 kvb get --servers "$URL" --mode batch --batch 32 --size $size --keys $keys --ops $ops)
-        # two threads: two batches in flight on the one connection (default paths)
-        p2=0 g2=0
+        # two threads: two batches in flight on the one connection (default paths);
+        # and one thread's batches with the values in registered memory
+        # (kvs_alloc_buffer: zero-copy, no bounce buffer), as perftest's are
+        p2=0 g2=0 pr=0 gr=0
         if [ $size = 16384 ]; then
             p2=$(KVB_RUNS=1 kvb put --servers "$URL" --mode batch --batch 32 --threads 2 --size $size \
                 --keys $keys --ops $ops)
             g2=$(KVB_RUNS=1 kvb get --servers "$URL" --mode batch --batch 32 --threads 2 --size $size \
                 --keys $keys --ops $ops)
+            pr=$(KVB_RUNS=1 kvb put --servers "$URL" --mode batch --batch 32 --size $size --keys $keys \
+                --ops $ops --shared-buffers)
+            gr=$(KVB_RUNS=1 kvb get --servers "$URL" --mode batch --batch 32 --size $size --keys $keys \
+                --ops $ops --shared-buffers)
         fi
-        echo "$w $p $q $rd $g $p2 $g2"
+        echo "$w $p $q $rd $g $p2 $g2 $pr $gr"
     done)
-    echo "$rounds" | sed "s/^/  round (size $size): ib_write_bw B\/s, put\/pull ops\/s, put\/rsv ops\/s, ib_read_bw B\/s, get ops\/s, put and get with 2 threads: /" \
+    echo "$rounds" | sed "s/^/  round (size $size): ib_write_bw B\/s, put\/pull ops\/s, put\/rsv ops\/s, ib_read_bw B\/s, get ops\/s, put and get with 2 threads, put and get from registered memory: /" \
         >>"$BUILD/rxe-bench.log"
     echo "$rounds" | awk -v s=$size '
         function med(a, n,   i, j, t) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n ? a[int(n / 2)] : 0 }
         BEGIN { n = 0 }  # numeric: an unset n would key the first round as ""
-        NF == 7 { w[n] = $1; p[n] = $2 * s; q[n] = $3 * s; rd[n] = $4; g[n] = $5 * s
+        NF == 9 { w[n] = $1; p[n] = $2 * s; q[n] = $3 * s; rd[n] = $4; g[n] = $5 * s
                   rp[n] = $1 > 0 ? $2 * s / $1 : 0; rq[n] = $1 > 0 ? $3 * s / $1 : 0; rg[n] = $4 > 0 ? $5 * s / $4 : 0
                   pq[n] = $3 > 0 ? $2 / $3 : 0
-                  p2[n] = $6 * s; g2[n] = $7 * s; rp2[n] = $1 > 0 ? $6 * s / $1 : 0; rg2[n] = $4 > 0 ? $7 * s / $4 : 0; n++ }
+                  p2[n] = $6 * s; g2[n] = $7 * s; rp2[n] = $1 > 0 ? $6 * s / $1 : 0; rg2[n] = $4 > 0 ? $7 * s / $4 : 0
+                  pr[n] = $8 * s; gr[n] = $9 * s; rpr[n] = $1 > 0 ? $8 * s / $1 : 0; rgr[n] = $4 > 0 ? $9 * s / $4 : 0; n++ }
         END {
             printf "%-7d %-8s %12.1f %14.1f  %.2f\n", s, "put/pull", med(p, n) / 1e6, med(w, n) / 1e6, med(rp, n)
             printf "%-7d %-8s %12.1f %14.1f  %.2f\n", s, "put/rsv", med(q, n) / 1e6, med(w, n) / 1e6, med(rq, n)
@@ -83,6 +91,9 @@ for size in 16384 65536; do
             if (med(p2, n) > 0) {
                 printf "%-7d %-8s %12.1f %14.1f  %.2f  (2 threads: 2 batches in flight)\n", s, "put", med(p2, n) / 1e6, med(w, n) / 1e6, med(rp2, n)
                 printf "%-7d %-8s %12.1f %14.1f  %.2f  (2 threads)\n", s, "get", med(g2, n) / 1e6, med(rd, n) / 1e6, med(rg2, n) }
+            if (med(pr, n) > 0) {
+                printf "%-7d %-8s %12.1f %14.1f  %.2f  (values in registered memory: zero-copy)\n", s, "put", med(pr, n) / 1e6, med(w, n) / 1e6, med(rpr, n)
+                printf "%-7d %-8s %12.1f %14.1f  %.2f  (buffers in registered memory)\n", s, "get", med(gr, n) / 1e6, med(rd, n) / 1e6, med(rgr, n) }
             printf "%-7d put/pull over put/rsv per round: median %.2f\n", s, med(pq, n) }'
 done
 # Where a batch's time goes: more runs of the 16 KiB put batches, each way
