@@ -159,9 +159,12 @@ static int relative(uint64_t a, uint64_t b, double pct)
 
 /*
  * s against ref: with a target, a p99 over it loses to one within it, and
- * two over it compare by p99; otherwise the higher throughput (the lower
- * time per op) wins, and where the two are the same, the lower mean op
- * latency. Throughput first: a batched op's latency carries its callers'
+ * two over it compare by p99, then as below where their p99s are the same;
+ * otherwise the higher throughput (the lower time per op) wins, and where
+ * the two are the same, the lower mean op latency. (An epoch's p99 is one
+ * of its slowest 1 % of ops, far noisier than its mean: two within the
+ * margin are told apart by the steadier figures, which for synchronous
+ * callers move with it.) Throughput first: a batched op's latency carries its callers'
  * wake-up only as the last measured mean (kvb_ctl_op_woken), and a batch
  * wakes several callers one CPU after the other, so a level whose ops look
  * fast can still leave callers slower; callers whose rate is their own (the
@@ -174,7 +177,8 @@ static int compare(const struct kvb_ctl *c, const struct kvb_ctl_score *ref,
     if (c->target_ns) {
         bool rv = ref->p99_ns > c->target_ns, sv = s->p99_ns > c->target_ns;
         if (rv != sv) return sv ? WORSE : BETTER;
-        if (rv) return relative(ref->p99_ns, s->p99_ns, m);
+        int r = rv ? relative(ref->p99_ns, s->p99_ns, m) : SAME;
+        if (r != SAME) return r;
     }
     int r = relative(ref->per_op_ns, s->per_op_ns, m);
     return r != SAME ? r : relative(ref->mean_ns, s->mean_ns, m);
@@ -182,18 +186,20 @@ static int compare(const struct kvb_ctl *c, const struct kvb_ctl_score *ref,
 
 /*
  * The order compare() uses, without its margin on the mean: within the
- * target before over it, then the lower p99 over it, then a time per op
- * lower by the margin, else the lower mean.
+ * target before over it, then a p99 over it lower by the margin, then a
+ * time per op lower by the margin, else the lower mean.
  */
 static bool lower(const struct kvb_ctl *c, const struct kvb_ctl_score *a,
                   const struct kvb_ctl_score *b)
 {
+    double m = margin(a, b);
     if (c->target_ns) {
         bool av = a->p99_ns > c->target_ns, bv = b->p99_ns > c->target_ns;
         if (av != bv) return bv;
-        if (av) return a->p99_ns < b->p99_ns;
+        int r = av ? relative(b->p99_ns, a->p99_ns, m) : SAME;
+        if (r != SAME) return r == BETTER;
     }
-    int r = relative(b->per_op_ns, a->per_op_ns, margin(a, b));
+    int r = relative(b->per_op_ns, a->per_op_ns, m);
     if (r != SAME) return r == BETTER;
     return a->mean_ns < b->mean_ns;
 }

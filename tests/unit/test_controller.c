@@ -38,8 +38,9 @@ struct model {
                        */
     int epochs;
     uint64_t rng;
-    bool flat;    /* every level the same: a + c per op (callers whose rate is their own) */
-    double lucky; /* the next epoch only: its latencies times this (0: none) */
+    bool flat;      /* every level the same: a + c per op (callers whose rate is their own) */
+    double lucky;   /* the next epoch only: its latencies times this (0: none) */
+    double tail_ns; /* the p99 at every level (the host's tail, not the level's); 0: model_p99 */
 };
 
 static double model_rand(struct model *m) /* uniform [0, 1) */
@@ -100,7 +101,7 @@ static bool epoch(struct kvb_ctl *c, struct model *m, uint64_t *now)
     double f = 1 + m->noise * (2 * model_rand(m) - 1);
     if (m->hiccup_every && ++m->epochs % m->hiccup_every == 0) f *= 3;
     if (m->lucky > 0) f *= m->lucky, m->lucky = 0;
-    double mean = model_mean(m, l) * f, p99 = model_p99(m, l) * f;
+    double mean = model_mean(m, l) * f, p99 = (m->tail_ns ? m->tail_ns : model_p99(m, l)) * f;
     /*
      * 1975 ops around the mean and 25 at the p99: the mean without the
      * slowest 2 % (the score) is `mean`, and rank 1980 is in the tail.
@@ -455,6 +456,29 @@ static void test_stays_within_latency_target(void **state)
     assert_true(within >= 290); /* probes step out of the target now and then, and back */
 }
 
+/*
+ * A target no level meets, and a p99 the same at every level (set by the
+ * host's tail, not by the level): the p99s tie, so the level is picked as
+ * without a target, by throughput - not held wherever it started.
+ */
+static void test_target_missed_everywhere_picks_by_throughput(void **state)
+{
+    struct kvb_ctl c;
+    uint64_t now;
+    struct model m = few_callers();
+    (void)state;
+    m.callers = 16;
+    m.tail_ns = 5000 * US;
+    init(&c, 500 * US, &now);
+    unsigned best = model_best(&m, &c, 0);
+    assert_int_not_equal(best, KVB_CTL_START_LEVEL); /* else staying put would pass */
+    assert_true(model_mean(&m, &c.level[best]) * 100 <
+                model_mean(&m, &c.level[KVB_CTL_START_LEVEL]) * (100 - 2 * KVB_CTL_SAME_PERCENT));
+    run(&c, &m, &now, 2 * react(&c));
+    assert_int_equal(c.cur, best);
+    assert_true(c.last.p99_ns > 500 * US);
+}
+
 /* A p99 that goes over the target while parked makes it walk at once, saying why. */
 static void test_over_target_walks_again(void **state)
 {
@@ -803,6 +827,7 @@ int main(void)
         cmocka_unit_test(test_burst),
         cmocka_unit_test(test_backend_gets_slower),
         cmocka_unit_test(test_stays_within_latency_target),
+        cmocka_unit_test(test_target_missed_everywhere_picks_by_throughput),
         cmocka_unit_test(test_over_target_walks_again),
         cmocka_unit_test(test_noise_does_not_oscillate_without_bound),
         cmocka_unit_test(test_hiccups_do_not_move_it),
