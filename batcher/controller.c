@@ -69,7 +69,7 @@ void kvb_ctl_init(struct kvb_ctl *c, uint64_t window_max_ns, uint32_t inflight_m
         l /= 2;
         add_level(c, window_max_ns, l);
     }
-    c->cur = KVB_CTL_START_LEVEL;
+    c->cur = 0; /* pass-through until callers are seen to overlap (kvb_ctl_tick) */
     c->reason = KVB_CTL_START;
     c->state = ST_WARMUP;
     c->why = KVB_CTL_EXPLORE;
@@ -521,12 +521,16 @@ bool kvb_ctl_tick(struct kvb_ctl *c, uint64_t now)
     epoch_reset(c, now);
     if (c->nlevels < 2) return false;
     switch (c->state) {
-    case ST_WARMUP: /* the first epoch: connections, first touches */
-        c->state = ST_MEASURE;
-        return false;
+    case ST_WARMUP: /* the first epoch (connections, first touches) passes through */
     case ST_MEASURE:
+        c->state = ST_MEASURE;
         /* One op at a time goes direct at every level: nothing to choose, no walk to waste. */
         if (s.outstanding <= 1) return false;
+        /* Company seen for the first time: the start level is scored before a walk. */
+        if (!c->started) {
+            c->started = true;
+            return go(c, KVB_CTL_START_LEVEL, KVB_CTL_START);
+        }
         return walk_from(c, &s, first_dir(c, &s), c->why);
     case ST_WALK:
         return walk_scored(c, &s);

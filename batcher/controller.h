@@ -24,7 +24,7 @@
 
 /* Why the controller last changed (or set) its level. */
 enum kvb_ctl_reason {
-    KVB_CTL_START,       /* the level it starts at */
+    KVB_CTL_START,       /* pass-through at first, then the start level once callers overlap */
     KVB_CTL_EXPLORE,     /* first step of a walk: the neighbour toward the callers' needs */
     KVB_CTL_BETTER,      /* the step lowered latency: one more, or settled on the best seen */
     KVB_CTL_WORSE,       /* the step raised latency: the other way, or back, parked */
@@ -99,6 +99,7 @@ struct kvb_ctl {
     bool turned;             /* this walk has turned around */
     bool probing;            /* this walk is a probe that has not paid yet */
     bool tie_direct;         /* confirming pass-through, which tied with the start */
+    bool started;            /* left pass-through for the start level (once callers overlapped) */
     enum kvb_ctl_reason why; /* measuring: the reason of the walk that follows */
     unsigned moved_out;      /* epochs in a row whose ops outstanding moved by half */
     unsigned over_epochs;    /* parked epochs in a row over the target the reference met */
@@ -133,7 +134,9 @@ struct kvb_ctl {
  * every op of a synchronous caller goes direct, as without the shim: where
  * merging saves nothing (large values: a round trip is small beside their
  * copy) an in-flight limit below the callers' count would only make them
- * queue. Auto starts at KVB_CTL_START_LEVEL.
+ * queue. Auto holds it through its first epoch (connections, first touches:
+ * a level that queues callers makes those slower still) and while ops come
+ * one at a time, then goes to KVB_CTL_START_LEVEL, where the walks begin.
  */
 #define KVB_CTL_PASS_INFLIGHT 1024
 #define KVB_CTL_START_LEVEL   1
@@ -142,8 +145,8 @@ struct kvb_ctl {
  * Builds the ladder under the ceilings (KVBATCH_WINDOW_US, KVBATCH_MAX_INFLIGHT):
  * level 0 is pass-through (above); level 1 is (inflight_max, no window): an
  * op that finds a slot free and no batch forming goes direct, ops merge only
- * behind busy slots - where it starts, as it adds no wait of its own and
- * still merges when callers outnumber the slots; level 2 is (inflight_max,
+ * behind busy slots - where the walks begin, as it adds no wait of its own
+ * and still merges when callers outnumber the slots; level 2 is (inflight_max,
  * window_max), the static adaptive policy's setting; then the limit halves
  * down to 1 at window_max. (No windows between 0 and window_max: waiting for
  * a caller that comes back late pays only if the wait is long enough to

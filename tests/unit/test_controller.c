@@ -180,15 +180,22 @@ static void test_ladder(void **state)
         assert_int_equal(c.level[i].window_ns, w[i]);
         assert_int_equal(c.level[i].inflight, l[i]);
     }
-    /* It starts where no op waits for company and callers past the limit merge: level 1. */
-    assert_int_equal(c.cur, 1);
+    /* It warms up passing through (level 0); callers seen to overlap, it goes to level 1. */
+    assert_int_equal(c.cur, 0);
+    assert_int_equal(c.reason, KVB_CTL_START);
+    kvb_ctl_outstanding(&c, 2);
+    for (int i = 0; i < KVB_CTL_THIN_OPS; i++)
+        kvb_ctl_op(&c, 100 * US);
+    assert_true(kvb_ctl_tick(&c, KVB_CTL_EPOCH_NS));
+    assert_int_equal(c.cur, KVB_CTL_START_LEVEL);
     assert_int_equal(c.reason, KVB_CTL_START);
     kvb_ctl_init(&c, 1000 * US, 64, 0, 0);
     assert_int_equal(c.nlevels, 9);
     assert_int_equal(c.level[8].inflight, 1);
     kvb_ctl_init(&c, 0, 1, 0, 0); /* only pass-through or one at a time */
     assert_int_equal(c.nlevels, 2);
-    assert_int_equal(kvb_ctl_setting(&c)->inflight, 1);
+    assert_int_equal(kvb_ctl_setting(&c)->inflight, KVB_CTL_PASS_INFLIGHT); /* until they overlap */
+    assert_int_equal(c.level[KVB_CTL_START_LEVEL].inflight, 1);
 }
 
 static void test_epoch_score(void **state)
@@ -631,9 +638,9 @@ static void test_plainly_worse_level_is_left_at_once(void **state)
     (void)state;
     m.callers = 256;
     init(&c, 0, &now);
+    epoch(&c, &m, &now);             /* warm-up, passing through; then the start level */
     c.cur = KVB_CTL_START_LEVEL + 1; /* adaptive's setting, where fuller batches hurt */
-    epoch(&c, &m, &now);             /* warm-up */
-    epoch(&c, &m, &now); /* the start level scored; the walk steps toward fuller batches */
+    epoch(&c, &m, &now);             /* that level scored; the walk steps toward fuller batches */
     unsigned tried = c.cur;
     assert_int_equal(c.reason, KVB_CTL_EXPLORE);
     assert_true(model_mean(&m, &c.level[tried]) >
