@@ -45,10 +45,19 @@ static int spawn(struct kvt_server *s, int port)
     argv[argc++] = (char *)kvt_build_path("bin/kvstored");
     argv[argc++] = "--listen";
     argv[argc++] = listen;
+    /*
+     * Over rdma a reservation is held while its data moves: with a request
+     * timeout set for slow links (scripts/rxe-tests.sh), the lease covers it
+     * too, unless the test picks its own.
+     */
+    const char *rdma_addr = getenv("KVS_TEST_RDMA_ADDR"), *timeout = getenv("KVSTORE_TIMEOUT_MS");
+    if (rdma_addr && *rdma_addr && timeout && *timeout && !strstr(s->args, "--rdma-lease-ms")) {
+        argv[argc++] = "--rdma-lease-ms";
+        argv[argc++] = (char *)timeout;
+    }
     for (char *save = NULL, *tok = strtok_r(argbuf, " ", &save); tok && argc < 60;
          tok = strtok_r(NULL, " ", &save))
         argv[argc++] = tok;
-    const char *rdma_addr = getenv("KVS_TEST_RDMA_ADDR");
     char rdma_listen[96];
     if (rdma_addr && *rdma_addr) {
         snprintf(rdma_listen, sizeof(rdma_listen), "%s:%d", rdma_addr, s->rdma_port);
