@@ -537,13 +537,19 @@ static PyObject *Store_get_hostname(StoreObject *self, PyObject *Py_UNUSED(ignor
 
 /* ---- put ---- */
 
+/*
+ * A put overwrites a key that exists (kvs_put), which is what Mooncake's
+ * upsert calls do, so each upsert method is its put method under its own
+ * name (format: the argument format and the name errors show).
+ */
+
 /* put(key, value, config=ReplicateConfig()) -> 0 or a negative code */
-static PyObject *Store_put(StoreObject *self, PyObject *args, PyObject *kwds)
+static PyObject *put_value(StoreObject *self, PyObject *args, PyObject *kwds, const char *format)
 {
     static char *kwlist[] = {"key", "value", "config", NULL};
     PyObject *keyobj, *cfgobj = NULL;
     Py_buffer val;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oy*|O:put", kwlist, &keyobj, &val, &cfgobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, format, kwlist, &keyobj, &val, &cfgobj))
         return NULL;
     mooncake_replicate_config_t cfg;
     int raised, rc = config_of(cfgobj, &cfg, &raised);
@@ -561,13 +567,23 @@ static PyObject *Store_put(StoreObject *self, PyObject *args, PyObject *kwds)
     return PyLong_FromLong(rc);
 }
 
+static PyObject *Store_put(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return put_value(self, args, kwds, "Oy*|O:put");
+}
+
+static PyObject *Store_upsert(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return put_value(self, args, kwds, "Oy*|O:upsert");
+}
+
 /* put_from(key, buffer_ptr, size, config=ReplicateConfig()) -> 0 or a negative code */
-static PyObject *Store_put_from(StoreObject *self, PyObject *args, PyObject *kwds)
+static PyObject *put_from_one(StoreObject *self, PyObject *args, PyObject *kwds, const char *format)
 {
     static char *kwlist[] = {"key", "buffer_ptr", "size", "config", NULL};
     PyObject *keyobj, *ptrobj, *sizeobj, *cfgobj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|O:put_from", kwlist, &keyobj, &ptrobj,
-                                     &sizeobj, &cfgobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, format, kwlist, &keyobj, &ptrobj, &sizeobj,
+                                     &cfgobj))
         return NULL;
     uint64_t ptr, size;
     mooncake_replicate_config_t cfg;
@@ -583,13 +599,23 @@ static PyObject *Store_put_from(StoreObject *self, PyObject *args, PyObject *kwd
     return PyLong_FromLong(rc);
 }
 
+static PyObject *Store_put_from(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return put_from_one(self, args, kwds, "OOO|O:put_from");
+}
+
+static PyObject *Store_upsert_from(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return put_from_one(self, args, kwds, "OOO|O:upsert_from");
+}
+
 /* put_parts(key, *parts, config=ReplicateConfig()) -> 0 or a negative code: one value, gathered */
-static PyObject *Store_put_parts(StoreObject *self, PyObject *args, PyObject *kwds)
+static PyObject *put_parts(StoreObject *self, PyObject *args, PyObject *kwds, const char *name)
 {
     Py_ssize_t nargs = PyTuple_GET_SIZE(args);
     PyObject *cfgobj = kwds ? PyDict_GetItemString(kwds, "config") : NULL;
     if (nargs < 1 || (kwds && PyDict_GET_SIZE(kwds) > (cfgobj ? 1 : 0))) {
-        PyErr_SetString(PyExc_TypeError, "put_parts(key, *parts, config=ReplicateConfig())");
+        PyErr_Format(PyExc_TypeError, "%s(key, *parts, config=ReplicateConfig())", name);
         return NULL;
     }
     mooncake_replicate_config_t cfg;
@@ -632,6 +658,16 @@ out:
     return res;
 }
 
+static PyObject *Store_put_parts(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return put_parts(self, args, kwds, "put_parts");
+}
+
+static PyObject *Store_upsert_parts(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return put_parts(self, args, kwds, "upsert_parts");
+}
+
 /* A batch put (multi: gathered from b->iovs) without the GIL; 0 or a code for the whole call. */
 static int put_batch_nogil(mooncake_store_t s, struct batch *b,
                            const mooncake_replicate_config_t *cfg, int multi)
@@ -660,14 +696,14 @@ static PyObject *put_batch_common(StoreObject *self, struct batch *b,
  * config) -> [0 or code per key]: the same call, one buffer or a segment
  * list per key.
  */
-static PyObject *put_from_call(StoreObject *self, PyObject *args, PyObject *kwds, int multi)
+static PyObject *put_from_call(StoreObject *self, PyObject *args, PyObject *kwds, int multi,
+                               const char *format)
 {
     static char *one[] = {"keys", "buffer_ptrs", "sizes", "config", NULL};
     static char *lists[] = {"keys", "all_buffer_ptrs", "all_sizes", "config", NULL};
     PyObject *keys, *ptrs, *sizes, *cfgobj = NULL, *res = NULL;
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, multi ? "OOO|O:batch_put_from_multi_buffers" : "OOO|O:batch_put_from",
-            multi ? lists : one, &keys, &ptrs, &sizes, &cfgobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, format, multi ? lists : one, &keys, &ptrs, &sizes,
+                                     &cfgobj))
         return NULL;
     mooncake_replicate_config_t cfg;
     int raised, code = config_of(cfgobj, &cfg, &raised);
@@ -686,21 +722,26 @@ static PyObject *put_from_call(StoreObject *self, PyObject *args, PyObject *kwds
 
 static PyObject *Store_batch_put_from(StoreObject *self, PyObject *args, PyObject *kwds)
 {
-    return put_from_call(self, args, kwds, 0);
+    return put_from_call(self, args, kwds, 0, "OOO|O:batch_put_from");
+}
+
+static PyObject *Store_batch_upsert_from(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return put_from_call(self, args, kwds, 0, "OOO|O:batch_upsert_from");
 }
 
 static PyObject *Store_batch_put_from_multi_buffers(StoreObject *self, PyObject *args,
                                                     PyObject *kwds)
 {
-    return put_from_call(self, args, kwds, 1);
+    return put_from_call(self, args, kwds, 1, "OOO|O:batch_put_from_multi_buffers");
 }
 
 /* put_batch(keys, values, config=ReplicateConfig()) -> 0, or the first key's negative code */
-static PyObject *Store_put_batch(StoreObject *self, PyObject *args, PyObject *kwds)
+static PyObject *put_batch(StoreObject *self, PyObject *args, PyObject *kwds, const char *format)
 {
     static char *kwlist[] = {"keys", "values", "config", NULL};
     PyObject *keys, *vals, *cfgobj = NULL, *valt = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:put_batch", kwlist, &keys, &vals, &cfgobj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, format, kwlist, &keys, &vals, &cfgobj))
         return NULL;
     mooncake_replicate_config_t cfg;
     int raised, rc = config_of(cfgobj, &cfg, &raised);
@@ -736,6 +777,16 @@ out:
     Py_XDECREF(valt);
     batch_free(&b);
     return res;
+}
+
+static PyObject *Store_put_batch(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return put_batch(self, args, kwds, "OO|O:put_batch");
+}
+
+static PyObject *Store_upsert_batch(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    return put_batch(self, args, kwds, "OO|O:upsert_batch");
 }
 
 /* ---- get ---- */
@@ -1010,6 +1061,32 @@ static PyObject *Store_remove(StoreObject *self, PyObject *args, PyObject *kwds)
     return PyLong_FromLong(rc);
 }
 
+/* Removes each key of b in turn (kvstored has no batch remove), without the GIL. */
+static void remove_each_nogil(mooncake_store_t s, struct batch *b, int force)
+{
+    for (Py_ssize_t i = 0; i < b->n; i++)
+        b->res[i] = mooncake_store_remove(s, b->keys[i], force);
+}
+
+/* batch_remove(keys, force=False) -> [0 or a negative code per key] */
+static PyObject *Store_batch_remove(StoreObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"keys", "force", NULL};
+    PyObject *keys, *res = NULL;
+    int force = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:batch_remove", kwlist, &keys, &force))
+        return NULL;
+    struct batch b;
+    if (batch_keys(&b, keys) == 0) {
+        mooncake_store_t s = enter(self);
+        Py_BEGIN_ALLOW_THREADS remove_each_nogil(s, &b, force);
+        Py_END_ALLOW_THREADS leave(self);
+        res = result_list(&b, 0);
+    }
+    batch_free(&b);
+    return res;
+}
+
 /* remove_by_regex(regex_pattern, force=False) -> the number removed or a negative code */
 static PyObject *Store_remove_by_regex(StoreObject *self, PyObject *args, PyObject *kwds)
 {
@@ -1090,8 +1167,17 @@ static PyMethodDef Store_methods[] = {
     {"put_from", KW(put_from), "put_from(key, buffer_ptr, size, config=ReplicateConfig()) -> int"},
     {"put_parts", KW(put_parts), "put_parts(key, *parts, config=ReplicateConfig()) -> int"},
     {"put_batch", KW(put_batch), "put_batch(keys, values, config=ReplicateConfig()) -> int"},
+    {"upsert", KW(upsert), "upsert(key, value, config=ReplicateConfig()) -> int (put)"},
+    {"upsert_from", KW(upsert_from),
+     "upsert_from(key, buffer_ptr, size, config=ReplicateConfig()) -> int (put_from)"},
+    {"upsert_parts", KW(upsert_parts),
+     "upsert_parts(key, *parts, config=ReplicateConfig()) -> int (put_parts)"},
+    {"upsert_batch", KW(upsert_batch),
+     "upsert_batch(keys, values, config=ReplicateConfig()) -> int (put_batch)"},
     {"batch_put_from", KW(batch_put_from),
      "batch_put_from(keys, buffer_ptrs, sizes, config=ReplicateConfig()) -> list of int"},
+    {"batch_upsert_from", KW(batch_upsert_from),
+     "batch_upsert_from(keys, buffer_ptrs, sizes, config=ReplicateConfig()) -> list of int"},
     {"batch_put_from_multi_buffers", KW(batch_put_from_multi_buffers),
      "batch_put_from_multi_buffers(keys, all_buffer_ptrs, all_sizes, config) -> list of int"},
     {"get", KW(get), "get(key) -> bytes (b'' when absent)"},
@@ -1107,6 +1193,7 @@ static PyMethodDef Store_methods[] = {
     {"batch_is_exist", KW(batch_is_exist), "batch_is_exist(keys) -> list of 1, 0 or code"},
     {"get_size", KW(get_size), "get_size(key) -> length or a negative code"},
     {"remove", KW(remove), "remove(key, force=False) -> int"},
+    {"batch_remove", KW(batch_remove), "batch_remove(keys, force=False) -> list of 0 or code"},
     {"remove_by_regex", KW(remove_by_regex), "remove_by_regex(regex_pattern, force=False) -> int"},
     {"remove_all", KW(remove_all), "remove_all(force=False) -> int"},
     {"register_buffer", KW(register_buffer), "register_buffer(buffer_ptr, size) -> int"},

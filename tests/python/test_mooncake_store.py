@@ -37,6 +37,8 @@ class Lifecycle(unittest.TestCase):
         s = MooncakeDistributedStore()
         self.assertEqual(s.health_check(), 1)
         self.assertEqual(s.put(PREFIX + "x", b"v"), INVALID_PARAMS)
+        self.assertEqual(s.upsert(PREFIX + "x", b"v"), INVALID_PARAMS)
+        self.assertEqual(s.batch_remove([PREFIX + "x"]), [INVALID_PARAMS])
         self.assertEqual(s.get(PREFIX + "x"), b"")
         self.assertEqual(s.is_exist(PREFIX + "x"), INVALID_PARAMS)
         self.assertEqual(s.batch_is_exist([PREFIX + "x", PREFIX + "y"]),
@@ -227,6 +229,52 @@ class Calls(unittest.TestCase):
             s.put_parts(k, memoryview(bytearray(8)).cast("i"))  # not 1-D bytes-like
         with self.assertRaises(TypeError):
             s.put_parts(k, "not bytes")
+
+    def test_upserts_overwrite(self):
+        s, k = self.s, PREFIX + "ups"
+        self.assertEqual(s.upsert(k, b"first"), 0)
+        self.assertEqual(s.upsert(k, b"second, longer", ReplicateConfig()), 0)
+        self.assertEqual(s.get(k), b"second, longer")
+        src, sp = buffer(b"from a pointer")
+        self.assertEqual(s.upsert_from(k, sp, 14, config=ReplicateConfig()), 0)
+        self.assertEqual(s.get(k), b"from a pointer")
+        self.assertEqual(s.upsert_parts(k, b"a", memoryview(b"b")), 0)
+        self.assertEqual(s.get(k), b"ab")
+        keys = [PREFIX + "ub%d" % i for i in range(3)]
+        self.assertEqual(s.upsert_batch(keys, [b"1", b"22", b"333"]), 0)
+        self.assertEqual(s.upsert_batch(keys, [b"x", b"yy", b"zzz"]), 0)
+        self.assertEqual(s.get_batch(keys), [b"x", b"yy", b"zzz"])
+        bufs = [buffer(("v%d" % i).encode() * 8) for i in range(3)]
+        self.assertEqual(s.batch_upsert_from(keys, [p for _, p in bufs], [16] * 3), [0, 0, 0])
+        self.assertEqual(s.get_batch(keys), [b.raw[:16] for b, _ in bufs])
+        # The same checks as the put methods, under the upsert names.
+        self.assertEqual(s.upsert(k, b""), INVALID_PARAMS)
+        self.assertEqual(s.upsert_from(k, 0, 16), NULL_ARG)
+        self.assertEqual(s.batch_upsert_from(keys, [1], [1, 1]), [INVALID_PARAMS] * 3)
+        self.assertEqual(s.upsert_batch(keys, [b"a"]), INVALID_PARAMS)
+        with self.assertRaises(TypeError):
+            s.upsert(5, b"v")
+        with self.assertRaisesRegex(TypeError, "upsert"):
+            s.upsert(k)  # the message names the method called
+        with self.assertRaisesRegex(TypeError, "upsert_parts"):
+            s.upsert_parts()
+        with self.assertRaisesRegex(TypeError, "batch_upsert_from"):
+            s.batch_upsert_from(keys)
+        self.assertEqual(s.get_batch(keys), [b.raw[:16] for b, _ in bufs])  # nothing lost
+
+    def test_batch_remove(self):
+        s = self.s
+        keys = [PREFIX + "br%d" % i for i in range(4)]
+        self.assertEqual(s.put_batch(keys[:3], [b"1", b"2", b"3"]), 0)
+        self.assertEqual(s.batch_remove(keys[:2] + [keys[3], PREFIX + "a\0b"]),
+                         [0, 0, NOT_FOUND, INVALID_PARAMS])
+        self.assertEqual(s.batch_is_exist(keys), [0, 0, 1, 0])
+        self.assertEqual(s.batch_remove(keys=[keys[2]], force=True), [0])
+        self.assertEqual(s.batch_remove([]), [])
+        with self.assertRaises(TypeError):
+            s.batch_remove(keys[0])  # a str is not a list of keys
+        with self.assertRaises(TypeError):
+            s.batch_remove([keys[0], 7])
 
     def test_replicate_config(self):
         s, k = self.s, PREFIX + "cfg"
