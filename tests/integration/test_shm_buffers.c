@@ -228,15 +228,11 @@ static void test_client_killed_leaves_no_mapping(void **state)
     start_local(&s, "kill.sock", NULL, path, sizeof(path), url, sizeof(url));
     int ready[2];
     assert_int_equal(pipe(ready), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(ready[0]);
-        char fd[16];
-        snprintf(fd, sizeof(fd), "%d", ready[1]);
-        execl("/proc/self/exe", "test_shm_buffers", "--client", url, fd, (char *)NULL);
-        _exit(127);
-    }
+    char fd[16];
+    snprintf(fd, sizeof(fd), "%d", ready[1]);
+    const char *const argv[] = {"test_shm_buffers", "--client", url, fd, NULL};
+    pid_t pid = kvt_spawn_self(argv, NULL);
+    assert_true(pid > 0);
     close(ready[1]);
     char r;
     assert_int_equal(read(ready[0], &r, 1), 1);

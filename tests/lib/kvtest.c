@@ -263,6 +263,21 @@ char *kvt_capture_end(struct kvt_capture *cap)
     return strdup(text);
 }
 
+pid_t kvt_spawn_self(const char *const argv[], const char *const env[])
+{
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        char *name = eq ? strndup(env[i], (size_t)(eq - env[i])) : NULL;
+        if (!name || setenv(name, eq + 1, 1) != 0) _exit(127);
+        free(name);
+    }
+    /* execv's argv is char *const[] for historical reasons; it does not write to the strings. */
+    execv("/proc/self/exe", (char *const *)argv);
+    _exit(127);
+}
+
 int kvt_private_dir(char *dir, size_t len, const char *tag)
 {
     if (snprintf(dir, len, "/tmp/kvs-%s.XXXXXX", tag) >= (int)len) return -1;

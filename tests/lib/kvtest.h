@@ -91,6 +91,16 @@ int kvt_server_start_local(struct kvt_server *s, const char *dir, const char *na
 /* Lines of /proc/PID/maps naming the memfd "name" (its mappings in pid), or -1. */
 int kvt_memfd_mappings(pid_t pid, const char *name);
 
+/*
+ * Runs this test program again as a child, argv[0] its name, with env's
+ * "NAME=VALUE" strings (NULL-terminated, or NULL) added to the child's
+ * environment. An exec, not a bare fork: the child starts with none of the
+ * parent's threads and library state (librdmacm does not survive a fork;
+ * TSan refuses a fork of a threaded process). The child's pid, or -1 if
+ * fork failed; a failed exec exits the child with 127.
+ */
+pid_t kvt_spawn_self(const char *const argv[], const char *const env[]);
+
 /* stderr sent to a temporary file, to read what a library warned. */
 struct kvt_capture {
     int saved; /* the real stderr */

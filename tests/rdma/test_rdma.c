@@ -1041,12 +1041,9 @@ static void test_push_never_torn(void **state)
     static uint8_t v[LEN], back[LEN];
     kvval_fill(v, LEN, "torn", 1);
     assert_int_equal(kvs_put(c, "torn", v, LEN), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        execl("/proc/self/exe", "test_rdma", "--writer", rdma_host, rdma_port, (char *)NULL);
-        _exit(127);
-    }
+    const char *const argv[] = {"test_rdma", "--writer", rdma_host, rdma_port, NULL};
+    pid_t pid = kvt_spawn_self(argv, NULL);
+    assert_true(pid > 0);
     unsigned seen_min = UINT32_MAX, seen_max = 0;
     for (int i = 0; i < ROUNDS; i++) {
         ssize_t n = kvs_get(c, "torn", back, LEN);
@@ -1086,15 +1083,10 @@ static void test_client_dies_mid_transfer(void **state)
 {
     (void)state;
     long long pinned_before = server_stat("pinned_items");
-    /* A fresh process (exec): librdmacm state does not survive fork. */
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        setenv("KVS_RDMA_TEST_STALL_MS", "20000", 1);
-        setenv("KVSTORE_RDMA_PULL_MAX", "0", 1);
-        execl("/proc/self/exe", "test_rdma", "--dying-client", rdma_host, rdma_port, (char *)NULL);
-        _exit(127);
-    }
+    const char *const argv[] = {"test_rdma", "--dying-client", rdma_host, rdma_port, NULL};
+    const char *const env[] = {"KVS_RDMA_TEST_STALL_MS=20000", "KVSTORE_RDMA_PULL_MAX=0", NULL};
+    pid_t pid = kvt_spawn_self(argv, env);
+    assert_true(pid > 0);
     /* Wait (bounded) until the child's 8 reservations are pinned on the server. */
     long long pinned = 0;
     for (int i = 0; i < 100 && pinned < pinned_before + 8; i++) {
