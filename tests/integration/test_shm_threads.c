@@ -7,6 +7,9 @@
  *     keys, send batch puts and gets (sync and async, 1 to 8 keys of 8 bytes
  *     to 48 KiB), so runs are taken and given back out of order, the ring
  *     wraps, and requests that find no room go through the socket;
+ *   - a steady stream: 8 threads of small batches through an 8 MiB region hold
+ *     a fraction of it, so the ring goes back to its start early, lap after
+ *     lap (tcp_shm.c ring_take), and no request misses room;
  *   - GETs: 16 threads (a 4 MiB region) get distinct values by every call
  *     (sync batch, single-key, async single-key waited, async batch with a
  *     callback checking its values on the library's thread) while they
@@ -135,6 +138,85 @@ static void test_ring_under_threads(void **state)
     assert_true(kvt_server_counter(c, "requests_shm_put") > 0);
     assert_true(kvt_server_counter(c, "requests_shm_get") > 0);
     assert_true(kvt_server_counter(c, "client_shm_fallbacks") > 0); /* the ring was full at times */
+    assert_int_equal(kvt_server_counter(c, "shm_bad_ranges"), 0);
+    kvs_close(c);
+    kvt_server_stop(&s);
+}
+
+/* ---- a steady stream: the ring cycles through a part of the region ---- */
+
+enum { STEADY_THREADS = 8, STEADY_ROUNDS = 600, STEADY_KEYS = 8, STEADY_LEN = 4096 };
+
+/*
+ * Each round puts one key set (async) while it gets the other, written the
+ * round before (async): two requests in flight per thread, so the ring is
+ * seldom empty (an empty ring starts again at 0 anyway).
+ */
+static void *steady_worker(void *arg)
+{
+    struct worker *w = arg;
+    char names[2][STEADY_KEYS][32];
+    const char *keys[2][STEADY_KEYS];
+    void *vals[STEADY_KEYS], *bufs[STEADY_KEYS];
+    size_t lens[STEADY_KEYS], caps[STEADY_KEYS];
+    int st[STEADY_KEYS];
+    ssize_t got[STEADY_KEYS];
+    for (int i = 0; i < STEADY_KEYS; i++) {
+        vals[i] = malloc(STEADY_LEN);
+        bufs[i] = malloc(STEADY_LEN);
+        if (!vals[i] || !bufs[i]) w->failures++;
+        for (int set = 0; set < 2; set++) {
+            snprintf(names[set][i], sizeof(names[set][i]), "s%d-%d-k%d", w->id, set, i);
+            keys[set][i] = names[set][i];
+        }
+        lens[i] = caps[i] = STEADY_LEN;
+    }
+    for (unsigned round = 1; round <= STEADY_ROUNDS && !w->failures; round++) {
+        int put_set = round % 2, get_set = !put_set;
+        for (int i = 0; i < STEADY_KEYS; i++)
+            kvval_fill(vals[i], STEADY_LEN, names[put_set][i], round);
+        kvs_op *put = NULL, *get = NULL;
+        if (kvs_batch_put_async(w->c, STEADY_KEYS, keys[put_set], (const void *const *)vals, lens,
+                                st, NULL, NULL, &put) != 0)
+            w->failures++;
+        if (round > 1 && kvs_batch_get_async(w->c, STEADY_KEYS, keys[get_set], bufs, caps, got,
+                                             NULL, NULL, &get) != 0)
+            w->failures++;
+        if (put && kvs_wait(put) != STEADY_KEYS) w->failures++;
+        if (get && kvs_wait(get) != STEADY_KEYS) w->failures++;
+        for (int i = 0; get && i < STEADY_KEYS; i++) {
+            unsigned version = 0;
+            if (got[i] != STEADY_LEN ||
+                !kvval_check(bufs[i], STEADY_LEN, names[get_set][i], &version) ||
+                version != round - 1) {
+                fprintf(stderr, "thread %d round %u key %s: got %zd, version %u\n", w->id, round,
+                        names[get_set][i], got[i], version);
+                w->failures++;
+            }
+        }
+    }
+    for (int i = 0; i < STEADY_KEYS; i++) {
+        free(vals[i]);
+        free(bufs[i]);
+    }
+    return NULL;
+}
+
+static void test_steady_stream_cycles_early(void **state)
+{
+    (void)state;
+    struct kvt_server s;
+    assert_int_equal(kvt_server_start(&s, 0, "--memory 64M"), 0);
+    setenv("KVSTORE_SHM_SIZE", "8M", 1);
+    kvs_client *c = kvs_open(s.addr);
+    unsetenv("KVSTORE_SHM_SIZE");
+    assert_non_null(c);
+    /* 9,600 jobs of 32 KiB: 300 MiB through 8 MiB, about 1 MiB held at once. */
+    assert_int_equal(run_workers(c, STEADY_THREADS, 99u, steady_worker), 0);
+    assert_int_equal(kvt_server_counter(c, "client_shm_connects"), 1);
+    assert_true(kvt_server_counter(c, "requests_shm_put") >= STEADY_THREADS * STEADY_ROUNDS);
+    assert_true(kvt_server_counter(c, "requests_shm_get") >= STEADY_THREADS * (STEADY_ROUNDS - 1));
+    assert_int_equal(kvt_server_counter(c, "client_shm_fallbacks"), 0);
     assert_int_equal(kvt_server_counter(c, "shm_bad_ranges"), 0);
     kvs_close(c);
     kvt_server_stop(&s);
@@ -279,6 +361,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_under_threads),
+        cmocka_unit_test(test_steady_stream_cycles_early),
         cmocka_unit_test(test_threads_get_distinct_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
