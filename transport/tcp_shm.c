@@ -312,10 +312,9 @@ static int64_t ring_take(struct tcp_shm *r, uint64_t len)
          * caches for both copies of a value, not through the whole region,
          * and a burst as big as the last ones still finds room.
          */
-        if (r->nruns > 0 && r->head >= SHM_EARLY_WRAP_MIN && tail >= len &&
-            tail - len >= 2 * r->held_peak)
-            off = 0;
-        else if (r->size - r->head >= len)
+        bool early = r->nruns > 0 && r->head >= SHM_EARLY_WRAP_MIN && tail >= len &&
+                     tail - len >= 2 * r->held_peak;
+        if (!early && r->size - r->head >= len)
             off = r->head;
         else if (tail >= len && r->nruns > 0)
             off = 0;
